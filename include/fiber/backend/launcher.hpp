@@ -1,0 +1,96 @@
+#pragma once
+/// @file backend/launcher.hpp
+/// The one interface between fiber's runtime and a cluster manager: start a
+/// job-backed process, learn when it ends, stop it. Pool, Process and
+/// RemoteManager only ever talk to this; a backend *policy* (backend::local,
+/// backend::slurm, backend::from_env) is a compile-time tag whose make()
+/// returns a launcher.
+
+#include <fiber/error.hpp>
+
+#include <asio/any_io_executor.hpp>
+
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace fiber {
+
+/// Resources one job-backed process asks of its backend. 0 = backend default.
+struct resources {
+  int cpu = 1;            ///< CPUs (Slurm: --cpus-per-task)
+  int memory_mb = 0;      ///< MiB (Slurm: --mem); 0 = no limit requested
+  int gpu = 0;            ///< GPUs (Slurm: --gres=gpu:N)
+};
+
+namespace backend {
+
+/// What to start. The executable is always the master's own binary.
+struct job_spec {
+  std::string name;                                ///< human-readable, e.g. "pool-1-w3"
+  std::vector<std::string> argv;                   ///< argv[0] is the executable path
+  std::vector<std::pair<std::string, std::string>> env; ///< added to the inherited environment
+  fiber::resources resources;
+  std::optional<std::string> stdout_path;          ///< nullopt: the master's stdout
+  std::optional<std::string> stderr_path;          ///< nullopt: the master's stderr
+};
+
+/// How a job ended, as SPEC.md reports exit codes.
+struct job_exit {
+  enum class kind { exited, signalled, lost } how = kind::exited;
+  int code = 0;            ///< exit status; signal number when signalled
+  std::string reason;      ///< backend's words (e.g. Slurm state "NODE_FAIL")
+  /// multiprocessing-style exit code: status, -N for signal N, -9 when lost.
+  int exitcode() const noexcept {
+    return how == kind::exited ? code : how == kind::signalled ? -code : -9;
+  }
+};
+
+/// Opaque handle of one started job. `id` is the backend's own id
+/// (pid for local, "1234" or "1234_5" for Slurm); `pid` is set when known.
+struct job {
+  std::string id;
+  std::int64_t pid = -1;
+  std::string host;
+};
+
+/// Called once, on the runtime's executor, when the job has ended.
+using exit_handler = std::function<void(const job_exit&)>;
+
+/// A backend instance. Thread-safety: all member functions are called from
+/// the runtime thread only. Errors: launch throws fiber::backend_error with
+/// the backend's own message.
+class launcher {
+public:
+  virtual ~launcher() = default;
+  /// Backend name for messages: "local", "slurm".
+  virtual std::string_view name() const noexcept = 0;
+  /// URL scheme/address workers must dial back to, e.g. "ipc:///tmp/x/m" or
+  /// "tcp://10.0.0.5:0" (port 0: the runtime binds an ephemeral port).
+  virtual std::string listen_url() = 0;
+  /// Start jobs; `on_exit[i]` fires exactly once when job i ends (never
+  /// before launch returns). Backends that batch (Slurm job arrays) override;
+  /// throws fiber::backend_error if the jobs cannot be submitted.
+  virtual std::vector<job> launch(const std::vector<job_spec>& specs,
+                                  std::vector<exit_handler> on_exit) = 0;
+  /// Ask a job to stop: SIGTERM (15) or SIGKILL (9) locally, scancel elsewhere.
+  /// Idempotent; a job that already ended is ignored.
+  virtual void cancel(const job& j, int signal) = 0;
+};
+
+/// A backend policy: a tag type naming a backend, usable as the Backend
+/// template argument of Pool, Process and RemoteManager.
+template <class B>
+concept policy = requires(asio::any_io_executor ex) {
+  { B::make(ex) } -> std::convertible_to<std::shared_ptr<launcher>>;
+};
+
+} // namespace backend
+} // namespace fiber
