@@ -1,0 +1,166 @@
+# fiberDependencies.cmake - finds what fiber's headers need.
+#
+# Included by the source tree's CMakeLists.txt and by the installed
+# fiberConfig.cmake, so the two find the same things the same way. fiber is
+# header-only, so dependencies are looked up again on the consumer's machine.
+#
+# Defines (or reuses) these imported targets:
+#   Threads::Threads, nng::nng, OpenSSL::Crypto, Boost::headers
+#   fiber::asio            standalone Asio include directory + ASIO_STANDALONE
+#   fiber::tomlplusplus    toml++ and FIBER_HAS_TOMLPLUSPLUS=1 when toml++ is
+#                          found (set FIBER_USE_TOMLPLUSPLUS=OFF to skip it);
+#                          an empty target otherwise
+#
+# It never stops the configure step itself. On the first missing dependency it
+# sets fiber_DEPENDENCY_ERROR to a message naming the Debian package to install
+# and returns; the includer turns that into a fatal error (source tree) or into
+# fiber_FOUND=FALSE (find_package(fiber)).
+#
+# CMake's find_dependency() is not used for the packages below on purpose: with
+# find_package(fiber REQUIRED) it would fail with CMake's generic "could not
+# find nngConfig.cmake" before we get to name the package that provides it.
+
+set(fiber_DEPENDENCY_ERROR "")
+
+set(_fiber_debian_hint
+  "On Debian bookworm run `sudo bash scripts/setup.sh` from fiber's source tree, \
+or: apt-get install --no-install-recommends libnng-dev libasio-dev \
+libboost1.81-dev libssl-dev")
+
+# --- threads -----------------------------------------------------------------
+set(THREADS_PREFER_PTHREAD_FLAG ON)
+find_package(Threads QUIET)
+if(NOT TARGET Threads::Threads)
+  set(fiber_DEPENDENCY_ERROR "fiber: no threads library found (Threads::Threads).")
+  return()
+endif()
+
+# --- nng 1.x -------------------------------------------------------------------
+find_package(nng 1.5 CONFIG QUIET)
+if(NOT TARGET nng::nng)
+  set(fiber_DEPENDENCY_ERROR
+    "fiber: nng >= 1.5 (CMake package `nng`, target nng::nng) not found. \
+Install the Debian package libnng-dev, or point nng_DIR at nng's CMake config. \
+${_fiber_debian_hint}")
+  return()
+endif()
+
+# --- OpenSSL libcrypto (HMAC for the connection handshake) ----------------------
+find_package(OpenSSL QUIET COMPONENTS Crypto)
+if(NOT TARGET OpenSSL::Crypto)
+  set(fiber_DEPENDENCY_ERROR
+    "fiber: OpenSSL's libcrypto (OpenSSL::Crypto) not found; fiber uses it for \
+HMAC authentication. Install the Debian package libssl-dev. ${_fiber_debian_hint}")
+  return()
+endif()
+
+# --- Boost >= 1.81 headers (PFR, Describe) ------------------------------------
+# Debian trap: libasio-dev *recommends* libboost-dev (1.74: no Describe, and
+# a PFR too old), which conflicts with libboost1.81-dev. Install with
+# --no-install-recommends and name libboost1.81-dev explicitly.
+set(_fiber_boost_msg
+  "Install the Debian package libboost1.81-dev. Note: libasio-dev recommends \
+libboost-dev (Boost 1.74, which has neither Boost.Describe nor a usable \
+Boost.PFR) and that package conflicts with libboost1.81-dev: install with \
+`apt-get install --no-install-recommends libasio-dev libboost1.81-dev` \
+(remove libboost-dev / libboost1.74-dev first if present). \
+Elsewhere: Boost >= 1.81, set Boost_ROOT.")
+find_package(Boost 1.81 CONFIG QUIET)
+if(NOT Boost_FOUND AND CMAKE_VERSION VERSION_LESS 3.30)
+  find_package(Boost 1.81 MODULE QUIET)   # FindBoost, for Boosts without a CMake config
+endif()
+if(NOT Boost_FOUND OR NOT TARGET Boost::headers)
+  set(fiber_DEPENDENCY_ERROR
+    "fiber: Boost >= 1.81 not found (needed for Boost.PFR and Boost.Describe). \
+${_fiber_boost_msg}")
+  return()
+endif()
+get_target_property(_fiber_boost_inc Boost::headers INTERFACE_INCLUDE_DIRECTORIES)
+if(NOT _fiber_boost_inc)
+  set(_fiber_boost_inc "${Boost_INCLUDE_DIRS}")
+endif()
+set(_fiber_boost_ok FALSE)
+foreach(_fiber_dir IN LISTS _fiber_boost_inc)
+  if(EXISTS "${_fiber_dir}/boost/describe.hpp" AND EXISTS "${_fiber_dir}/boost/pfr.hpp")
+    set(_fiber_boost_ok TRUE)
+  endif()
+endforeach()
+if(NOT _fiber_boost_ok)
+  set(fiber_DEPENDENCY_ERROR
+    "fiber: the Boost found (${Boost_VERSION}, headers in ${_fiber_boost_inc}) \
+lacks boost/describe.hpp or boost/pfr.hpp. ${_fiber_boost_msg}")
+  return()
+endif()
+
+# --- standalone Asio >= 1.22 ------------------------------------------------
+find_path(FIBER_ASIO_INCLUDE_DIR NAMES asio.hpp
+  HINTS ${ASIO_ROOT} $ENV{ASIO_ROOT} PATH_SUFFIXES include
+  DOC "Directory holding standalone Asio's asio.hpp")
+if(NOT FIBER_ASIO_INCLUDE_DIR OR NOT EXISTS "${FIBER_ASIO_INCLUDE_DIR}/asio/version.hpp")
+  set(fiber_DEPENDENCY_ERROR
+    "fiber: standalone Asio (asio.hpp) not found. Install the Debian package \
+libasio-dev WITH --no-install-recommends (its recommended libboost-dev conflicts \
+with libboost1.81-dev), or set FIBER_ASIO_INCLUDE_DIR / ASIO_ROOT. \
+${_fiber_debian_hint}")
+  return()
+endif()
+file(STRINGS "${FIBER_ASIO_INCLUDE_DIR}/asio/version.hpp" _fiber_asio_line
+  REGEX "^#define ASIO_VERSION [0-9]+")
+string(REGEX REPLACE "^#define ASIO_VERSION ([0-9]+).*" "\\1" _fiber_asio_num "${_fiber_asio_line}")
+if(_fiber_asio_num LESS 102200)
+  set(fiber_DEPENDENCY_ERROR
+    "fiber: Asio in ${FIBER_ASIO_INCLUDE_DIR} is too old (ASIO_VERSION \
+${_fiber_asio_num}); fiber needs >= 1.22 (libasio-dev in Debian bookworm).")
+  return()
+endif()
+if(NOT TARGET fiber::asio)
+  add_library(fiber::asio INTERFACE IMPORTED)
+  set_target_properties(fiber::asio PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${FIBER_ASIO_INCLUDE_DIR}"
+    INTERFACE_COMPILE_DEFINITIONS "ASIO_STANDALONE")
+endif()
+
+# --- toml++ (optional: the fiber.toml configuration file) -----------------------
+if(NOT TARGET fiber::tomlplusplus)
+  add_library(fiber::tomlplusplus INTERFACE IMPORTED)
+  set(_fiber_toml_found OFF)
+  if(NOT DEFINED FIBER_USE_TOMLPLUSPLUS OR FIBER_USE_TOMLPLUSPLUS)
+    # Prefer toml++'s own package (Debian's links the prebuilt libtomlplusplus,
+    # which keeps compile times down); fall back to the header-only toml.h.
+    find_package(tomlplusplus 3 CONFIG QUIET)
+    if(TARGET tomlplusplus::tomlplusplus)
+      set_target_properties(fiber::tomlplusplus PROPERTIES
+        INTERFACE_LINK_LIBRARIES tomlplusplus::tomlplusplus)
+      set(_fiber_toml_found ON)
+    else()
+      find_path(FIBER_TOMLPLUSPLUS_INCLUDE_DIR NAMES toml++/toml.h
+        DOC "Directory holding toml++'s toml++/toml.h (optional)")
+      if(FIBER_TOMLPLUSPLUS_INCLUDE_DIR)
+        set_target_properties(fiber::tomlplusplus PROPERTIES
+          INTERFACE_INCLUDE_DIRECTORIES "${FIBER_TOMLPLUSPLUS_INCLUDE_DIR}")
+        set(_fiber_toml_found ON)
+      endif()
+    endif()
+    if(_fiber_toml_found)
+      set_property(TARGET fiber::tomlplusplus APPEND PROPERTY
+        INTERFACE_COMPILE_DEFINITIONS FIBER_HAS_TOMLPLUSPLUS=1)
+    endif()
+  endif()
+endif()
+
+get_target_property(_fiber_toml_defs fiber::tomlplusplus INTERFACE_COMPILE_DEFINITIONS)
+if(_fiber_toml_defs MATCHES "FIBER_HAS_TOMLPLUSPLUS")
+  set(FIBER_HAS_TOMLPLUSPLUS ON)
+else()
+  set(FIBER_HAS_TOMLPLUSPLUS OFF)
+endif()
+unset(_fiber_toml_defs)
+unset(_fiber_toml_found)
+
+unset(_fiber_asio_line)
+unset(_fiber_asio_num)
+unset(_fiber_boost_inc)
+unset(_fiber_boost_ok)
+unset(_fiber_dir)
+unset(_fiber_boost_msg)
+unset(_fiber_debian_hint)

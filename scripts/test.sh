@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Configure, build and test fiber (the README's test command).
+#
+#   bash scripts/test.sh [CMAKE_ARGS...] [-- CTEST_ARGS...]
+#
+# Builds in build/ (RelWithDebInfo with assertions on: -O2 -g1, no -DNDEBUG),
+# with Ninja when available, then runs every registered test.
+# Environment: BUILD_DIR (default: build), JOBS (default: 2),
+#              CXXFLAGS_OPT (default: "-O2 -g1").
+# Examples:
+#   bash scripts/test.sh -- -R test_serialize        # one test
+#   BUILD_DIR=build-asan bash scripts/test.sh -DFIBER_SANITIZE=address,undefined -- -LE 'bench|packaging'
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+build=${BUILD_DIR:-build}
+jobs=${JOBS:-2}
+opt=${CXXFLAGS_OPT:--O2 -g1}
+
+cmake_args=()
+ctest_args=()
+while (($#)); do
+  if [[ $1 == -- ]]; then
+    shift
+    ctest_args=("$@")
+    break
+  fi
+  cmake_args+=("$1")
+  shift
+done
+
+generator=()
+if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then
+  generator=(-G Ninja)
+fi
+
+cmake -S . -B "$build" "${generator[@]}" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$opt" \
+  "${cmake_args[@]}"
+cmake --build "$build" -j "$jobs"
+ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}"
