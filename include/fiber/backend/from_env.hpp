@@ -1,0 +1,29 @@
+#pragma once
+/// @file backend/from_env.hpp
+/// The default backend policy: chooses the backend at run time from the
+/// `backend` configuration key (FIBER_BACKEND; "local" when unset), so
+/// `FIBER_BACKEND=slurm ./app` moves an unchanged binary onto a cluster.
+
+#include <fiber/backend/local.hpp>
+#if __has_include(<fiber/backend/slurm.hpp>)
+#include <fiber/backend/slurm.hpp>
+#define FIBER_HAS_SLURM_BACKEND 1
+#endif
+#include <fiber/config.hpp>
+
+namespace fiber::backend {
+
+struct from_env {
+  static constexpr std::string_view name = "from_env";
+  /// Throws fiber::backend_error naming the value for an unknown backend.
+  static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
+    auto which = detail::config_string("backend");
+    if (which.empty() || which == "local") return local::make(std::move(ex));
+#if defined(FIBER_HAS_SLURM_BACKEND)
+    if (which == "slurm") return slurm::make(std::move(ex));
+#endif
+    throw backend_error("fiber: unknown backend '" + which + "' (FIBER_BACKEND): expected local or slurm");
+  }
+};
+
+} // namespace fiber::backend

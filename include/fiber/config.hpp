@@ -1,0 +1,234 @@
+#pragma once
+/// @file config.hpp
+/// fiber's one configuration table. Precedence: code (options structs and
+/// fiber::set_config) > FIBER_* environment variables > a TOML file
+/// (`FIBER_CONFIG`, else `fiber.toml` in the working directory; parsed with
+/// toml++ when it was found at build time). Unknown keys are an error naming
+/// the key. Workers receive the master's effective table at the handshake.
+///
+/// Thread-safety: all functions may be called from any thread.
+
+#include <fiber/error.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#if defined(FIBER_HAS_TOMLPLUSPLUS)
+#include <toml++/toml.h>
+#endif
+
+extern char** environ;
+
+namespace fiber {
+
+/// A configuration key that does not exist, or a value that does not parse.
+class config_error : public error {
+public:
+  using error::error;
+};
+
+namespace detail {
+
+struct config_key {
+  std::string_view name;     ///< dotted key, e.g. "slurm.partition" ([slurm] partition = ... in TOML)
+  std::string_view env;      ///< environment variable
+  std::string_view fallback; ///< default ("" = unset)
+  std::string_view doc;
+};
+
+// Keep in sync with the README's configuration table.
+inline constexpr config_key config_keys[] = {
+    {"backend", "FIBER_BACKEND", "local", "backend of backend::from_env: local | slurm"},
+    {"log_level", "FIBER_LOG_LEVEL", "warning", "debug | info | warning | error | off"},
+    {"log_dir", "FIBER_LOG_DIR", "", "if set, each process also logs to <log_dir>/<name>.log"},
+    {"worker_output_dir", "FIBER_WORKER_OUTPUT_DIR", "",
+     "if set, each worker's stdout/stderr go to <dir>/<name>.{out,err} instead of the master's"},
+    {"heartbeat_interval_ms", "FIBER_HEARTBEAT_INTERVAL_MS", "500", "heartbeat period, both directions"},
+    {"heartbeat_timeout_ms", "FIBER_HEARTBEAT_TIMEOUT_MS", "2000",
+     "a peer silent this long is dead (hung worker, lost link, vanished master)"},
+    {"start_timeout_s", "FIBER_START_TIMEOUT_S", "120",
+     "a job that has not connected back after this long counts as lost"},
+    {"max_message_size_mb", "FIBER_MAX_MESSAGE_SIZE_MB", "1024", "largest accepted frame (MiB)"},
+    {"listen_address", "FIBER_LISTEN_ADDRESS", "",
+     "address the master binds for TCP backends (default: its hostname's address)"},
+    {"tls_cert", "FIBER_TLS_CERT", "", "PEM certificate: enables TLS for TCP transports"},
+    {"tls_key", "FIBER_TLS_KEY", "", "PEM private key of tls_cert"},
+    {"tls_ca", "FIBER_TLS_CA", "", "PEM CA bundle peers are verified against"},
+    {"progress", "FIBER_PROGRESS", "false", "draw a progress line for long Pool maps on a terminal"},
+    {"slurm.partition", "FIBER_SLURM_PARTITION", "", "sbatch --partition"},
+    {"slurm.account", "FIBER_SLURM_ACCOUNT", "", "sbatch --account"},
+    {"slurm.time_limit", "FIBER_SLURM_TIME_LIMIT", "", "sbatch --time"},
+    {"slurm.extra_args", "FIBER_SLURM_EXTRA_ARGS", "", "extra sbatch arguments (shell-split)"},
+    {"slurm.launch_mode", "FIBER_SLURM_LAUNCH_MODE", "auto", "auto | sbatch | array | srun"},
+    {"slurm.poll_interval_ms", "FIBER_SLURM_POLL_INTERVAL_MS", "500", "squeue polling period"},
+};
+
+// Variables fiber sets for its own workers; not user configuration.
+inline bool is_internal_env(std::string_view name) {
+  return name.starts_with("FIBER_INTERNAL_") || name == "FIBER_CONFIG";
+}
+
+inline const config_key* find_config_key(std::string_view name) {
+  for (const auto& k : config_keys)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+class config_table {
+public:
+  static config_table& instance() {
+    static config_table t;
+    return t;
+  }
+
+  std::optional<std::string> get(std::string_view key) {
+    std::lock_guard lk(mutex_);
+    load_locked();
+    if (!find_config_key(key)) throw config_error("fiber: unknown configuration key '" + std::string(key) + "'");
+    for (auto* layer : {&code_, &env_, &file_})
+      if (auto it = layer->find(std::string(key)); it != layer->end()) return it->second;
+    auto fb = find_config_key(key)->fallback;
+    if (fb.empty()) return std::nullopt;
+    return std::string(fb);
+  }
+
+  void set(std::string_view key, std::string value) {
+    if (!find_config_key(key)) throw config_error("fiber: unknown configuration key '" + std::string(key) + "'");
+    std::lock_guard lk(mutex_);
+    code_[std::string(key)] = std::move(value);
+  }
+
+  /// The effective table (every key that has a value), shipped to workers.
+  std::map<std::string, std::string> effective() {
+    std::map<std::string, std::string> out;
+    for (const auto& k : config_keys)
+      if (auto v = get(k.name)) out.emplace(k.name, *v);
+    return out;
+  }
+
+  /// Reload environment and file layers (tests; after setenv).
+  void reload() {
+    std::lock_guard lk(mutex_);
+    loaded_ = false;
+    env_.clear();
+    file_.clear();
+    load_locked();
+  }
+
+private:
+  void load_locked() {
+    if (loaded_) return;
+    loaded_ = true;
+    for (char** e = environ; e && *e; ++e) {
+      std::string_view kv(*e);
+      auto eq = kv.find('=');
+      if (eq == std::string_view::npos || !kv.starts_with("FIBER_")) continue;
+      auto name = kv.substr(0, eq);
+      if (is_internal_env(name)) continue;
+      const config_key* key = nullptr;
+      for (const auto& k : config_keys)
+        if (k.env == name) key = &k;
+      if (!key) throw config_error("fiber: unknown configuration variable '" + std::string(name) + "' in the environment");
+      env_[std::string(key->name)] = std::string(kv.substr(eq + 1));
+    }
+    load_file_locked();
+  }
+
+  void load_file_locked() {
+    std::string path;
+    bool explicit_path = false;
+    if (const char* p = std::getenv("FIBER_CONFIG"); p && *p) {
+      path = p;
+      explicit_path = true;
+    } else {
+      path = "fiber.toml";
+    }
+    std::ifstream in(path);
+    if (!in) {
+      if (explicit_path) throw config_error("fiber: cannot open configuration file '" + path + "' (FIBER_CONFIG)");
+      return;
+    }
+#if defined(FIBER_HAS_TOMLPLUSPLUS)
+    toml::table tbl;
+    try {
+      tbl = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      std::ostringstream os;
+      os << "fiber: " << path << ": " << e.description() << " (line " << e.source().begin.line << ")";
+      throw config_error(os.str());
+    }
+    flatten(tbl, "", path);
+#else
+    throw config_error("fiber: '" + path + "' found but this build has no TOML support (install libtomlplusplus-dev)");
+#endif
+  }
+
+#if defined(FIBER_HAS_TOMLPLUSPLUS)
+  void flatten(const toml::table& t, const std::string& prefix, const std::string& path) {
+    for (const auto& [k, node] : t) {
+      std::string name = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+      if (const auto* sub = node.as_table()) {
+        flatten(*sub, name, path);
+        continue;
+      }
+      if (!find_config_key(name)) throw config_error("fiber: " + path + ": unknown configuration key '" + name + "'");
+      std::string value;
+      if (auto s = node.value<std::string>()) value = *s;
+      else if (auto i = node.value<std::int64_t>()) value = std::to_string(*i);
+      else if (auto b = node.value<bool>()) value = *b ? "true" : "false";
+      else if (auto d = node.value<double>()) value = std::to_string(*d);
+      else throw config_error("fiber: " + path + ": key '" + name + "' must be a string, number or boolean");
+      file_[name] = std::move(value);
+    }
+  }
+#endif
+
+  std::mutex mutex_;
+  bool loaded_ = false;
+  std::map<std::string, std::string> code_, env_, file_;
+};
+
+/// Value of `key`, or nullopt when unset and without default.
+/// Throws fiber::config_error for an unknown key or a bad file.
+inline std::optional<std::string> config_get(std::string_view key) { return config_table::instance().get(key); }
+
+inline std::string config_string(std::string_view key) { return config_get(key).value_or(""); }
+
+inline long long config_int(std::string_view key) {
+  auto v = config_string(key);
+  try {
+    std::size_t used = 0;
+    long long n = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    return n;
+  } catch (const std::exception&) {
+    throw config_error("fiber: configuration key '" + std::string(key) + "' must be an integer, got '" + v + "'");
+  }
+}
+
+inline bool config_bool(std::string_view key) {
+  auto v = config_string(key);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return false;
+  throw config_error("fiber: configuration key '" + std::string(key) + "' must be a boolean, got '" + v + "'");
+}
+
+} // namespace detail
+
+/// Set a configuration value from code; beats the environment and the file.
+/// Throws fiber::config_error for an unknown key. Takes effect for jobs
+/// started afterwards.
+inline void set_config(std::string_view key, std::string value) {
+  detail::config_table::instance().set(key, std::move(value));
+}
+
+/// The effective configuration: every key that has a value, after precedence.
+inline std::map<std::string, std::string> effective_config() { return detail::config_table::instance().effective(); }
+
+} // namespace fiber

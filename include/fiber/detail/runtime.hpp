@@ -1,0 +1,696 @@
+#pragma once
+/// @file detail/runtime.hpp
+/// The per-process runtime: one background thread running an asio::io_context
+/// that owns every socket, the listener peers dial, authenticated links with
+/// heartbeats, the table of workers the master expects, and the services
+/// (queue brokers, pipe relays, object hosts) other processes send requests to.
+/// User-facing blocking calls wait on it; async calls complete on the caller's
+/// executor.
+
+#include <fiber/backend/launcher.hpp>
+#include <fiber/config.hpp>
+#include <fiber/detail/protocol.hpp>
+#include <fiber/detail/transport.hpp>
+#include <fiber/error.hpp>
+#include <fiber/log.hpp>
+#include <fiber/target.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <elf.h>
+#include <filesystem>
+#include <fcntl.h>
+#include <functional>
+#include <future>
+#include <link.h>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <sys/stat.h>
+#include <thread>
+#include <typeindex>
+#include <unistd.h>
+#include <unordered_map>
+#include <vector>
+
+namespace fiber::detail {
+
+using clock = std::chrono::steady_clock;
+
+/// GNU build id of the main executable (hex), or a fallback naming the file.
+inline std::string build_id() {
+  std::string id;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* out) -> int {
+        auto& s = *static_cast<std::string*>(out);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const auto& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_NOTE) continue;
+          auto* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
+          auto* end = p + ph.p_memsz;
+          while (p + sizeof(ElfW(Nhdr)) <= end) {
+            auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
+            auto* name = p + sizeof(ElfW(Nhdr));
+            auto* desc = name + ((n->n_namesz + 3) & ~3u);
+            if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0) {
+              s = to_hex({reinterpret_cast<const std::uint8_t*>(desc), n->n_descsz});
+              return 1;
+            }
+            p = desc + ((n->n_descsz + 3) & ~3u);
+          }
+        }
+        return 1; // the first object is the main program
+      },
+      &id);
+  if (id.empty()) {
+    struct stat st{};
+    ::stat("/proc/self/exe", &st);
+    id = "size-" + std::to_string(st.st_size) + "-mtime-" + std::to_string(st.st_mtime);
+  }
+  return id;
+}
+
+/// Who is on the other end of a link.
+struct peer_identity {
+  role r = role::client;
+  std::uint64_t worker_id = 0;
+  std::int64_t pid = 0;
+  std::string host, name;
+};
+
+/// An authenticated connection. Runtime thread only. Sends are queued by the
+/// transport (and coalesced into one write while one is in flight); receives
+/// loop until close. A peer silent for heartbeat_timeout_ms is closed.
+class peer_link : public std::enable_shared_from_this<peer_link> {
+public:
+  using message_handler = std::function<void(frame_kind, std::span<const std::byte>)>;
+  using close_handler = std::function<void(const std::string& reason)>;
+
+  peer_link(stream s, peer_identity peer) : stream_(std::move(s)), timer_(stream_.get_executor()), peer_(std::move(peer)) {
+    static std::atomic<std::uint64_t> next{1};
+    id_ = next++;
+  }
+
+  void start(message_handler on_message, close_handler on_close) {
+    on_message_ = std::move(on_message);
+    on_close_ = std::move(on_close);
+    interval_ = std::chrono::milliseconds(config_int("heartbeat_interval_ms"));
+    timeout_ = std::chrono::milliseconds(config_int("heartbeat_timeout_ms"));
+    last_recv_ = last_send_ = clock::now();
+    read();
+    tick();
+  }
+
+  void send(std::vector<std::byte> f) {
+    if (closed_) return;
+    last_send_ = clock::now();
+    stream_.async_send(std::move(f), [self = shared_from_this()](std::error_code ec) {
+      if (ec) self->close("send failed: " + ec.message());
+    });
+  }
+
+  /// Idempotent. The close handler runs once, after this returns.
+  void close(const std::string& reason) {
+    if (closed_) return;
+    closed_ = true;
+    timer_.cancel();
+    stream_.close();
+    if (auto h = std::move(on_close_)) asio::post(stream_.get_executor(), [h, reason] { h(reason); });
+    on_message_ = nullptr;
+  }
+
+  bool closed() const noexcept { return closed_; }
+  const peer_identity& peer() const noexcept { return peer_; }
+  std::uint64_t id() const noexcept { return id_; }
+  asio::any_io_executor get_executor() { return stream_.get_executor(); }
+
+private:
+  void read() {
+    stream_.async_recv([self = shared_from_this()](std::error_code ec, message m) {
+      if (self->closed_) return;
+      if (ec) return self->close(ec == asio::error::eof ? "connection closed" : "receive failed: " + ec.message());
+      self->last_recv_ = clock::now();
+      try {
+        auto [k, body] = unframe(m);
+        if (k != frame_kind::heartbeat && self->on_message_) self->on_message_(k, body);
+      } catch (const std::exception& e) {
+        log(log_level::warning, "dropping malformed frame from ", self->peer_.name, ": ", e.what());
+      }
+      if (!self->closed_) self->read();
+    });
+  }
+
+  void tick() {
+    timer_.expires_after(interval_);
+    timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (ec || self->closed_) return;
+      auto now = clock::now();
+      if (now - self->last_recv_ > self->timeout_) return self->close("heartbeat missed");
+      if (now - self->last_send_ >= self->interval_) self->send(frame(frame_kind::heartbeat));
+      self->tick();
+    });
+  }
+
+  stream stream_;
+  asio::steady_timer timer_;
+  peer_identity peer_;
+  std::uint64_t id_ = 0;
+  message_handler on_message_;
+  close_handler on_close_;
+  clock::duration interval_{}, timeout_{};
+  clock::time_point last_recv_, last_send_;
+  bool closed_ = false;
+};
+
+using reply_fn = std::function<void(std::uint8_t status, std::vector<std::byte> payload)>;
+
+/// Something in this process that other processes send requests to: a
+/// Queue broker, a Pipe relay, an object host. Runtime thread only.
+class service {
+public:
+  virtual ~service() = default;
+  /// Handle one request; call `reply` exactly once, now or later. `peer` is
+  /// the link id of the caller (0: this process).
+  virtual void handle(std::uint64_t peer, std::uint32_t op, std::span<const std::byte> payload, reply_fn reply) = 0;
+  /// A client link closed: drop whatever it held.
+  virtual void peer_gone(std::uint64_t /*peer*/) {}
+};
+
+/// Completion of a request: exception (remote_error, worker_lost, ...) or payload.
+using request_done = std::function<void(std::exception_ptr, std::vector<std::byte>)>;
+
+inline std::exception_ptr reply_error(std::uint8_t status, std::span<const std::byte> payload) {
+  try {
+    reader r(payload);
+    if (status == 1) {
+      auto type = r.read<std::string>();
+      auto msg = r.read<std::string>();
+      return std::make_exception_ptr(remote_error(type, msg));
+    }
+    auto msg = r.read<std::string>();
+    if (status == 3) return std::make_exception_ptr(eof_error(msg));
+    if (status == 4) return std::make_exception_ptr(worker_lost(msg));
+    return std::make_exception_ptr(error(msg));
+  } catch (const serialization_error& e) {
+    return std::make_exception_ptr(e);
+  }
+}
+
+/// Serialized (type, message) of the exception being handled.
+inline std::vector<std::byte> current_exception_payload() {
+  std::string type = "unknown exception", msg;
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    type = demangle(typeid(e).name());
+    msg = e.what();
+  } catch (...) {
+    if (auto* t = abi::__cxa_current_exception_type()) type = demangle(t->name());
+  }
+  writer w;
+  w.write(type);
+  w.write(msg);
+  return w.release();
+}
+
+class runtime {
+public:
+  /// The process's runtime; started on first use (fiber::init starts it).
+  static runtime& instance() {
+    static runtime rt;
+    return rt;
+  }
+
+  runtime(const runtime&) = delete;
+  ~runtime() {
+    stop();
+    if (!is_worker_ && !run_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(run_dir_, ec);
+    }
+  }
+
+  asio::any_io_executor executor() { return ctx_.get_executor(); }
+  bool on_runtime_thread() const { return std::this_thread::get_id() == thread_id_; }
+
+  /// Run f on the runtime thread and return its result (rethrows).
+  template <class F>
+  auto sync(F&& f) -> decltype(f()) {
+    if (on_runtime_thread()) return f();
+    std::packaged_task<decltype(f())()> task(std::forward<F>(f));
+    auto fut = task.get_future();
+    asio::post(ctx_, [&task] { task(); });
+    return fut.get();
+  }
+
+  void stop() {
+    if (!thread_.joinable()) return;
+    guard_.reset();
+    asio::post(ctx_, [this] {
+      for (auto& [u, l] : listeners_) l->close();
+      for (auto& [u, c] : clients_)
+        if (c.link) c.link->close("runtime stopping");
+      launchers_.clear();
+      ctx_.stop();
+    });
+    if (on_runtime_thread()) thread_.detach();
+    else thread_.join();
+  }
+
+  // ---- identity --------------------------------------------------------
+
+  const std::string& secret() const { return secret_; }
+  const std::string& run_dir() const { return run_dir_; }
+  bool is_worker() const { return is_worker_; }
+  const std::string& process_name() const { return name_; }
+  std::uint64_t registry_hash() const {
+    auto h = registry::instance().hash();
+    if (is_worker_)
+      if (const char* salt = std::getenv("FIBER_INTERNAL_REGISTRY_SALT")) h = fnv1a(salt, h);
+    return h;
+  }
+  const std::string& own_build_id() const { return build_id_; }
+  std::vector<std::string>& argv() { return argv_; }
+
+  void become_worker(std::string name, std::string secret, std::string run_dir) {
+    is_worker_ = true;
+    name_ = std::move(name);
+    secret_ = std::move(secret);
+    if (!run_dir.empty()) run_dir_ = std::move(run_dir);
+    logger::instance().set_process(name_);
+  }
+
+  transport_options transport() const {
+    transport_options o;
+    o.max_message_size = std::size_t(config_int("max_message_size_mb")) << 20;
+    o.tls_cert_file = config_string("tls_cert");
+    o.tls_key_file = config_string("tls_key");
+    o.tls_ca_file = config_string("tls_ca");
+    return o;
+  }
+
+  // ---- listening -------------------------------------------------------
+
+  /// URL this process accepts connections on for `base` ("ipc://" → a
+  /// socket in the 0700 run dir; "tcp://addr:0" → that address, ephemeral
+  /// port). Binds on first call. Any thread.
+  std::string listen_url(const std::string& base = "ipc://") {
+    return sync([&] {
+      if (auto it = listeners_.find(base); it != listeners_.end()) return it->second->url();
+      std::string url = base;
+      if (base == "ipc://") url = "ipc://" + run_dir_ + "/p" + std::to_string(::getpid()) + ".sock";
+      auto l = std::make_shared<listener>(executor(), url, transport());
+      listeners_.emplace(base, l);
+      accept(l);
+      return l->url();
+    });
+  }
+
+  /// The URL this process's services are reached at (its first listener).
+  std::string service_url() {
+    return sync([&] {
+      if (!listeners_.empty()) return listeners_.begin()->second->url();
+      return listen_url(default_base_);
+    });
+  }
+  void set_default_listen_base(std::string base) { default_base_ = std::move(base); }
+
+  // ---- workers ---------------------------------------------------------
+
+  using connect_handler = std::function<void(std::shared_ptr<peer_link>)>;
+  using refuse_handler = std::function<void(const std::string& reason)>;
+
+  std::uint64_t new_worker_id() { return next_worker_id_++; }
+
+  /// Runtime thread. `on_connect` runs when worker `id` has authenticated;
+  /// `on_refused` when it presented a different binary.
+  void expect_worker(std::uint64_t id, connect_handler on_connect, refuse_handler on_refused) {
+    expected_[id] = {std::move(on_connect), std::move(on_refused)};
+  }
+  void forget_worker(std::uint64_t id) { expected_.erase(id); }
+
+  /// Environment a job-backed worker needs to dial back (never argv).
+  std::vector<std::pair<std::string, std::string>> worker_env(std::uint64_t id, const std::string& name,
+                                                              const std::string& url) {
+    return {{"FIBER_INTERNAL_MASTER", url},
+            {"FIBER_INTERNAL_SECRET_FILE", secret_file_},
+            {"FIBER_INTERNAL_WORKER_ID", std::to_string(id)},
+            {"FIBER_INTERNAL_WORKER_NAME", name},
+            {"FIBER_INTERNAL_RUN_DIR", run_dir_}};
+  }
+
+  /// A job spec running this executable as worker `id`.
+  backend::job_spec worker_spec(backend::launcher& l, std::uint64_t id, const std::string& name,
+                                const fiber::resources& res = {}) {
+    backend::job_spec s;
+    s.name = name;
+    s.argv = argv_;
+    s.argv.at(0) = exe_;
+    s.resources = res;
+    s.env = worker_env(id, name, listen_url(l.listen_url()));
+    if (l.name() == "local") s.env.emplace_back("FIBER_INTERNAL_PDEATHSIG", "1");
+    if (auto dir = config_string("worker_output_dir"); !dir.empty()) {
+      ::mkdir(dir.c_str(), 0700);
+      s.stdout_path = dir + "/" + name + ".out";
+      s.stderr_path = dir + "/" + name + ".err";
+    }
+    return s;
+  }
+
+  /// One launcher per backend policy per process. Runtime thread.
+  template <class Policy>
+  std::shared_ptr<backend::launcher> launcher() {
+    auto& l = launchers_[std::type_index(typeid(Policy))];
+    if (!l) l = Policy::make(executor());
+    return l;
+  }
+
+  // ---- services --------------------------------------------------------
+
+  std::uint64_t add_service(std::shared_ptr<service> s) {
+    return sync([&] {
+      auto id = next_service_id_++;
+      services_[id] = std::move(s);
+      return id;
+    });
+  }
+  void remove_service(std::uint64_t id) {
+    asio::post(ctx_, [this, id] { services_.erase(id); });
+  }
+
+  /// Send a request to service `service_id` in the process listening at
+  /// `url` (this process: called directly). `done` runs on the runtime
+  /// thread. Any thread.
+  void request(const std::string& url, std::uint64_t service_id, std::uint32_t op, std::vector<std::byte> payload,
+               request_done done) {
+    asio::dispatch(ctx_, [this, url, service_id, op, payload = std::move(payload), done = std::move(done)]() mutable {
+      if (is_local(url)) return local_request(service_id, op, std::move(payload), std::move(done));
+      auto& c = clients_[url];
+      auto id = next_request_id_++;
+      c.pending[id] = std::move(done);
+      auto f = frame(frame_kind::request, request_msg{id, service_id, op, std::move(payload)});
+      if (c.link) return c.link->send(std::move(f));
+      c.queued.push_back(std::move(f));
+      if (!c.connecting) connect_client(url);
+    });
+  }
+
+  bool is_local(const std::string& url) {
+    for (auto& [b, l] : listeners_)
+      if (l->url() == url) return true;
+    return false;
+  }
+
+  // ---- worker side -----------------------------------------------------
+
+  /// Dial `url`, authenticate as `r`, and hand back the link (runtime thread).
+  void connect(const std::string& url, role r, std::uint64_t worker_id,
+               std::function<void(std::exception_ptr, std::shared_ptr<peer_link>, std::map<std::string, std::string>)> done) {
+    async_connect(executor(), url, transport(),
+                  [this, url, r, worker_id, done = std::move(done)](std::error_code ec, stream s) mutable {
+                    if (ec)
+                      return done(std::make_exception_ptr(worker_lost("fiber: cannot connect to " + url + ": " +
+                                                                      ec.message())),
+                                  nullptr, {});
+                    client_handshake(std::make_shared<stream>(std::move(s)), r, worker_id, std::move(done));
+                  });
+  }
+
+private:
+  runtime() : guard_(asio::make_work_guard(ctx_)) {
+    build_id_ = detail::build_id();
+    exe_ = self_exe_path();
+    if (argv_.empty()) argv_.push_back(exe_);
+    if (!std::getenv("FIBER_INTERNAL_MASTER")) make_run_dir();
+    thread_ = std::thread([this] {
+      thread_id_ = std::this_thread::get_id();
+      for (;;) {
+        try {
+          ctx_.run();
+          break;
+        } catch (const std::exception& e) {
+          log(log_level::error, "runtime: unhandled exception: ", e.what());
+        }
+      }
+    });
+    while (thread_id_ == std::thread::id{}) std::this_thread::yield();
+  }
+
+  static std::string self_exe_path() {
+    char buf[4096];
+    auto n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    return n > 0 ? std::string(buf, std::size_t(n)) : std::string("/proc/self/exe");
+  }
+
+  void make_run_dir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/fiber-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) throw backend_error("fiber: cannot create run directory " + tmpl);
+    run_dir_ = tmpl; // mkdtemp makes it 0700
+    auto n = random_nonce();
+    secret_ = to_hex(n);
+    secret_file_ = run_dir_ + "/secret";
+    int fd = ::open(secret_file_.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || ::write(fd, secret_.data(), secret_.size()) != ssize_t(secret_.size()))
+      throw backend_error("fiber: cannot write " + secret_file_);
+    ::close(fd);
+  }
+
+  void accept(std::shared_ptr<listener> l) {
+    l->async_accept([this, l](std::error_code ec, stream s) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) server_handshake(std::make_shared<stream>(std::move(s)));
+      accept(l);
+    });
+  }
+
+  // Server side of the challenge–response. Nothing but the bounded auth
+  // frame is read before the peer proves it knows the secret.
+  void server_handshake(std::shared_ptr<stream> s) {
+    auto nonce = random_nonce();
+    s->async_send(frame(frame_kind::challenge, challenge_msg{nonce, protocol_version}), [](std::error_code) {});
+    auto timer = std::make_shared<asio::steady_timer>(executor(), std::chrono::seconds(5));
+    timer->async_wait([s](std::error_code ec) {
+      if (!ec) s->close(); // too slow: drop it
+    });
+    s->async_recv([this, s, nonce, timer](std::error_code ec, message m) {
+      timer->cancel();
+      if (ec) return;
+      auth_msg a;
+      try {
+        if (m.size() > max_auth_frame) throw serialization_error("auth frame too large");
+        auto [k, body] = unframe(m);
+        if (k != frame_kind::auth) throw serialization_error("expected auth frame");
+        a = deserialize<auth_msg>(body);
+      } catch (const std::exception& e) {
+        ++refused_peers_;
+        log(log_level::warning, "refused a peer: malformed handshake (", e.what(), ")");
+        return s->close();
+      }
+      if (!mac_equal(a.mac, client_proof(secret_, nonce, a))) {
+        ++refused_peers_;
+        log(log_level::warning, "refused a peer from pid ", a.pid, ": authentication failed");
+        return s->close();
+      }
+      peer_identity peer{role(a.role), a.worker_id, a.pid, a.host, a.name};
+      if (a.registry_hash != registry_hash() || a.build_id != build_id_) {
+        std::string reason = "fiber: handshake refused: worker '" + a.name + "' (pid " + std::to_string(a.pid) +
+                             " on " + a.host + ") runs build " + a.build_id + " with registry " +
+                             std::to_string(a.registry_hash) + ", master runs build " + build_id_ +
+                             " with registry " + std::to_string(registry_hash());
+        log(log_level::error, reason);
+        s->async_send(frame(frame_kind::refused, refused_msg{reason}), [s](std::error_code) { s->close(); });
+        if (auto it = expected_.find(a.worker_id); it != expected_.end() && peer.r == role::worker) {
+          auto h = std::move(it->second.second);
+          expected_.erase(it);
+          if (h) h(reason);
+        }
+        return;
+      }
+      s->async_send(frame(frame_kind::auth_ok, auth_ok_msg{server_proof(secret_, a.nonce), effective_config()}),
+                    [](std::error_code) {});
+      auto l = std::make_shared<peer_link>(std::move(*s), peer);
+      if (peer.r == role::worker) {
+        auto it = expected_.find(a.worker_id);
+        if (it == expected_.end()) {
+          log(log_level::warning, "unexpected worker ", a.worker_id, " (", a.name, "): told to exit");
+          l->start({}, {});
+          l->send(frame(frame_kind::shutdown));
+          return;
+        }
+        auto h = std::move(it->second.first);
+        expected_.erase(it);
+        h(l);
+      } else {
+        serve_client(l);
+      }
+    });
+  }
+
+  void client_handshake(
+      std::shared_ptr<stream> s, role r, std::uint64_t worker_id,
+      std::function<void(std::exception_ptr, std::shared_ptr<peer_link>, std::map<std::string, std::string>)> done) {
+    s->async_recv([this, s, r, worker_id, done = std::move(done)](std::error_code ec, message m) mutable {
+      auto fail = [&](std::exception_ptr e) { done(e, nullptr, {}); };
+      if (ec) return fail(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())));
+      challenge_msg c;
+      try {
+        auto [k, body] = unframe(m);
+        if (k != frame_kind::challenge) throw serialization_error("expected challenge");
+        c = deserialize<challenge_msg>(body);
+      } catch (const std::exception& e) {
+        return fail(std::make_exception_ptr(handshake_error(std::string("fiber: bad challenge: ") + e.what())));
+      }
+      auth_msg a;
+      a.nonce = random_nonce();
+      a.role = std::uint8_t(r);
+      a.worker_id = worker_id;
+      a.registry_hash = registry_hash();
+      a.build_id = build_id_;
+      a.pid = ::getpid();
+      char host[256] = "";
+      ::gethostname(host, sizeof host);
+      a.host = host;
+      a.name = name_;
+      a.mac = client_proof(secret_, c.nonce, a);
+      s->async_send(frame(frame_kind::auth, a), [](std::error_code) {});
+      s->async_recv([this, s, a, done = std::move(done)](std::error_code ec, message m) mutable {
+        if (ec)
+          return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), nullptr, {});
+        try {
+          auto [k, body] = unframe(m);
+          if (k == frame_kind::refused) throw handshake_error(deserialize<refused_msg>(body).reason);
+          if (k != frame_kind::auth_ok) throw handshake_error("fiber: unexpected handshake reply");
+          auto ok = deserialize<auth_ok_msg>(body);
+          if (!mac_equal(ok.mac, server_proof(secret_, a.nonce)))
+            throw handshake_error("fiber: the master failed to authenticate");
+          done(nullptr, std::make_shared<peer_link>(std::move(*s), peer_identity{}), std::move(ok.config));
+        } catch (...) {
+          done(std::current_exception(), nullptr, {});
+        }
+      });
+    });
+  }
+
+  // ---- services: owner side -----------------------------------------------
+
+  void serve_client(std::shared_ptr<peer_link> l) {
+    std::weak_ptr<peer_link> weak = l;
+    l->start(
+        [this, weak](frame_kind k, std::span<const std::byte> body) {
+          auto l = weak.lock();
+          if (!l || k != frame_kind::request) return;
+          auto req = deserialize<request_msg>(body);
+          dispatch_request(l->id(), std::move(req), [weak, id = req.request_id](std::uint8_t st, std::vector<std::byte> p) {
+            if (auto l = weak.lock()) l->send(frame(frame_kind::reply, reply_msg{id, st, std::move(p)}));
+          });
+        },
+        [this, id = l->id()](const std::string&) {
+          for (auto& [sid, s] : services_) s->peer_gone(id);
+        });
+  }
+
+  void dispatch_request(std::uint64_t peer, request_msg req, reply_fn reply) {
+    auto it = services_.find(req.service_id);
+    if (it == services_.end()) {
+      writer w;
+      w.write(std::string("fiber: no such object or queue (id ") + std::to_string(req.service_id) +
+              "); its owner released it");
+      return reply(2, w.release());
+    }
+    auto svc = it->second;
+    try {
+      svc->handle(peer, req.op, req.payload, reply);
+    } catch (...) {
+      reply(1, current_exception_payload());
+    }
+  }
+
+  void local_request(std::uint64_t service_id, std::uint32_t op, std::vector<std::byte> payload, request_done done) {
+    dispatch_request(0, request_msg{0, service_id, op, std::move(payload)},
+                     [this, done = std::move(done)](std::uint8_t st, std::vector<std::byte> p) mutable {
+                       // Replies are delivered asynchronously even in-process, as over a link.
+                       asio::post(ctx_, [st, p = std::move(p), done = std::move(done)]() mutable {
+                         if (st == 0) done(nullptr, std::move(p));
+                         else done(reply_error(st, p), {});
+                       });
+                     });
+  }
+
+  // ---- services: client side ----------------------------------------------
+
+  struct client_conn {
+    std::shared_ptr<peer_link> link;
+    bool connecting = false;
+    std::vector<std::vector<std::byte>> queued;
+    std::unordered_map<std::uint64_t, request_done> pending;
+  };
+
+  void connect_client(const std::string& url) {
+    clients_[url].connecting = true;
+    connect(url, role::client, 0,
+            [this, url](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string>) {
+              auto& c = clients_[url];
+              c.connecting = false;
+              if (e) return fail_client(url, e);
+              c.link = l;
+              l->start(
+                  [this, url](frame_kind k, std::span<const std::byte> body) {
+                    if (k != frame_kind::reply) return;
+                    auto r = deserialize<reply_msg>(body);
+                    auto& c = clients_[url];
+                    auto it = c.pending.find(r.request_id);
+                    if (it == c.pending.end()) return;
+                    auto done = std::move(it->second);
+                    c.pending.erase(it);
+                    if (r.status == 0) done(nullptr, std::move(r.payload));
+                    else done(reply_error(r.status, r.payload), {});
+                  },
+                  [this, url](const std::string& reason) {
+                    fail_client(url, std::make_exception_ptr(worker_lost("fiber: lost the connection to " + url +
+                                                                         " (" + reason + ")")));
+                  });
+              for (auto& f : c.queued) l->send(std::move(f));
+              c.queued.clear();
+            });
+  }
+
+  void fail_client(const std::string& url, std::exception_ptr e) {
+    auto c = std::move(clients_[url]);
+    clients_.erase(url);
+    for (auto& [id, done] : c.pending) done(e, {});
+  }
+
+  asio::io_context ctx_{1};
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};
+  std::string secret_, secret_file_, run_dir_, name_ = "master", build_id_, exe_;
+  std::string default_base_ = "ipc://";
+  std::vector<std::string> argv_;
+  bool is_worker_ = false;
+  std::map<std::string, std::shared_ptr<listener>> listeners_;
+  std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
+  std::atomic<std::uint64_t> next_worker_id_{1};
+  std::uint64_t next_service_id_ = 1, next_request_id_ = 1;
+  std::unordered_map<std::uint64_t, std::shared_ptr<service>> services_;
+  std::unordered_map<std::string, client_conn> clients_;
+  std::unordered_map<std::type_index, std::shared_ptr<backend::launcher>> launchers_;
+
+public:
+  std::atomic<std::uint64_t> refused_peers_{0};
+};
+
+} // namespace fiber::detail

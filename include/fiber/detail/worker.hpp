@@ -1,0 +1,193 @@
+#pragma once
+/// @file detail/worker.hpp
+/// The worker side of fiber::init: dial the master, authenticate, then run
+/// what it sends — one `run` (a Process: exit with its code) or `tasks`
+/// chunks (a Pool worker) — on the main thread, while the runtime thread keeps
+/// the link and its heartbeats alive. A vanished or silent master ends the
+/// process at once (std::_Exit: nothing of the user's must outlive it).
+
+#include <fiber/detail/runtime.hpp>
+
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sys/prctl.h>
+
+namespace fiber::detail {
+
+inline constexpr int exit_master_lost = 70;
+inline constexpr int exit_refused = 71;
+
+[[noreturn]] inline void worker_exit(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::cout.flush();
+  std::_Exit(code);
+}
+
+/// Main-thread work queue of the worker.
+class worker_loop {
+public:
+  void push(std::function<void()> f) {
+    {
+      std::lock_guard lk(m_);
+      q_.push_back(std::move(f));
+    }
+    cv_.notify_one();
+  }
+  [[noreturn]] void run() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock lk(m_);
+        cv_.wait(lk, [&] { return !q_.empty(); });
+        f = std::move(q_.front());
+        q_.pop_front();
+      }
+      f();
+    }
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> q_;
+};
+
+inline double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+/// Runs one chunk: per item, status byte then the result or the error.
+inline chunk_result_msg run_chunk(const chunk_msg& c) {
+  chunk_result_msg out{c.chunk_id, 0, {}};
+  double t0 = thread_cpu_seconds();
+  writer w;
+  w.buffer().reserve(c.args.size() + c.count);
+  const target_info* t = registry::instance().find(c.target_id);
+  reader in(c.args);
+  for (std::uint32_t i = 0; i < c.count; ++i) {
+    auto mark = w.size();
+    w.write(std::uint8_t{0});
+    try {
+      if (!t) throw error("fiber: target " + std::to_string(c.target_id) + " is not registered in this worker");
+      t->invoke(in, w);
+    } catch (...) {
+      w.buffer().resize(mark);
+      w.write(std::uint8_t{1});
+      auto p = current_exception_payload();
+      w.write_bytes(p.data(), p.size());
+    }
+  }
+  out.results = w.release();
+  out.cpu_seconds = thread_cpu_seconds() - t0;
+  return out;
+}
+
+inline std::string read_secret() {
+  if (const char* s = std::getenv("FIBER_INTERNAL_SECRET")) return s;
+  if (const char* f = std::getenv("FIBER_INTERNAL_SECRET_FILE")) {
+    std::ifstream in(f);
+    std::string s;
+    std::getline(in, s);
+    return s;
+  }
+  return {};
+}
+
+[[noreturn]] inline void run_worker() {
+  if (std::getenv("FIBER_INTERNAL_PDEATHSIG")) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const std::string url = std::getenv("FIBER_INTERNAL_MASTER");
+  const char* id_env = std::getenv("FIBER_INTERNAL_WORKER_ID");
+  const char* name_env = std::getenv("FIBER_INTERNAL_WORKER_NAME");
+  const char* run_dir = std::getenv("FIBER_INTERNAL_RUN_DIR");
+  std::uint64_t id = id_env ? std::strtoull(id_env, nullptr, 10) : 0;
+  auto& rt = runtime::instance();
+  rt.become_worker(name_env ? name_env : "worker", read_secret(), run_dir ? run_dir : "");
+  rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : "tcp://" + url.substr(6, url.rfind(':') - 6) + ":0");
+
+  static worker_loop loop;
+  std::promise<void> connected;
+  asio::post(rt.executor(), [&] {
+    rt.connect(url, role::worker, id,
+               [&](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string> cfg) {
+                 if (e) {
+                   try {
+                     std::rethrow_exception(e);
+                   } catch (const handshake_error& h) {
+                     std::fprintf(stderr, "%s\n", h.what());
+                     worker_exit(exit_refused);
+                   } catch (const std::exception& x) {
+                     std::fprintf(stderr, "fiber[%s]: %s\n", rt.process_name().c_str(), x.what());
+                     worker_exit(exit_master_lost);
+                   }
+                 }
+                 for (auto& [k, v] : cfg) {
+                   try {
+                     set_config(k, v);
+                   } catch (const config_error&) {
+                   }
+                 }
+                 std::weak_ptr<peer_link> weak = l;
+                 l->start(
+                     [weak](frame_kind k, std::span<const std::byte> body) {
+                       switch (k) {
+                       case frame_kind::run: {
+                         auto r = deserialize<run_msg>(body);
+                         loop.push([r = std::move(r)] {
+                           int code = 0;
+                           const target_info* t = registry::instance().find(r.target_id);
+                           try {
+                             if (!t) throw error("fiber: target not registered in this worker");
+                             reader in(r.args);
+                             writer out;
+                             t->invoke(in, out);
+                           } catch (...) {
+                             auto p = current_exception_payload();
+                             reader pr(p);
+                             auto type = pr.read<std::string>();
+                             auto msg = pr.read<std::string>();
+                             std::fprintf(stderr, "fiber[%s]: target %s threw %s: %s\n",
+                                          runtime::instance().process_name().c_str(),
+                                          t ? std::string(t->name).c_str() : "?", type.c_str(), msg.c_str());
+                             code = 1;
+                           }
+                           worker_exit(code);
+                         });
+                         break;
+                       }
+                       case frame_kind::tasks: {
+                         auto chunks = deserialize<std::vector<chunk_msg>>(body);
+                         loop.push([weak, chunks = std::move(chunks)] {
+                           std::vector<chunk_result_msg> results;
+                           results.reserve(chunks.size());
+                           for (auto& c : chunks) results.push_back(run_chunk(c));
+                           auto f = frame(frame_kind::results, results);
+                           asio::post(runtime::instance().executor(), [weak, f = std::move(f)]() mutable {
+                             if (auto l = weak.lock()) l->send(std::move(f));
+                           });
+                         });
+                         break;
+                       }
+                       case frame_kind::shutdown: worker_exit(0);
+                       default: break;
+                       }
+                     },
+                     [](const std::string& reason) {
+                       log(log_level::info, "master link lost (", reason, "): exiting");
+                       worker_exit(exit_master_lost);
+                     });
+                 connected.set_value();
+               });
+  });
+  connected.get_future().wait();
+  loop.run();
+}
+
+} // namespace fiber::detail

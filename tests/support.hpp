@@ -1,0 +1,57 @@
+#pragma once
+// Helpers shared by fiber's tests: checking that no child outlives a test.
+
+#include <catch2/catch.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <dirent.h>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace fiber_test {
+
+inline bool process_exists(std::int64_t pid) { return ::kill(pid_t(pid), 0) == 0 || errno == EPERM; }
+
+/// Children of this process, as the kernel lists them (zombies included).
+inline std::vector<int> children() {
+  std::vector<int> out;
+  std::ifstream in("/proc/self/task/" + std::to_string(::getpid()) + "/children");
+  // children of every thread: the runtime thread spawns them
+  DIR* d = ::opendir("/proc/self/task");
+  if (!d) return out;
+  while (auto* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/children");
+    int pid;
+    while (f >> pid) out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
+}
+
+/// Wait (bounded) until pid no longer exists. Exit is asynchronous to the
+/// kernel's bookkeeping, so this polls /proc with a deadline, not a sleep.
+inline bool process_gone(std::int64_t pid, std::chrono::seconds limit = std::chrono::seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (process_exists(pid)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+inline void require_no_children(std::chrono::seconds limit = std::chrono::seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!children().empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  INFO("children still alive: " << children().size());
+  REQUIRE(children().empty());
+}
+
+} // namespace fiber_test
