@@ -1,0 +1,46 @@
+/// \file main.cpp
+/// `es`: OpenAI-style Evolution Strategies (Salimans et al. 2017) with its
+/// rollouts farmed out through a fiber::Pool — see README.md beside this file.
+///
+///   es --env humanoid --population 256 --workers 2 --time-budget 600 --out es-out
+///   es --env cartpole --policy linear --population 64 --target-return 475 --time-budget 60
+///   es --load es-out/policy.bin --evaluate 20
+///
+/// FIBER_BACKEND=slurm runs the same binary with one worker per Slurm task.
+#include <fiber/fiber.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "app.hpp"
+
+int main(int argc, char** argv) {
+  fiber::init(argc, argv);  // in a worker process: serves es::evaluate_batch tasks, never returns
+  const auto start = std::chrono::steady_clock::now();
+
+  es::app_options o;
+  CLI::App cli{"Evolution Strategies (Salimans et al. 2017) on CartPole or the MuJoCo humanoid, on a fiber::Pool"};
+  es::add_options(cli, o);
+  CLI11_PARSE(cli, argc, argv);
+  const unsigned workers = o.workers ? o.workers : unsigned(fiber::cpu_count());
+
+  // policy.bin is an es::saved_policy aggregate, written by fiber's serializer.
+  auto encode = [](const es::saved_policy& p) { return fiber::serialize(p); };
+  auto decode = [](std::span<const std::byte> bytes) { return fiber::deserialize<es::saved_policy>(bytes); };
+  try {
+    if (o.threads) {  // shared-memory baseline: same program, rollouts on threads of this process
+      es::thread_pool<&es::evaluate_batch> pool{workers};
+      return es::run_app(o, pool, workers, encode, decode, start);
+    }
+    fiber::pool_options options{};
+    options.processes = workers;
+    options.name = "es-rollouts";
+    fiber::Pool pool{fiber::target<&es::evaluate_batch>, options};
+    return es::run_app(o, pool, workers, encode, decode, start);
+  } catch (const CLI::Error& e) {
+    return cli.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "es: %s\n", e.what());
+    return 1;
+  }
+}
