@@ -1,0 +1,345 @@
+#pragma once
+/// @file detail/pool_core.hpp
+/// The Pool's scheduler, on the runtime thread. Pull-based: each worker
+/// holds at most `prefetch` chunks (its credit window); the pending table
+/// records which worker holds which chunk. A worker that dies hands its
+/// chunks back to the front of the queue (up to max_retries times each);
+/// a chunk's result is accepted once — by chunk id — so every result is
+/// delivered exactly once whatever dies, hangs or resumes.
+/// Follows Uber's Fiber (arXiv 2003.11164, section 3.3, "Error handling").
+
+#include <fiber/detail/runtime.hpp>
+
+#include <deque>
+#include <map>
+#include <set>
+
+namespace fiber::detail {
+
+/// One map/apply call as the scheduler sees it. Callbacks run on the runtime thread.
+struct pool_job {
+  std::uint64_t target_id = 0;
+  /// Chunk `seq` finished: its results blob (per-item status + value).
+  std::function<void(std::uint64_t seq, std::vector<std::byte> results)> on_chunk;
+  /// Chunk `seq` can never finish (its workers died too often, pool terminated).
+  std::function<void(std::uint64_t seq, std::exception_ptr)> on_chunk_failed;
+};
+
+struct pool_settings {
+  std::string name;
+  unsigned processes = 1;
+  int max_retries = 3;
+  unsigned prefetch = 2;
+  fiber::resources res;
+};
+
+class pool_core : public std::enable_shared_from_this<pool_core> {
+public:
+  pool_core(pool_settings s, std::shared_ptr<backend::launcher> l) : s_(std::move(s)), launcher_(std::move(l)) {}
+
+  /// Runtime thread. Launch the initial workers; throws backend_error.
+  void start() { grow(); }
+
+  /// Runtime thread. Queue chunks of a job.
+  void submit(std::shared_ptr<pool_job> job, std::vector<std::pair<std::uint64_t, chunk_msg>> chunks) {
+    if (terminated_) {
+      for (auto& [seq, c] : chunks) job->on_chunk_failed(seq, std::make_exception_ptr(error("fiber::Pool: terminated")));
+      return;
+    }
+    for (auto& [seq, c] : chunks) {
+      c.chunk_id = next_chunk_++;
+      c.target_id = job->target_id;
+      pending_.push_back(c.chunk_id);
+      chunks_.emplace(c.chunk_id, chunk_rec{job, seq, std::move(c), 0, 0});
+    }
+    dispatch();
+  }
+
+  /// Runtime thread. Change the number of workers while running.
+  void resize(unsigned n) {
+    s_.processes = n;
+    if (closing_ || terminated_) return;
+    grow();
+    shrink();
+  }
+
+  /// Runtime thread. Stop workers once the queue has drained (join) or now
+  /// (terminate). `done` runs when every worker job has ended.
+  void shutdown(bool now, std::function<void()> done) {
+    closing_ = true;
+    on_all_exited_ = std::move(done);
+    if (now) {
+      terminated_ = true;
+      auto e = std::make_exception_ptr(error("fiber::Pool: terminated"));
+      auto chunks = std::move(chunks_);
+      chunks_.clear();
+      pending_.clear();
+      for (auto& [id, c] : chunks) c.job->on_chunk_failed(c.seq, e);
+      for (auto& [id, w] : workers_) launcher_->cancel(w.job, 9);
+    }
+    maybe_finish();
+  }
+
+  unsigned live_workers() const {
+    unsigned n = 0;
+    for (auto& [id, w] : workers_) n += w.link ? 1 : 0;
+    return n;
+  }
+  std::size_t worker_count() const { return workers_.size(); }
+  std::vector<std::int64_t> worker_pids() const {
+    std::vector<std::int64_t> p;
+    for (auto& [id, w] : workers_)
+      if (w.link) p.push_back(w.job.pid > 0 ? w.job.pid : w.link->peer().pid);
+    return p;
+  }
+
+private:
+  struct chunk_rec {
+    std::shared_ptr<pool_job> job;
+    std::uint64_t seq;
+    chunk_msg msg;
+    int deaths;
+    std::uint64_t holder; // worker id, 0 = queued
+  };
+  struct worker_rec {
+    std::string name;
+    backend::job job;
+    std::shared_ptr<peer_link> link;
+    std::set<std::uint64_t> held;
+    bool retiring = false;
+    bool exited = false;
+    std::unique_ptr<asio::steady_timer> start_timer;
+  };
+
+  void grow() {
+    unsigned active = 0;
+    for (auto& [id, w] : workers_) active += w.retiring ? 0 : 1;
+    if (active >= s_.processes) return;
+    auto& rt = runtime::instance();
+    std::vector<backend::job_spec> specs;
+    std::vector<backend::exit_handler> handlers;
+    std::vector<std::uint64_t> ids;
+    std::weak_ptr<pool_core> weak = shared_from_this();
+    for (unsigned i = active; i < s_.processes; ++i) {
+      auto id = rt.new_worker_id();
+      auto name = s_.name + "-w" + std::to_string(next_worker_index_++);
+      ids.push_back(id);
+      specs.push_back(rt.worker_spec(*launcher_, id, name, s_.res));
+      handlers.push_back([weak, id](const backend::job_exit& ex) {
+        if (auto s = weak.lock()) s->on_exit(id, ex);
+      });
+      rt.expect_worker(
+          id,
+          [weak, id](std::shared_ptr<peer_link> l) {
+            if (auto s = weak.lock()) s->on_connect(id, std::move(l));
+            else l->send(frame(frame_kind::shutdown));
+          },
+          [weak](const std::string& reason) {
+            if (auto s = weak.lock()) s->fail_all(std::make_exception_ptr(handshake_error(reason)));
+          });
+      workers_[id].name = name;
+    }
+    std::vector<backend::job> jobs;
+    try {
+      jobs = launcher_->launch(specs, std::move(handlers));
+    } catch (...) {
+      for (auto id : ids) {
+        rt.forget_worker(id);
+        workers_.erase(id);
+      }
+      throw;
+    }
+    auto start_timeout = std::chrono::seconds(config_int("start_timeout_s"));
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      auto& w = workers_[ids[i]];
+      w.job = jobs[i];
+      w.start_timer = std::make_unique<asio::steady_timer>(rt.executor(), start_timeout);
+      w.start_timer->async_wait([weak, id = ids[i]](std::error_code ec) {
+        auto s = weak.lock();
+        if (ec || !s) return;
+        auto it = s->workers_.find(id);
+        if (it == s->workers_.end() || it->second.link) return;
+        log(log_level::error, it->second.name, ": job never connected back; cancelling it");
+        s->launcher_->cancel(it->second.job, 9);
+      });
+    }
+  }
+
+  void shrink() {
+    unsigned active = 0;
+    for (auto& [id, w] : workers_) active += w.retiring ? 0 : 1;
+    // Retire idle workers first, then the ones holding the least work.
+    std::vector<std::pair<std::size_t, std::uint64_t>> order;
+    for (auto& [id, w] : workers_)
+      if (!w.retiring) order.push_back({w.link ? w.held.size() + 1 : 0, id});
+    std::sort(order.begin(), order.end());
+    for (auto& [load, id] : order) {
+      if (active <= s_.processes) break;
+      --active;
+      retire(id);
+    }
+  }
+
+  void retire(std::uint64_t id) {
+    auto& w = workers_[id];
+    w.retiring = true;
+    if (w.held.empty()) {
+      if (w.link) w.link->send(frame(frame_kind::shutdown));
+      else launcher_->cancel(w.job, 15);
+    }
+  }
+
+  void on_connect(std::uint64_t id, std::shared_ptr<peer_link> l) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return l->send(frame(frame_kind::shutdown));
+    auto& w = it->second;
+    w.start_timer.reset();
+    w.link = l;
+    failed_starts_ = 0;
+    std::weak_ptr<pool_core> weak = shared_from_this();
+    l->start(
+        [weak, id](frame_kind k, std::span<const std::byte> body) {
+          if (auto s = weak.lock(); s && k == frame_kind::results) s->on_results(id, body);
+        },
+        [weak, id](const std::string& reason) {
+          if (auto s = weak.lock()) s->on_link_lost(id, reason);
+        });
+    if (w.retiring || closing_) {
+      l->send(frame(frame_kind::shutdown));
+      return;
+    }
+    dispatch();
+  }
+
+  void on_results(std::uint64_t wid, std::span<const std::byte> body) {
+    auto results = deserialize<std::vector<chunk_result_msg>>(body);
+    auto wit = workers_.find(wid);
+    for (auto& r : results) {
+      if (wit != workers_.end()) wit->second.held.erase(r.chunk_id);
+      auto it = chunks_.find(r.chunk_id);
+      if (it == chunks_.end() || it->second.holder != wid) continue; // late duplicate: already rerun elsewhere
+      auto rec = std::move(it->second);
+      chunks_.erase(it);
+      rec.job->on_chunk(rec.seq, std::move(r.results));
+    }
+    if (wit != workers_.end() && wit->second.retiring && wit->second.held.empty() && wit->second.link)
+      wit->second.link->send(frame(frame_kind::shutdown));
+    dispatch();
+    maybe_finish();
+  }
+
+  // Fill every worker's credit window, one chunk per worker per pass so a
+  // small map spreads over all workers instead of queueing behind one.
+  void dispatch() {
+    if (pending_.empty()) return;
+    std::map<std::uint64_t, std::vector<chunk_msg>> batches;
+    for (unsigned pass = 0; pass < s_.prefetch && !pending_.empty(); ++pass) {
+      for (auto& [id, w] : workers_) {
+        if (pending_.empty()) break;
+        if (!w.link || w.link->closed() || w.retiring || w.held.size() > pass) continue;
+        auto cid = pending_.front();
+        pending_.pop_front();
+        auto it = chunks_.find(cid);
+        if (it == chunks_.end()) continue;
+        it->second.holder = id;
+        w.held.insert(cid);
+        batches[id].push_back(it->second.msg);
+      }
+    }
+    for (auto& [id, b] : batches) workers_[id].link->send(frame(frame_kind::tasks, b));
+  }
+
+  void on_link_lost(std::uint64_t id, const std::string& reason) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return;
+    auto& w = it->second;
+    if (!w.exited) {
+      if (!terminated_ && (!w.retiring || !w.held.empty()))
+        log(log_level::warning, w.name, ": ", reason, closing_ ? "" : "; rerunning its tasks");
+      launcher_->cancel(w.job, 9); // a hung worker must not come back with late results
+    }
+    lose(id, reason);
+  }
+
+  void on_exit(std::uint64_t id, const backend::job_exit& ex) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return;
+    it->second.exited = true;
+    runtime::instance().forget_worker(id);
+    if (!it->second.link && !it->second.retiring && !closing_) {
+      ++failed_starts_;
+      last_start_failure_ = it->second.name + " exited before connecting (exit code " +
+                            std::to_string(ex.exitcode()) + (ex.reason.empty() ? "" : ", " + ex.reason) + ")";
+      log(log_level::warning, last_start_failure_);
+    }
+    if (it->second.link) it->second.link->close("job ended");
+    lose(id, "job ended");
+    workers_.erase(id);
+    if (failed_starts_ > std::max(3u, 2 * s_.processes)) {
+      fail_all(std::make_exception_ptr(backend_error("fiber::Pool " + s_.name + " (" +
+                                                     std::string(launcher_->name()) +
+                                                     " backend): workers keep failing to start: " +
+                                                     last_start_failure_)));
+      return maybe_finish();
+    }
+    if (!closing_) grow();
+    dispatch();
+    maybe_finish();
+  }
+
+  // The worker's chunks go back to the front of the queue, unless they have
+  // already cost max_retries workers.
+  void lose(std::uint64_t id, const std::string& reason) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return;
+    auto held = std::move(it->second.held);
+    it->second.held.clear();
+    for (auto cid : held) {
+      auto c = chunks_.find(cid);
+      if (c == chunks_.end() || c->second.holder != id) continue;
+      c->second.holder = 0;
+      if (++c->second.deaths > s_.max_retries) {
+        auto rec = std::move(c->second);
+        chunks_.erase(c);
+        rec.job->on_chunk_failed(rec.seq, std::make_exception_ptr(worker_lost(
+                                              "fiber::Pool " + s_.name + ": a task's workers died " +
+                                              std::to_string(rec.deaths) + " times (max_retries " +
+                                              std::to_string(s_.max_retries) + "); last: " + reason)));
+      } else {
+        pending_.push_front(cid);
+      }
+    }
+  }
+
+  void fail_all(std::exception_ptr e) {
+    auto chunks = std::move(chunks_);
+    chunks_.clear();
+    pending_.clear();
+    for (auto& [id, c] : chunks) c.job->on_chunk_failed(c.seq, e);
+    closing_ = true;
+    for (auto& [id, w] : workers_) launcher_->cancel(w.job, 9);
+  }
+
+  void maybe_finish() {
+    if (!closing_) return;
+    if (!terminated_ && chunks_.empty()) {
+      for (auto& [id, w] : workers_)
+        if (!w.retiring) retire(id);
+    }
+    if (workers_.empty() && on_all_exited_) std::exchange(on_all_exited_, nullptr)();
+  }
+
+  pool_settings s_;
+  std::shared_ptr<backend::launcher> launcher_;
+  std::map<std::uint64_t, worker_rec> workers_;
+  std::unordered_map<std::uint64_t, chunk_rec> chunks_;
+  std::deque<std::uint64_t> pending_;
+  std::uint64_t next_chunk_ = 1;
+  unsigned next_worker_index_ = 1;
+  unsigned failed_starts_ = 0;
+  std::string last_start_failure_;
+  bool closing_ = false, terminated_ = false;
+  std::function<void()> on_all_exited_;
+};
+
+} // namespace fiber::detail

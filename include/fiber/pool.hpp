@@ -1,0 +1,689 @@
+#pragma once
+/// @file pool.hpp
+/// fiber::Pool — multiprocessing.Pool over job-backed workers, with Fiber's
+/// resilience: workers that die are replaced and their tasks rerun; every
+/// result is delivered exactly once and in its place; workers that start
+/// late take work as they arrive (dynamic scaling).
+
+#include <fiber/backend/from_env.hpp>
+#include <fiber/detail/pool_core.hpp>
+#include <fiber/init.hpp>
+#include <fiber/target.hpp>
+
+#include <asio/async_result.hpp>
+#include <asio/associated_executor.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ranges>
+#include <stdexcept>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace fiber {
+
+/// Pool options (an aggregate: use designated initializers).
+struct pool_options {
+  unsigned processes = 0;      ///< workers; 0 = fiber::cpu_count()
+  std::size_t chunksize = 0;   ///< inputs per task message; 0 = automatic
+  int max_retries = 3;         ///< reruns of a task after its worker *died*
+  fiber::resources resources{};///< per worker, asked of the backend
+  std::string name;            ///< prefix of worker names; default "pool-N"
+  /// Called after each finished chunk of a map with (items done, items total;
+  /// total is 0 while unknown). Runs on fiber's runtime thread: keep it short.
+  std::function<void(std::size_t, std::size_t)> progress;
+  /// Draw a progress line on stderr for long maps when it is a terminal
+  /// (also the `progress` configuration key).
+  bool progress_bar = false;
+  unsigned prefetch = 2;       ///< chunks a worker may hold (its credit window)
+};
+
+namespace detail {
+
+/// Results of one submitted call, filled on the runtime thread, read by the caller.
+template <class R>
+struct call_state : pool_job {
+  std::mutex m;
+  std::condition_variable cv;
+  std::map<std::uint64_t, std::vector<std::byte>> blobs; // seq -> results
+  std::map<std::uint64_t, std::exception_ptr> failed;    // seq -> why
+  std::deque<std::uint64_t> arrival;                     // completion order
+  std::size_t expected = 0;                              // chunks submitted
+  std::size_t finished = 0;
+  bool input_done = false;
+  std::function<void()> on_complete;                     // runtime thread, once
+  std::function<void(std::size_t)> on_progress;          // chunks' items done
+  std::vector<std::uint32_t> counts;                     // items per chunk, by seq
+
+  bool complete() const { return input_done && finished == expected; }
+};
+
+template <class R>
+using item_result = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
+
+/// Reads one chunk's results blob: (value or exception) per item.
+template <class R>
+void decode_results(std::span<const std::byte> blob, std::size_t count,
+                    const std::function<void(std::size_t, item_result<R>&&)>& on_value,
+                    const std::function<void(std::size_t, std::exception_ptr)>& on_error) {
+  reader r(blob);
+  for (std::size_t i = 0; i < count; ++i) {
+    auto status = r.read<std::uint8_t>();
+    if (status == 0) {
+      item_result<R> v{};
+      if constexpr (!std::is_same_v<item_result<R>, std::monostate>) r.read(v);
+      on_value(i, std::move(v));
+    } else {
+      auto type = r.read<std::string>();
+      auto msg = r.read<std::string>();
+      on_error(i, std::make_exception_ptr(remote_error(type, msg)));
+    }
+  }
+}
+
+inline int next_pool_number() {
+  static std::atomic<int> counter{1};
+  return counter++;
+}
+
+template <class Range>
+std::size_t size_hint(Range& r) {
+  if constexpr (std::ranges::sized_range<Range>) return std::size_t(std::ranges::size(r));
+  else return 0;
+}
+
+} // namespace detail
+
+/// Handle of one apply_async: multiprocessing's AsyncResult.
+template <class R>
+class async_result {
+public:
+  /// Wait and return the value; rethrows remote_error / worker_lost.
+  detail::item_result<R> get() {
+    wait();
+    return take();
+  }
+  /// As get(), but throws fiber::timeout_error if not ready within `timeout`.
+  template <class Rep, class Period>
+  detail::item_result<R> get(std::chrono::duration<Rep, Period> timeout) {
+    std::unique_lock lk(st_->m);
+    if (!st_->cv.wait_for(lk, timeout, [&] { return st_->complete(); }))
+      throw timeout_error("fiber::async_result::get: not ready within the timeout");
+    lk.unlock();
+    return take();
+  }
+  bool ready() const {
+    std::lock_guard lk(st_->m);
+    return st_->complete();
+  }
+  void wait() const {
+    std::unique_lock lk(st_->m);
+    st_->cv.wait(lk, [&] { return st_->complete(); });
+  }
+  template <class Rep, class Period>
+  bool wait(std::chrono::duration<Rep, Period> timeout) const {
+    std::unique_lock lk(st_->m);
+    return st_->cv.wait_for(lk, timeout, [&] { return st_->complete(); });
+  }
+  /// True once ready and no exception was raised.
+  bool successful() const {
+    std::lock_guard lk(st_->m);
+    if (!st_->complete()) throw std::logic_error("fiber::async_result::successful: not ready");
+    if (!st_->failed.empty()) return false;
+    return std::to_integer<int>(st_->blobs.at(0).at(0)) == 0;
+  }
+
+private:
+  template <auto, backend::policy>
+  friend class Pool;
+  explicit async_result(std::shared_ptr<detail::call_state<R>> st) : st_(std::move(st)) {}
+
+  detail::item_result<R> take() {
+    std::lock_guard lk(st_->m);
+    if (!st_->failed.empty()) std::rethrow_exception(st_->failed.begin()->second);
+    std::optional<detail::item_result<R>> out;
+    std::exception_ptr err;
+    detail::decode_results<R>(
+        st_->blobs.at(0), 1, [&](std::size_t, detail::item_result<R>&& v) { out = std::move(v); },
+        [&](std::size_t, std::exception_ptr e) { err = e; });
+    if (err) std::rethrow_exception(err);
+    return std::move(*out);
+  }
+
+  std::shared_ptr<detail::call_state<R>> st_;
+};
+
+/// A pool of job-backed workers running target F.
+///
+/// `Pool pool{fiber::target<&f>, {.processes = 8}}` deduces `Pool<&f>`.
+/// Backend: backend::from_env by default (FIBER_BACKEND), or a policy.
+/// Thread-safety: calls may come from several threads at once.
+/// Errors: remote_error (a task threw; not retried, the worker survives),
+/// worker_lost (a task's workers died more than max_retries times),
+/// backend_error (workers cannot be started), std::logic_error (submit after close).
+template <auto F, backend::policy Backend = backend::from_env>
+class Pool {
+  using target = target_t<F>;
+  using traits = typename target::traits;
+  using params = typename target::args_tuple;
+  static constexpr bool unary = traits::arity == 1;
+
+public:
+  using result_type = detail::item_result<typename target::result_type>;
+  using R = typename target::result_type;
+
+  explicit Pool(target_t<F>, pool_options opt = {}) : opt_(std::move(opt)) {
+    static_assert(detail::check_target<F>());
+    if (opt_.processes == 0) opt_.processes = cpu_count();
+    if (opt_.name.empty()) opt_.name = "pool-" + std::to_string(detail::next_pool_number());
+    if (opt_.prefetch == 0) opt_.prefetch = 1;
+    auto& rt = detail::runtime::instance();
+    rt.sync([&] {
+      core_ = std::make_shared<detail::pool_core>(
+          detail::pool_settings{opt_.name, opt_.processes, opt_.max_retries, opt_.prefetch, opt_.resources},
+          rt.template launcher<Backend>());
+      core_->start();
+    });
+    processes_ = opt_.processes;
+  }
+
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  /// Terminates: outstanding tasks are abandoned and workers stopped.
+  ~Pool() { terminate(); }
+
+  // ---- blocking API ---------------------------------------------------------
+
+  /// f applied to every input, in input order. Inputs: any input range of
+  /// F's single argument. Throws the first task's exception in input order.
+  template <std::ranges::input_range In>
+    requires unary && std::convertible_to<std::ranges::range_reference_t<In>, std::tuple_element_t<0, params>>
+  std::vector<result_type> map(In&& inputs, std::size_t chunksize = 0) {
+    auto st = submit_range<false>(inputs, chunksize ? chunksize : opt_.chunksize);
+    return collect(st);
+  }
+
+  /// Like map, for a target of several arguments: a range of std::tuple.
+  template <std::ranges::input_range In>
+  std::vector<result_type> starmap(In&& tuples, std::size_t chunksize = 0) {
+    auto st = submit_range<true>(tuples, chunksize ? chunksize : opt_.chunksize);
+    return collect(st);
+  }
+
+  /// f(args...) on a worker; blocks for the result.
+  template <class... A>
+    requires callable_with<F, A...>
+  result_type apply(A&&... args) {
+    return apply_async(std::forward<A>(args)...).get();
+  }
+
+  /// f(args...) on a worker; returns at once with a handle.
+  template <class... A>
+    requires callable_with<F, A...>
+  async_result<R> apply_async(A&&... args) {
+    return async_result<R>(submit_one(std::forward<A>(args)...));
+  }
+
+  /// Lazy, ordered results. The input range is read as results are consumed
+  /// (by a feeder thread, so a slow or blocking input never stalls results
+  /// already computed); never materialized.
+  template <std::ranges::input_range In>
+    requires unary
+  auto imap(In&& inputs, std::size_t chunksize = 1) {
+    return lazy_range<In, true>(this, std::forward<In>(inputs), chunksize ? chunksize : 1);
+  }
+  /// Lazy results in completion order.
+  template <std::ranges::input_range In>
+    requires unary
+  auto imap_unordered(In&& inputs, std::size_t chunksize = 1) {
+    return lazy_range<In, false>(this, std::forward<In>(inputs), chunksize ? chunksize : 1);
+  }
+
+  // ---- asynchronous API (Asio completion tokens) -------------------------------
+
+  /// Completion signature void(std::exception_ptr, result_type); the handler
+  /// runs on its associated executor (e.g. the coroutine's, for use_awaitable).
+  template <class... A>
+    requires(sizeof...(A) >= 1)
+  auto async_apply(A&&... args_and_token) {
+    auto tup = std::forward_as_tuple(std::forward<A>(args_and_token)...);
+    auto&& token = std::get<sizeof...(A) - 1>(tup);
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      static_assert(callable_with<F, std::tuple_element_t<I, std::tuple<A...>>...>,
+                    "fiber::Pool::async_apply: arguments do not match the target");
+      auto st = submit_one(std::get<I>(tup)...);
+      return initiate<result_type>(std::forward<decltype(token)>(token), st, [](auto& st) {
+        async_result<R> r(st);
+        return r.get();
+      });
+    }(std::make_index_sequence<sizeof...(A) - 1>{});
+  }
+
+  /// Completion signature void(std::exception_ptr, std::vector<result_type>).
+  template <std::ranges::input_range In, class Token>
+    requires unary
+  auto async_map(In&& inputs, Token&& token) {
+    auto st = submit_range<false>(inputs, opt_.chunksize);
+    return initiate<std::vector<result_type>>(std::forward<Token>(token), st,
+                                              [this](auto& st) { return this->collect(st); });
+  }
+
+  // ---- lifecycle --------------------------------------------------------------
+
+  /// No more submissions; workers exit once the queued work is done.
+  void close() {
+    std::lock_guard lk(m_);
+    closed_ = true;
+  }
+
+  /// Wait for the workers to exit. Requires close() or terminate() first.
+  void join() {
+    {
+      std::lock_guard lk(m_);
+      if (!closed_) throw std::logic_error("fiber::Pool::join: call close() or terminate() first");
+    }
+    stop(false);
+  }
+
+  /// Stop the workers now; outstanding results fail with fiber::error.
+  void terminate() {
+    {
+      std::lock_guard lk(m_);
+      closed_ = true;
+    }
+    stop(true);
+  }
+
+  /// Grow or shrink the pool while it runs. Shrinking retires idle workers
+  /// first; a busy worker finishes its chunks, then exits.
+  void resize(unsigned n) {
+    if (n == 0) throw std::invalid_argument("fiber::Pool::resize: need at least one worker");
+    processes_ = n;
+    auto core = core_;
+    detail::runtime::instance().sync([&] { core->resize(n); });
+  }
+
+  unsigned processes() const noexcept { return processes_; }
+  /// Workers connected right now.
+  unsigned live_workers() const {
+    auto core = core_;
+    return detail::runtime::instance().sync([&] { return core->live_workers(); });
+  }
+  /// OS pids of connected workers (local backend: child processes).
+  std::vector<std::int64_t> worker_pids() const {
+    auto core = core_;
+    return detail::runtime::instance().sync([&] { return core->worker_pids(); });
+  }
+
+private:
+  using state = detail::call_state<R>;
+
+  void check_open() {
+    std::lock_guard lk(m_);
+    if (closed_) throw std::logic_error("fiber::Pool: submit after close()");
+  }
+
+  void stop(bool now) {
+    std::shared_ptr<detail::pool_core> core;
+    {
+      std::lock_guard lk(m_);
+      if (stopped_) return;
+      stopped_ = true;
+      core = core_;
+    }
+    if (!core) return;
+    std::promise<void> done;
+    auto fut = done.get_future();
+    detail::runtime::instance().sync([&] { core->shutdown(now, [&done] { done.set_value(); }); });
+    fut.wait();
+  }
+
+  std::shared_ptr<state> new_state(std::size_t total_items) {
+    auto st = std::make_shared<state>();
+    st->target_id = target::id;
+    std::weak_ptr<state> weak = st;
+    auto progress = opt_.progress;
+    bool bar = opt_.progress_bar || detail::config_bool("progress");
+    bar = bar && ::isatty(2);
+    auto items_done = std::make_shared<std::size_t>(0);
+    if (progress || bar)
+      st->on_progress = [progress, bar, total_items, items_done](std::size_t n) {
+        *items_done += n;
+        if (progress) progress(*items_done, total_items);
+        if (bar) {
+          if (total_items) std::fprintf(stderr, "\r[fiber] %zu/%zu (%3.0f%%)", *items_done, total_items,
+                                        100.0 * double(*items_done) / double(total_items));
+          else std::fprintf(stderr, "\r[fiber] %zu done", *items_done);
+          if (total_items && *items_done >= total_items) std::fputc('\n', stderr);
+        }
+      };
+    st->on_chunk = [weak](std::uint64_t seq, std::vector<std::byte> blob) {
+      auto st = weak.lock();
+      if (!st) return;
+      std::function<void()> done;
+      {
+        std::lock_guard lk(st->m);
+        st->blobs.emplace(seq, std::move(blob));
+        st->arrival.push_back(seq);
+        ++st->finished;
+        if (st->complete()) done = std::move(st->on_complete);
+      }
+      st->cv.notify_all();
+      if (done) done();
+    };
+    st->on_chunk_failed = [weak](std::uint64_t seq, std::exception_ptr e) {
+      auto st = weak.lock();
+      if (!st) return;
+      std::function<void()> done;
+      {
+        std::lock_guard lk(st->m);
+        st->failed.emplace(seq, e);
+        st->arrival.push_back(seq);
+        ++st->finished;
+        if (st->complete()) done = std::move(st->on_complete);
+      }
+      st->cv.notify_all();
+      if (done) done();
+    };
+    return st;
+  }
+
+  // Python's rule (multiprocessing/pool.py, _map_async): about 4 chunks per
+  // worker, so 4 tasks on 4 workers are 4 chunks of 1 — all run at once.
+  std::size_t auto_chunksize(std::size_t n) const {
+    if (n == 0) return 1;
+    std::size_t per = std::size_t(processes_) * 4;
+    std::size_t c = n / per + (n % per ? 1 : 0);
+    return std::max<std::size_t>(1, c);
+  }
+
+  template <bool Star, class In>
+  std::shared_ptr<state> submit_range(In& inputs, std::size_t chunksize) {
+    check_open();
+    std::size_t n = detail::size_hint(inputs);
+    if (chunksize == 0) chunksize = std::ranges::sized_range<In> ? auto_chunksize(n) : 1;
+    auto st = new_state(n);
+    std::vector<std::pair<std::uint64_t, detail::chunk_msg>> chunks;
+    std::vector<std::uint32_t> counts;
+    writer w;
+    std::uint32_t count = 0;
+    auto flush = [&] {
+      if (!count) return;
+      chunks.push_back({chunks.size(), detail::chunk_msg{0, target::id, count, w.release()}});
+      counts.push_back(count);
+      w = writer();
+      count = 0;
+    };
+    for (auto&& x : inputs) {
+      if constexpr (Star) write_tuple(w, x);
+      else w.write(std::tuple_element_t<0, params>(x));
+      if (++count == chunksize) flush();
+    }
+    flush();
+    {
+      std::lock_guard lk(st->m);
+      st->expected = chunks.size();
+      st->input_done = true;
+      st->counts = std::move(counts);
+    }
+    send(st, std::move(chunks));
+    return st;
+  }
+
+  template <class Tuple>
+  static void write_tuple(writer& w, const Tuple& t) {
+    static_assert(std::tuple_size_v<std::remove_cvref_t<Tuple>> == traits::arity,
+                  "fiber::Pool::starmap: each tuple must hold exactly the target's arguments");
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (w.write(std::tuple_element_t<I, params>(std::get<I>(t))), ...);
+    }(std::make_index_sequence<traits::arity>{});
+  }
+
+  template <class... A>
+  std::shared_ptr<state> submit_one(A&&... args) {
+    check_open();
+    auto st = new_state(1);
+    writer w;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (w.write(std::tuple_element_t<I, params>(std::forward<A>(args))), ...);
+    }(std::index_sequence_for<A...>{});
+    {
+      std::lock_guard lk(st->m);
+      st->expected = 1;
+      st->input_done = true;
+    }
+    std::vector<std::pair<std::uint64_t, detail::chunk_msg>> chunks;
+    chunks.push_back({0, detail::chunk_msg{0, target::id, 1, w.release()}});
+    send(st, std::move(chunks));
+    return st;
+  }
+
+  void send(const std::shared_ptr<state>& st, std::vector<std::pair<std::uint64_t, detail::chunk_msg>> chunks) {
+    auto core = core_;
+    std::vector<std::uint32_t> sizes;
+    for (auto& [s, c] : chunks) sizes.push_back(c.count);
+    if (st->on_progress) {
+      auto base = st->on_chunk;
+      auto prog = st->on_progress;
+      st->on_chunk = [base, prog, sizes](std::uint64_t seq, std::vector<std::byte> blob) {
+        prog(seq < sizes.size() ? sizes[seq] : 1); // before completion wakes the caller
+        base(seq, std::move(blob));
+      };
+    }
+    asio::post(detail::runtime::instance().executor(),
+               [core, st, chunks = std::move(chunks)]() mutable { core->submit(st, std::move(chunks)); });
+  }
+
+  std::vector<result_type> collect(const std::shared_ptr<state>& st) {
+    {
+      std::unique_lock lk(st->m);
+      st->cv.wait(lk, [&] { return st->complete(); });
+    }
+    std::lock_guard lk(st->m);
+    const auto& counts = st->counts;
+    if (!st->failed.empty()) std::rethrow_exception(st->failed.begin()->second);
+    std::vector<result_type> out;
+    std::size_t total = 0;
+    for (auto c : counts) total += c;
+    out.reserve(total);
+    std::exception_ptr first;
+    for (std::size_t seq = 0; seq < counts.size(); ++seq) {
+      detail::decode_results<R>(
+          st->blobs.at(seq), counts[seq], [&](std::size_t, result_type&& v) { out.push_back(std::move(v)); },
+          [&](std::size_t, std::exception_ptr e) {
+            if (!first) first = e;
+            out.emplace_back();
+          });
+      if (first) std::rethrow_exception(first);
+    }
+    return out;
+  }
+
+  template <class T, class Token, class Extract>
+  auto initiate(Token&& token, std::shared_ptr<state> st, Extract extract) {
+    return asio::async_initiate<Token, void(std::exception_ptr, T)>(
+        [st, extract](auto handler) mutable {
+          auto ex = asio::get_associated_executor(handler, detail::runtime::instance().executor());
+          auto work = asio::make_work_guard(ex);
+          auto finish = [st, extract, handler = std::move(handler), work = std::move(work)]() mutable {
+            std::exception_ptr e;
+            T value{};
+            try {
+              value = extract(st);
+            } catch (...) {
+              e = std::current_exception();
+            }
+            auto ex = work.get_executor();
+            asio::dispatch(ex, [h = std::move(handler), e, v = std::move(value)]() mutable { h(e, std::move(v)); });
+          };
+          std::unique_lock lk(st->m);
+          if (st->complete()) {
+            lk.unlock();
+            asio::post(detail::runtime::instance().executor(), std::move(finish));
+          } else {
+            st->on_complete = [f = std::make_shared<decltype(finish)>(std::move(finish))]() mutable { (*f)(); };
+          }
+        },
+        token);
+  }
+
+  // ---- imap ---------------------------------------------------------------------
+
+  template <class In, bool Ordered>
+  class lazy_range {
+    struct impl;
+
+  public:
+    lazy_range(Pool* p, In&& in, std::size_t chunksize)
+        : impl_(std::make_shared<impl>(p, std::forward<In>(in), chunksize)) {
+      impl_->start();
+    }
+
+    class iterator {
+    public:
+      using value_type = result_type;
+      using difference_type = std::ptrdiff_t;
+      iterator() = default;
+      explicit iterator(impl* i) : self_(i) { ++*this; }
+      const result_type& operator*() const { return *cur_; }
+      result_type& operator*() { return *cur_; }
+      iterator& operator++() {
+        cur_ = self_->next();
+        return *this;
+      }
+      void operator++(int) { ++*this; }
+      friend bool operator==(const iterator& it, std::default_sentinel_t) { return !it.cur_; }
+
+    private:
+      impl* self_ = nullptr;
+      std::optional<result_type> cur_;
+    };
+
+    iterator begin() { return iterator(impl_.get()); }
+    std::default_sentinel_t end() { return {}; }
+
+  private:
+    struct impl {
+      Pool* pool;
+      std::remove_cvref_t<In> input;
+      std::size_t chunksize;
+      std::shared_ptr<state> st;
+      std::jthread feeder;
+      std::uint64_t next_seq = 0;
+      std::deque<std::pair<std::optional<result_type>, std::exception_ptr>> ready;
+      std::size_t window;
+
+      impl(Pool* p, In&& in, std::size_t cs) : pool(p), input(std::forward<In>(in)), chunksize(cs) {
+        pool->check_open();
+        st = pool->new_state(0);
+        window = std::size_t(pool->processes_) * 4 + 2;
+      }
+      ~impl() {
+        if (feeder.joinable()) {
+          feeder.request_stop();
+          st->cv.notify_all();
+        }
+      }
+
+      void start() {
+        feeder = std::jthread([this](std::stop_token stop) {
+          std::uint64_t seq = 0;
+          writer w;
+          std::uint32_t count = 0;
+          auto flush = [&] {
+            if (!count) return;
+            {
+              std::unique_lock lk(st->m);
+              // Back-pressure: don't run ahead of the consumer unboundedly.
+              st->cv.wait(lk, [&] { return stop.stop_requested() || st->expected - consumed_chunks() < window; });
+              st->counts.push_back(count);
+              ++st->expected;
+            }
+            std::vector<std::pair<std::uint64_t, detail::chunk_msg>> c;
+            c.push_back({seq++, detail::chunk_msg{0, target::id, count, w.release()}});
+            pool->send(st, std::move(c));
+            w = writer();
+            count = 0;
+          };
+          for (auto&& x : input) {
+            if (stop.stop_requested()) return;
+            w.write(std::tuple_element_t<0, params>(x));
+            if (++count == chunksize) flush();
+          }
+          flush();
+          std::lock_guard lk(st->m);
+          st->input_done = true;
+          st->cv.notify_all();
+        });
+      }
+
+      std::size_t consumed = 0;
+      std::size_t consumed_chunks() const { return consumed; }
+
+      std::optional<result_type> next() {
+        for (;;) {
+          if (!ready.empty()) {
+            auto [v, e] = std::move(ready.front());
+            ready.pop_front();
+            if (e) std::rethrow_exception(e);
+            return v;
+          }
+          std::unique_lock lk(st->m);
+          std::uint64_t seq = 0;
+          bool have = false;
+          st->cv.wait(lk, [&] {
+            if constexpr (Ordered) {
+              have = st->blobs.count(next_seq) || st->failed.count(next_seq);
+              seq = next_seq;
+            } else {
+              have = !st->arrival.empty();
+              if (have) seq = st->arrival.front();
+            }
+            return have || (st->input_done && consumed == st->expected);
+          });
+          if (!have) return std::nullopt;
+          if constexpr (!Ordered) st->arrival.pop_front();
+          ++next_seq;
+          ++consumed;
+          st->cv.notify_all();
+          if (auto f = st->failed.find(seq); f != st->failed.end()) {
+            auto e = f->second;
+            st->failed.erase(f);
+            std::rethrow_exception(e);
+          }
+          auto blob = std::move(st->blobs.at(seq));
+          st->blobs.erase(seq);
+          auto count = st->counts.at(seq);
+          lk.unlock();
+          // Each item in its place: a task that threw raises at its position.
+          detail::decode_results<R>(
+              blob, count, [&](std::size_t, result_type&& v) { ready.emplace_back(std::move(v), nullptr); },
+              [&](std::size_t, std::exception_ptr e) { ready.emplace_back(std::nullopt, e); });
+        }
+      }
+    };
+    std::shared_ptr<impl> impl_;
+  };
+
+  pool_options opt_;
+  std::shared_ptr<detail::pool_core> core_;
+  std::atomic<unsigned> processes_{1};
+  std::mutex m_;
+  bool closed_ = false, stopped_ = false;
+};
+
+template <auto F>
+Pool(target_t<F>, pool_options) -> Pool<F>;
+template <auto F>
+Pool(target_t<F>) -> Pool<F>;
+
+} // namespace fiber

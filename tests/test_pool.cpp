@@ -1,0 +1,316 @@
+#include <fiber/pool.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <set>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+#include "support.hpp"
+
+namespace {
+
+int square(int x) { return x * x; }
+int add(int a, int b) { return a + b; }
+double sleep_for(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  return seconds;
+}
+int fail_on_three(int x) {
+  if (x == 3) throw std::invalid_argument("three is not allowed");
+  return x;
+}
+int getpid_task(int) { return int(::getpid()); }
+void nothing(int) {}
+
+// SIGKILLs its own worker the first time it sees a multiple of 10: a marker
+// file (named by the input) records that it happened, so the rerun succeeds.
+int die_once(std::pair<std::string, int> in) {
+  auto [dir, x] = in;
+  if (x % 10 == 0) {
+    auto marker = dir + "/" + std::to_string(x);
+    struct stat st{};
+    if (::stat(marker.c_str(), &st) != 0) {
+      std::ofstream(marker) << "died";
+      ::kill(::getpid(), SIGKILL);
+    }
+  }
+  return x * 2;
+}
+
+int always_die(int) {
+  ::kill(::getpid(), SIGKILL);
+  return 0;
+}
+
+int slow_square(int x) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return x * x;
+}
+
+std::string temp_dir() {
+  std::string t = "/tmp/fiber-test-XXXXXX";
+  REQUIRE(::mkdtemp(t.data()));
+  return t;
+}
+
+std::vector<int> iota(int n) {
+  std::vector<int> v(std::size_t(n), 0);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("map keeps input order for chunksizes 1, 7, 1000 and automatic", "[pool]") {
+  fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
+  auto in = iota(2000);
+  std::vector<int> want;
+  for (int x : in) want.push_back(x * x);
+  CHECK(pool.map(in) == want);
+  CHECK(pool.map(in, 1) == want);
+  CHECK(pool.map(in, 7) == want);
+  CHECK(pool.map(in, 1000) == want);
+  CHECK(pool.map(std::vector<int>{}).empty());
+  // any input range, not only vectors
+  auto r = pool.map(std::views::iota(0, 10) | std::views::transform([](int x) { return x + 1; }));
+  CHECK(r == std::vector<int>{1, 4, 9, 16, 25, 36, 49, 64, 81, 100});
+}
+
+TEST_CASE("starmap, apply, apply_async", "[pool]") {
+  fiber::Pool pool{fiber::target<&add>, {.processes = 2}};
+  std::vector<std::tuple<int, int>> args{{1, 2}, {3, 4}, {5, 6}};
+  CHECK(pool.starmap(args) == std::vector<int>{3, 7, 11});
+  CHECK(pool.apply(20, 22) == 42);
+  auto res = pool.apply_async(1, 1);
+  res.wait();
+  CHECK(res.ready());
+  CHECK(res.get() == 2);
+  CHECK(res.successful());
+}
+
+TEST_CASE("get(timeout) throws timeout_error when not ready", "[pool]") {
+  fiber::Pool pool{fiber::target<&sleep_for>, {.processes = 1}};
+  auto res = pool.apply_async(0.5);
+  CHECK_THROWS_AS(res.get(std::chrono::milliseconds(20)), fiber::timeout_error);
+  CHECK(res.get(std::chrono::seconds(30)) == 0.5);
+}
+
+TEST_CASE("a task that throws reaches the caller as remote_error; the worker survives", "[pool]") {
+  fiber::Pool pool{fiber::target<&fail_on_three>, {.processes = 2}};
+  try {
+    pool.map(iota(6));
+    FAIL("map should throw");
+  } catch (const fiber::remote_error& e) {
+    CHECK(e.type_name() == "std::invalid_argument");
+    CHECK(e.message() == "three is not allowed");
+  }
+  CHECK_THROWS_AS(pool.apply(3), fiber::remote_error);
+  CHECK(pool.apply(4) == 4);
+  // imap_unordered: the other results still arrive
+  std::multiset<int> got;
+  int errors = 0;
+  auto it = pool.imap_unordered(iota(6));
+  for (auto i = it.begin();;) {
+    try {
+      if (i == it.end()) break;
+      got.insert(*i);
+      ++i;
+    } catch (const fiber::remote_error&) {
+      ++errors;
+      ++i;
+    }
+  }
+  CHECK(errors == 1);
+  CHECK(got == std::multiset<int>{0, 1, 2, 4, 5});
+}
+
+TEST_CASE("4 tasks on 4 workers run at once (automatic chunksize batches, never serializes)", "[pool]") {
+  fiber::Pool pool{fiber::target<&sleep_for>, {.processes = 4}};
+  pool.map(std::vector<double>{0.01, 0.01, 0.01, 0.01}); // all workers up
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = pool.map(std::vector<double>{0.3, 0.1, 0.2, 0.4});
+  auto dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r == std::vector<double>{0.3, 0.1, 0.2, 0.4});
+  CHECK(dt < 0.8);
+}
+
+TEST_CASE("imap is lazy and ordered; imap_unordered yields everything", "[pool]") {
+  fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
+  // An input range that blocks after its first 5 items until released.
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> produced{0};
+  auto gen = std::views::iota(0, 10) | std::views::transform([&](int x) {
+               if (x == 5) {
+                 std::unique_lock lk(m);
+                 cv.wait(lk, [&] { return release; });
+               }
+               ++produced;
+               return x;
+             });
+  {
+    auto results = pool.imap(gen);
+    std::vector<int> first;
+    auto it = results.begin();
+    first.push_back(*it);
+    for (int i = 1; i < 5; ++i) first.push_back(*++it);
+    CHECK(first == std::vector<int>{0, 1, 4, 9, 16});
+    CHECK(produced.load() == 5); // the input was not materialized
+    {
+      std::lock_guard lk(m);
+      release = true;
+    }
+    cv.notify_all();
+    std::vector<int> rest;
+    for (++it; it != results.end(); ++it) rest.push_back(*it);
+    CHECK(rest == std::vector<int>{25, 36, 49, 64, 81});
+  }
+  std::multiset<int> un;
+  for (int v : pool.imap_unordered(iota(50), 3)) un.insert(v);
+  std::multiset<int> want;
+  for (int x : iota(50)) want.insert(x * x);
+  CHECK(un == want);
+}
+
+TEST_CASE("a target that SIGKILLs its worker: results complete, in order, exactly once", "[pool][resilience]") {
+  auto dir = temp_dir();
+  fiber::Pool pool{fiber::target<&die_once>, {.processes = 2, .chunksize = 4}};
+  std::vector<std::pair<std::string, int>> in;
+  for (int i = 0; i < 100; ++i) in.push_back({dir, i});
+  auto r = pool.map(in);
+  REQUIRE(r.size() == 100);
+  for (int i = 0; i < 100; ++i) CHECK(r[std::size_t(i)] == 2 * i);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("random SIGKILL of workers during a 10,000-task map", "[pool][resilience]") {
+  fiber::Pool pool{fiber::target<&slow_square>, {.processes = 2, .chunksize = 10, .max_retries = 1000}};
+  std::atomic<bool> done{false};
+  std::atomic<int> kills{0};
+  std::thread killer([&] {
+    std::mt19937 rng(42);
+    while (!done) {
+      auto pids = pool.worker_pids();
+      if (!pids.empty()) {
+        ::kill(pid_t(pids[rng() % pids.size()]), SIGKILL);
+        ++kills;
+      }
+      // pacing of an external fault injector, not synchronization
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  auto in = iota(10000);
+  auto r = pool.map(in);
+  done = true;
+  killer.join();
+  REQUIRE(r.size() == 10000);
+  bool all = true;
+  for (int i = 0; i < 10000; ++i) all = all && r[std::size_t(i)] == i * i;
+  CHECK(all);
+  CHECK(kills.load() > 0);
+}
+
+TEST_CASE("max_retries exhausted gives worker_lost", "[pool][resilience]") {
+  fiber::Pool pool{fiber::target<&always_die>, {.processes = 1, .max_retries = 2}};
+  CHECK_THROWS_AS(pool.apply(1), fiber::worker_lost);
+}
+
+TEST_CASE("resize up and down while a map runs", "[pool]") {
+  fiber::Pool pool{fiber::target<&slow_square>, {.processes = 1, .chunksize = 5}};
+  auto fut = std::async(std::launch::async, [&] { return pool.map(iota(1500)); });
+  pool.resize(3);
+  CHECK(pool.processes() == 3);
+  pool.resize(1);
+  auto r = fut.get();
+  REQUIRE(r.size() == 1500);
+  CHECK(r[1499] == 1499 * 1499);
+  pool.resize(2);
+  CHECK(pool.map(iota(10)).size() == 10);
+}
+
+TEST_CASE("submit after close is a logic_error; join waits for workers", "[pool]") {
+  fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
+  CHECK(pool.apply(3) == 9);
+  pool.close();
+  CHECK_THROWS_AS(pool.map(iota(3)), std::logic_error);
+  CHECK_THROWS_AS(pool.apply(1), std::logic_error);
+  pool.join();
+  fiber_test::require_no_children();
+}
+
+TEST_CASE("terminate leaves no process behind", "[pool]") {
+  std::vector<std::int64_t> pids;
+  {
+    fiber::Pool pool{fiber::target<&sleep_for>, {.processes = 3}};
+    auto res = pool.apply_async(30.0);
+    while (pool.live_workers() < 3) std::this_thread::yield();
+    pids = pool.worker_pids();
+    pool.terminate();
+    CHECK_THROWS_AS(res.get(), fiber::error);
+  }
+  for (auto p : pids) CHECK(fiber_test::process_gone(p));
+  fiber_test::require_no_children();
+}
+
+TEST_CASE("async_apply and async_map take completion tokens", "[pool][asio]") {
+  fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
+  auto fut = pool.async_apply(7, asio::use_future);
+  CHECK(fut.get() == 49);
+
+  asio::io_context ctx;
+  int got = 0;
+  std::vector<int> all;
+  asio::co_spawn(
+      ctx,
+      [&]() -> asio::awaitable<void> {
+        got = co_await pool.async_apply(9, asio::use_awaitable);
+        all = co_await pool.async_map(iota(5), asio::use_awaitable);
+      },
+      asio::detached);
+  ctx.run();
+  CHECK(got == 81);
+  CHECK(all == std::vector<int>{0, 1, 4, 9, 16});
+
+  std::exception_ptr err;
+  pool.async_apply(2, [&](std::exception_ptr e, int v) {
+    err = e;
+    got = v;
+  });
+  while (got != 4) std::this_thread::yield();
+  CHECK_FALSE(err);
+}
+
+TEST_CASE("progress callback sees every item", "[pool]") {
+  std::atomic<std::size_t> last{0}, total{0};
+  fiber::Pool pool{fiber::target<&nothing>,
+                   {.processes = 2, .chunksize = 10, .progress = [&](std::size_t d, std::size_t t) {
+                      last = d;
+                      total = t;
+                    }}};
+  pool.map(iota(100));
+  CHECK(last.load() == 100);
+  CHECK(total.load() == 100);
+}
+
+TEST_CASE("work starts with the first worker; the pool default is cpu_count", "[pool]") {
+  fiber::Pool pool{fiber::target<&getpid_task>};
+  CHECK(pool.processes() == fiber::cpu_count());
+  auto pids = pool.map(iota(20));
+  std::set<int> distinct(pids.begin(), pids.end());
+  CHECK_FALSE(distinct.count(::getpid()));
+  CHECK(distinct.size() >= 1);
+}
