@@ -38,6 +38,8 @@ enum class frame_kind : std::uint8_t {
   shutdown = 13, ///< master → worker: exit now (late results are discarded)
   request = 20,  ///< client → service owner
   reply = 21,    ///< service owner → client
+  object = 30,   ///< master → manager worker: make/call/destroy a remote object
+  object_reply = 31, ///< manager worker → master
 };
 
 enum class role : std::uint8_t { worker = 1, client = 2 };

@@ -29,6 +29,19 @@ inline constexpr int exit_refused = 71;
   std::_Exit(code);
 }
 
+/// Handlers for frame kinds the core worker loop does not know (remote
+/// objects). Called on the runtime thread with the master link; register at
+/// static-initialization time (before fiber::init runs the worker).
+using worker_extension = void (*)(const std::shared_ptr<peer_link>& master, std::span<const std::byte> body);
+inline std::unordered_map<std::uint8_t, worker_extension>& worker_extensions() {
+  static std::unordered_map<std::uint8_t, worker_extension> m;
+  return m;
+}
+inline bool add_worker_extension(frame_kind k, worker_extension h) {
+  worker_extensions()[std::uint8_t(k)] = h;
+  return true;
+}
+
 /// Main-thread work queue of the worker.
 class worker_loop {
 public:
@@ -176,7 +189,10 @@ inline std::string read_secret() {
                          break;
                        }
                        case frame_kind::shutdown: worker_exit(0);
-                       default: break;
+                       default:
+                         if (auto it = worker_extensions().find(std::uint8_t(k)); it != worker_extensions().end())
+                           if (auto l = weak.lock()) it->second(l, body);
+                         break;
                        }
                      },
                      [](const std::string& reason) {
