@@ -6,6 +6,9 @@
 #include <fiber/backend/slurm.hpp>
 
 #include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read_until.hpp>
+#include <asio/streambuf.hpp>
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -253,8 +256,10 @@ TEST_CASE("slurm: srun command construction for a step", "[slurm][unit]") {
                                 "--gres=gpu:2", "/opt/app/bin/train", "--epochs", "3"};
   CHECK(argv == want);
   s.stdout_path = "/tmp/x.out";
+  o.overlap = true; // the master is itself a step
   argv = si::srun_argv(o, "4242", s);
   CHECK(std::find(argv.begin(), argv.end(), "--output=/tmp/x.out") != argv.end());
+  CHECK(std::find(argv.begin(), argv.end(), "--overlap") != argv.end());
 
   // auto mode inside an allocation chooses srun; outside, arrays for >1 spec.
   asio::io_context ctx;
@@ -558,6 +563,52 @@ TEST_CASE("slurm: a job whose node goes down is lost", "[slurm][rig]") {
   CHECK(r->exits[0]->reason.find("NODE_FAIL") != std::string::npos);
 }
 
+TEST_CASE("slurm: jobs on every node reach the master at listen_url()", "[slurm][rig]") {
+  require_rig();
+  asio::io_context ctx;
+  auto o = test_options(slurm_options::mode::array);
+  auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), o);
+  auto url = l->listen_url(); // default rule: no listen_address configured
+  REQUIRE(url.starts_with("tcp://"));
+  REQUIRE(url.ends_with(":0"));
+  auto addr = url.substr(6, url.size() - 8);
+  INFO("listen_url " << url);
+  asio::ip::tcp::acceptor acceptor(ctx, asio::ip::tcp::endpoint(asio::ip::make_address(addr), 0));
+  auto port = acceptor.local_endpoint().port();
+  std::set<std::string> heard;
+  std::function<void()> accept_one = [&] {
+    auto sock = std::make_shared<asio::ip::tcp::socket>(ctx);
+    acceptor.async_accept(*sock, [&, sock](std::error_code ec) {
+      if (ec) return;
+      auto buf = std::make_shared<asio::streambuf>();
+      asio::async_read_until(*sock, *buf, '\n', [sock, buf, &heard](std::error_code ec2, std::size_t) {
+        if (ec2) return;
+        std::istream in(buf.get());
+        std::string line;
+        std::getline(in, line);
+        heard.insert(line);
+      });
+      accept_one();
+    });
+  };
+  accept_one();
+  // A whole node each (8 CPUs): on --nodes 3 the three land on three hosts.
+  int nodes = std::max(1, std::atoi(si::trim(shell("sinfo -h -o %D")).c_str()));
+  std::vector<job_spec> specs;
+  for (int i = 0; i < nodes; ++i) {
+    auto s = sh_spec("fiber-test-dial", "exec bash -c 'echo \"$FIBER_INTERNAL_WORKER_ID $(hostname -I 2>/dev/null)\" > /dev/tcp/" +
+                                            addr + "/" + std::to_string(port) + "'");
+    s.env = {{"FIBER_INTERNAL_WORKER_ID", std::to_string(i)}};
+    s.resources.cpu = 8;
+    specs.push_back(s);
+  }
+  auto r = launch(*l, specs);
+  REQUIRE(run_until(ctx, [&] { return r->all_done() && heard.size() == specs.size(); }, 60s));
+  for (auto& x : r->exits) CHECK(x->exitcode() == 0);
+  for (auto& h : heard) UNSCOPED_INFO("heard: " << h);
+  CHECK(heard.size() == specs.size());
+}
+
 // The srun path needs an allocation: this hidden case runs inside one (the
 // next case submits this very binary as a batch job that runs only it).
 TEST_CASE("slurm srun steps inside an allocation", "[.slurm-inner]") {
@@ -567,8 +618,11 @@ TEST_CASE("slurm srun steps inside an allocation", "[.slurm-inner]") {
   REQUIRE(dir_env);
   std::string dir = dir_env;
   asio::io_context ctx;
-  auto o = test_options(slurm_options::mode::automatic);
-  o.allocation = alloc;
+  auto o = slurm_options::from_config(); // the real path: SLURM_JOB_ID, SLURM_STEP_ID
+  REQUIRE(o.allocation == std::optional<std::string>(alloc));
+  CHECK(o.overlap == (std::getenv("SLURM_STEP_ID") != nullptr));
+  o.poll_interval = 100ms;
+  o.warn = [](const std::string& w) { UNSCOPED_INFO("launcher warning: " << w); };
   auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), o);
 
   std::vector<job_spec> specs{sh_spec("inner-exit3", "exit 3"), sh_spec("inner-term", "exec sleep 60"),
@@ -584,7 +638,11 @@ TEST_CASE("slurm srun steps inside an allocation", "[.slurm-inner]") {
   l->cancel(r->jobs[1], 15); // probably before its step exists: srun is signalled
   REQUIRE(run_until(ctx, [&] { return fs::exists(dir + "/running"); }, 20s));
   l->cancel(r->jobs[2], 9); // a running step: scancel --signal=KILL <job>.<step>
-  REQUIRE(run_until(ctx, [&] { return r->all_done(); }, 30s));
+  bool done = run_until(ctx, [&] { return r->all_done(); }, 30s);
+  for (std::size_t i = 0; i < r->exits.size(); ++i)
+    UNSCOPED_INFO("job " << r->jobs[i].id << ": " << (r->exits[i] ? std::to_string(r->exits[i]->exitcode()) + " " + r->exits[i]->reason : "no exit"));
+  UNSCOPED_INFO(shell(std::string("squeue -s -j ") + alloc));
+  REQUIRE(done);
   CHECK(r->exits[0]->exitcode() == 3);
   CHECK(r->exits[1]->exitcode() == -15);
   CHECK(r->exits[2]->exitcode() == -9);
@@ -599,25 +657,36 @@ TEST_CASE("slurm srun steps inside an allocation", "[.slurm-inner]") {
   auto d = launch(*l, {sh_spec("inner-dtor", "touch " + dir + "/dtor; exec sleep 60")});
   REQUIRE(run_until(ctx, [&] { return fs::exists(dir + "/dtor"); }, 20s));
   l.reset();
+  std::string mine = std::getenv("SLURM_STEP_ID") ? std::string(alloc) + "." + std::getenv("SLURM_STEP_ID") : "none";
+  std::string left;
   CHECK(eventually([&] {
-    return si::trim(shell(std::string("squeue -h -s -j ") + alloc + " -o %i | grep -v batch")).empty();
+    left = si::trim(shell(std::string("squeue -h -s -j ") + alloc + " -o %i | grep -v -e batch -e extern -e '^" +
+                          mine + "$'"));
+    return left.empty();
   }, 15s));
+  INFO("steps left: " << left);
 }
 
 TEST_CASE("slurm: srun steps when the master runs inside an allocation", "[slurm][rig]") {
   require_rig();
-  temp_dir dir;
-  asio::io_context ctx;
-  auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options());
-  job_spec master;
-  master.name = "fiber-test-srun-master";
-  master.argv = {self_exe(), "slurm srun steps inside an allocation"};
-  master.env = {{"SLURMTEST_INNER_DIR", dir.path.string()}};
-  master.resources.cpu = 6; // room for 5 one-CPU steps
-  master.stdout_path = dir / "master.out";
-  auto r = launch(*l, {master});
-  REQUIRE(run_until(ctx, [&] { return r->all_done(); }, 90s));
-  INFO("inner test output:\n" << slurp(dir / "master.out"));
-  CHECK(r->exits[0]->how == job_exit::kind::exited);
-  CHECK(r->exits[0]->code == 0);
+  // The master (this binary running the hidden case) is the batch script
+  // itself, or a step of its own (`srun ./app`: its step holds the CPUs).
+  for (bool as_step : {false, true}) {
+    INFO((as_step ? "master is a job step" : "master is the batch script"));
+    temp_dir dir;
+    asio::io_context ctx;
+    auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options());
+    job_spec master;
+    master.name = "fiber-test-srun-master";
+    master.argv = {self_exe(), "slurm srun steps inside an allocation"};
+    if (as_step) master.argv.insert(master.argv.begin(), {"srun", "--ntasks=1", "--cpus-per-task=6", "--quiet"});
+    master.env = {{"SLURMTEST_INNER_DIR", dir.path.string()}};
+    master.resources.cpu = 6; // room for 5 one-CPU steps
+    master.stdout_path = master.stderr_path = dir / "master.out";
+    auto r = launch(*l, {master});
+    REQUIRE(run_until(ctx, [&] { return r->all_done(); }, 90s));
+    INFO("inner test output:\n" << slurp(dir / "master.out"));
+    CHECK(r->exits[0]->how == job_exit::kind::exited);
+    CHECK(r->exits[0]->code == 0);
+  }
 }

@@ -33,7 +33,9 @@
 ///   `sbatch`/`salloc`), one `srun --jobid=$SLURM_JOB_ID -n1 -N1 --exact`
 ///   child process per spec; its exit is watched through a pidfd. Job id
 ///   "srun-<pid of srun>". `slurm.extra_args`, partition, account and time
-///   limit do not apply to steps (the allocation has them).
+///   limit do not apply to steps (the allocation has them). When the master
+///   itself is a step (`srun ./app`: SLURM_STEP_ID set) steps add
+///   `--overlap`, since the master's step holds the allocation's CPUs.
 /// * `auto` (default): `srun` inside an allocation, else `array` for more
 ///   than one spec, else `sbatch`.
 ///
@@ -100,6 +102,7 @@
 #include <fiber/log.hpp>
 
 #include <asio/any_io_executor.hpp>
+#include <asio/post.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -485,6 +488,18 @@ public:
     reaped_ = true;
   }
 
+  /// Stop watching (the handler is never called) and reap the child if it
+  /// has exited; true when it is gone. Never blocks.
+  bool reap_silently() noexcept {
+    handler_ = nullptr;
+    close();
+    if (reaped_) return true;
+    int st = 0;
+    pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_ || (r < 0 && errno == ECHILD)) reaped_ = true;
+    return reaped_;
+  }
+
   /// Try to reap now; true (and the handler called) when the child is gone.
   bool check() {
     if (reaped_) return true;
@@ -768,6 +783,10 @@ struct slurm_options {
   std::optional<std::string> listen_address;        ///< listen_address
   /// The allocation the master runs in (SLURM_JOB_ID); srun steps go there.
   std::optional<std::string> allocation;
+  /// The master itself runs as a job step (SLURM_STEP_ID numeric, e.g. under
+  /// `srun ./app`): that step holds the allocation's CPUs, so worker steps
+  /// need `--overlap` (with `--exact` alone they would wait forever).
+  bool overlap = false;
   /// Directory holding sbatch, squeue, ...; empty: PATH.
   std::string bin_dir;
   /// Bound on one blocking Slurm command (sbatch, scancel, scontrol).
@@ -797,6 +816,8 @@ struct slurm_options {
     }
     o.listen_address = get("listen_address");
     if (const char* j = std::getenv("SLURM_JOB_ID"); j && *j) o.allocation = j;
+    if (const char* st = std::getenv("SLURM_STEP_ID"); st && *st)
+      o.overlap = std::all_of(st, st + std::strlen(st), [](char c) { return c >= '0' && c <= '9'; });
     return o;
   }
 
@@ -843,6 +864,7 @@ inline std::vector<std::string> srun_argv(const slurm_options& o, const std::str
                                           const backend::job_spec& spec) {
   std::vector<std::string> a{o.bin("srun"), "--jobid=" + allocation, "--ntasks=1", "--nodes=1", "--exact",
                              "--quiet", "--input=none", "--export=ALL", "--job-name=" + (spec.name.empty() ? "fiber" : spec.name)};
+  if (o.overlap) a.push_back("--overlap");
   add_resource_args(a, spec.resources);
   if (spec.stdout_path) a.push_back("--output=" + *spec.stdout_path);
   if (spec.stderr_path) a.push_back("--error=" + *spec.stderr_path);
@@ -1042,21 +1064,10 @@ public:
     }
     try {
       if (!batch_ids.empty()) scancel_blocking(batch_ids, 0);
-      if (!sruns.empty()) {
-        std::vector<std::string> steps;
-        auto map = step_ids_blocking();
-        for (auto* w : sruns)
-          if (auto it = map.find(w->pid()); it != map.end()) steps.push_back(it->second);
-        if (!steps.empty()) scancel_blocking(steps, 0);
-        for (auto* w : sruns) w->kill(SIGTERM);
-      }
     } catch (const std::exception& e) {
       warn(std::string("slurm: cancelling jobs at shutdown: ") + e.what());
     }
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    for (auto* w : sruns)
-      w->detach_and_reap(std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                    deadline - std::chrono::steady_clock::now())));
+    stop_steps(sruns);
   }
 
   std::string_view name() const noexcept override { return "slurm"; }
@@ -1088,32 +1099,20 @@ public:
     return jobs;
   }
 
-  /// scancel the job (15: `scancel`, i.e. SIGTERM then SIGKILL after
-  /// KillWait; 9: `scancel --signal=KILL --full`; other n: `--signal=n
-  /// --full`). Asynchronous (never blocks the runtime thread); the exit is
-  /// reported through on_exit as signalled(signal). Unknown or finished
-  /// jobs are ignored. A failure is logged, not thrown.
+  /// Stop the job. Batch jobs: 15 -> `scancel` (SIGTERM, SIGKILL after
+  /// KillWait), 9 -> `scancel --signal=KILL --full`, other n -> `scancel
+  /// --signal=n --full`. srun steps: `scancel` of the step (found by srun's
+  /// pid through `scontrol show step`), repeated until srun exits (see
+  /// cancel_step). Asynchronous: never blocks the runtime thread; the end is
+  /// reported through on_exit as signalled(signal). Unknown or finished jobs
+  /// are ignored; a failing scancel is logged, not thrown.
   void cancel(const backend::job& j, int signal) override {
     auto it = jobs_.find(j.id);
     if (it == jobs_.end()) return;
     auto& r = it->second;
     r.asked = signal;
     if (!r.watch) return async_scancel({j.id}, signal);
-    // An srun step: find its step id (by srun's pid), then scancel it; if the
-    // step does not exist yet, signal srun itself (it forwards TERM).
-    auto self = weak_from_this();
-    start_async({opts_.bin("scontrol"), "show", "step", *opts_.allocation},
-                [self, id = j.id, signal](slurm_impl::command_result res) {
-                  auto s = self.lock();
-                  if (!s) return;
-                  auto it = s->jobs_.find(id);
-                  if (it == s->jobs_.end() || it->second.watch->done()) return;
-                  auto steps = parse_steps(res.out);
-                  if (auto st = steps.find(it->second.watch->pid()); st != steps.end())
-                    s->async_scancel({st->second}, signal);
-                  else
-                    it->second.watch->kill(signal == 9 ? SIGKILL : signal);
-                });
+    cancel_step(j.id, signal, 0);
   }
 
   /// Why Slurm keeps `j` PENDING (e.g. "Resources", "Priority",
@@ -1295,6 +1294,61 @@ private:
     if (r.on_exit) r.on_exit(slurm_impl::srun_exit(status, r.asked));
   }
 
+  /// Cancel an srun step until its srun exits: find the step id (by srun's
+  /// pid) and scancel it, and look again after 1 s (a cancel that reaches
+  /// slurmd while the step's tasks are still being launched is lost; seen on
+  /// 22.05). While the step does not exist yet, signal srun instead (that ends
+  /// a srun still waiting for resources; srun does not forward a signal that
+  /// arrives before its tasks start) and look again after 200 ms. After ~25
+  /// rounds, SIGKILL srun as a last resort.
+  void cancel_step(const std::string& id, int signal, int attempt) {
+    auto self = weak_from_this();
+    start_async({opts_.bin("scontrol"), "show", "step", *opts_.allocation},
+                [self, id, signal, attempt](slurm_impl::command_result res) {
+                  auto s = self.lock();
+                  if (!s) return;
+                  auto it = s->jobs_.find(id);
+                  if (it == s->jobs_.end() || it->second.watch->done()) return;
+                  if (attempt >= 25) return it->second.watch->kill(SIGKILL);
+                  auto steps = parse_steps(res.out);
+                  auto st = steps.find(it->second.watch->pid());
+                  if (st != steps.end()) s->async_scancel({st->second}, signal);
+                  else it->second.watch->kill(signal == 9 ? SIGTERM : signal);
+                  auto t = std::make_shared<asio::steady_timer>(
+                      s->ex_, std::chrono::milliseconds(st != steps.end() ? 1000 : 200));
+                  t->async_wait([self, id, signal, attempt, t](std::error_code ec) {
+                    if (auto s2 = self.lock(); s2 && !ec) s2->cancel_step(id, signal, attempt + 1);
+                  });
+                });
+  }
+
+  /// Destructor: scancel the steps of live sruns and SIGTERM them; repeat
+  /// each second (a cancel can be lost while a step is launching) with
+  /// SIGKILL for the steps; after ~5 s SIGKILL srun. Reaps every srun.
+  void stop_steps(std::vector<slurm_impl::child_watch*> sruns) noexcept {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    for (int round = 0; !sruns.empty(); ++round) {
+      try {
+        std::vector<std::string> steps;
+        auto map = step_ids_blocking();
+        for (auto* w : sruns)
+          if (auto it = map.find(w->pid()); it != map.end()) steps.push_back(it->second);
+        if (!steps.empty()) scancel_blocking(steps, round == 0 ? 0 : 9);
+      } catch (const std::exception& e) {
+        warn(std::string("slurm: cancelling steps at shutdown: ") + e.what());
+      }
+      if (round == 0)
+        for (auto* w : sruns) w->kill(SIGTERM);
+      auto round_end = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      while (!sruns.empty() && std::chrono::steady_clock::now() < round_end) {
+        std::erase_if(sruns, [](auto* w) { return w->reap_silently(); });
+        if (!sruns.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (std::chrono::steady_clock::now() >= deadline) break;
+    }
+    for (auto* w : sruns) w->detach_and_reap(std::chrono::milliseconds(0)); // SIGKILL + reap
+  }
+
   /// srun pid -> "jobid.stepid" from `scontrol show step` ("SrunHost:Pid=vm:6300").
   static std::map<pid_t, std::string> parse_steps(std::string_view out) {
     std::map<pid_t, std::string> m;
@@ -1445,11 +1499,12 @@ private:
         }
       }
     }
-    // Next round first: a handler may launch or cancel (re-entering us).
     if (!polled_ids().empty()) schedule_poll();
     else polling_ = false;
+    // One handler each: a handler that throws (out of io_context::run) must
+    // not cost the others their call; a handler may re-enter launch/cancel.
     for (auto& [h, x] : ended)
-      if (h) h(x);
+      if (h) asio::post(ex_, [h = std::move(h), x = std::move(x)] { h(x); });
   }
 
   // ---- listen address -------------------------------------------------------
