@@ -288,6 +288,7 @@ public:
     is_worker_ = true;
     name_ = std::move(name);
     secret_ = std::move(secret);
+    if (const char* f = std::getenv("FIBER_INTERNAL_SECRET_FILE")) secret_file_ = f; // for workers of our own
     if (!run_dir.empty()) run_dir_ = std::move(run_dir);
     logger::instance().set_process(name_);
   }

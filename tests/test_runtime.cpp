@@ -1,0 +1,124 @@
+#include <fiber/fiber.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include "support.hpp"
+
+namespace {
+
+int ident(int x) { return x; }
+
+// Runs in a Process: it becomes a master itself (a nested pool), reports its
+// pool worker's pid through a file, then waits to be killed.
+void nested_master(std::string pid_file) {
+  fiber::Pool pool{fiber::target<&ident>, {.processes = 1}};
+  pool.apply(1);
+  auto pids = pool.worker_pids();
+  std::ofstream(pid_file + ".tmp") << pids.at(0) << "\n";
+  std::rename((pid_file + ".tmp").c_str(), pid_file.c_str());
+  std::this_thread::sleep_for(std::chrono::minutes(5));
+}
+
+} // namespace
+
+TEST_CASE("configuration: code beats environment beats file; unknown keys are errors", "[config]") {
+  auto& t = fiber::detail::config_table::instance();
+  std::string dir = "/tmp/fiber-cfg-XXXXXX";
+  REQUIRE(::mkdtemp(dir.data()));
+  auto file = dir + "/fiber.toml";
+  std::ofstream(file) << "log_dir = \"/from/file\"\nheartbeat_interval_ms = 700\n[slurm]\npartition = \"filepart\"\n";
+  ::setenv("FIBER_CONFIG", file.c_str(), 1);
+  ::setenv("FIBER_SLURM_PARTITION", "envpart", 1);
+  t.reload();
+  CHECK(fiber::detail::config_string("log_dir") == "/from/file");
+  CHECK(fiber::detail::config_int("heartbeat_interval_ms") == 700);
+  CHECK(fiber::detail::config_string("slurm.partition") == "envpart");
+  fiber::set_config("slurm.partition", "codepart");
+  CHECK(fiber::detail::config_string("slurm.partition") == "codepart");
+  CHECK(fiber::effective_config().at("slurm.partition") == "codepart");
+  CHECK_THROWS_AS(fiber::set_config("no_such_key", "x"), fiber::config_error);
+
+  std::ofstream(file) << "[slurm]\npartitoin = \"typo\"\n";
+  try {
+    t.reload();
+    FAIL("an unknown key in the file must throw");
+  } catch (const fiber::config_error& e) {
+    CHECK(std::string(e.what()).find("slurm.partitoin") != std::string::npos);
+  }
+  ::setenv("FIBER_CONFIG", (dir + "/missing.toml").c_str(), 1);
+  CHECK_THROWS_AS(t.reload(), fiber::config_error);
+  ::unsetenv("FIBER_CONFIG");
+  ::setenv("FIBER_NO_SUCH_VARIABLE", "1", 1);
+  try {
+    t.reload();
+    FAIL("an unknown FIBER_ variable must throw");
+  } catch (const fiber::config_error& e) {
+    CHECK(std::string(e.what()).find("FIBER_NO_SUCH_VARIABLE") != std::string::npos);
+  }
+  ::unsetenv("FIBER_NO_SUCH_VARIABLE");
+  ::unsetenv("FIBER_SLURM_PARTITION");
+  t.reload();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the log sink receives records with the process name", "[log]") {
+  std::vector<std::string> seen;
+  fiber::set_log_sink([&](const fiber::log_record& r) {
+    seen.push_back(std::string(r.process) + "|" + std::string(r.message));
+  });
+  fiber::set_log_level(fiber::log_level::info);
+  fiber::detail::log(fiber::log_level::debug, "hidden");
+  fiber::detail::log(fiber::log_level::info, "value ", 42);
+  fiber::set_log_sink(nullptr);
+  fiber::set_log_level(fiber::log_level::warning);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == "master|value 42");
+}
+
+TEST_CASE("targets have stable ids and readable names", "[target]") {
+  using T = fiber::target_t<&ident>;
+  CHECK(T::name().find("ident") != std::string_view::npos);
+  CHECK(fiber::detail::registry::instance().find(T::id) != nullptr);
+  static_assert(fiber::callable_with<&ident, int>);
+  static_assert(!fiber::callable_with<&ident, std::string>);
+  static_assert(!fiber::callable_with<&ident, int, int>);
+}
+
+TEST_CASE("helpers: cpu_count, current_process", "[helpers]") {
+  CHECK(fiber::cpu_count() >= 1);
+  auto me = fiber::current_process();
+  CHECK(me.name == "master");
+  CHECK_FALSE(me.is_worker);
+  CHECK(me.pid == ::getpid());
+}
+
+TEST_CASE("a worker whose master is SIGKILLed exits within 5 seconds", "[runtime][lifetime]") {
+  std::string dir = "/tmp/fiber-orphan-XXXXXX";
+  REQUIRE(::mkdtemp(dir.data()));
+  auto pid_file = dir + "/worker.pid";
+  fiber::Process master{fiber::target<&nested_master>, pid_file};
+  master.start();
+  // Wait (bounded) for the nested master to report its worker.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(pid_file) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  REQUIRE(std::filesystem::exists(pid_file));
+  std::int64_t worker = 0;
+  std::ifstream(pid_file) >> worker;
+  REQUIRE(worker > 0);
+  REQUIRE(fiber_test::process_exists(worker));
+  auto t0 = std::chrono::steady_clock::now();
+  master.kill();
+  master.join();
+  CHECK(fiber_test::process_gone(worker, std::chrono::seconds(5)));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  std::filesystem::remove_all(dir);
+  fiber_test::require_no_children();
+}
