@@ -682,7 +682,15 @@ TEST_CASE("invalid tags and values are rejected", "[serialize][malformed]") {
   CHECK_THROWS_AS(fiber::deserialize<std::optional<int>>(make_bytes({2, 0, 0, 0, 0})),
                   fiber::serialization_error);
   CHECK_THROWS_WITH(fiber::deserialize<std::set<std::uint8_t>>(make_bytes({2, 5, 5})),
+                    Catch::Contains("out of order or duplicated"));
+  CHECK_THROWS_WITH(fiber::deserialize<std::set<std::uint8_t>>(make_bytes({2, 6, 5})),
+                    Catch::Contains("out of order"));  // one encoding per value
+  CHECK(fiber::deserialize<std::set<std::uint8_t>>(make_bytes({2, 5, 6})) ==
+        std::set<std::uint8_t>{5, 6});
+  CHECK_THROWS_WITH((fiber::deserialize<std::unordered_set<std::uint8_t>>(make_bytes({2, 5, 5}))),
                     Catch::Contains("duplicate key"));
+  CHECK(fiber::deserialize<std::unordered_set<std::uint8_t>>(make_bytes({2, 6, 5})) ==
+        std::unordered_set<std::uint8_t>{5, 6});
   CHECK_THROWS_AS((fiber::deserialize<std::map<std::uint8_t, std::uint8_t>>(make_bytes({2, 1, 1, 1, 2}))),
                   fiber::serialization_error);
   CHECK_THROWS_AS((fiber::deserialize<std::array<bool, 2>>(make_bytes({1, 3}))),

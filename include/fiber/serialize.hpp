@@ -27,8 +27,11 @@
 /// Wire format (little-endian hosts only): fixed-width integers and floats as
 /// in memory; `bool` as one byte 0/1; enums as their underlying integer;
 /// lengths and variant indices as LEB128 varints; `optional` as a 0/1 tag
-/// byte then the value. Structs, pairs and tuples are their fields back to
-/// back. Contiguous ranges of "memcpy-wire" elements (arithmetic except
+/// byte then the value; maps and sets as a count then their elements in
+/// iteration order. Structs, pairs and tuples are their fields back to
+/// back. Every value has exactly one encoding: decoding rejects non-minimal
+/// varints, bool/tag bytes other than 0/1, non-zero padding, duplicate keys
+/// and ordered-container keys out of order. Contiguous ranges of "memcpy-wire" elements (arithmetic except
 /// bool, enums, arrays/durations/padding-free aggregates of those) are copied
 /// with one `memcpy`. Elements of a counted container whose encoding can be
 /// empty (std::monostate, empty structs, hook types) are each followed by a

@@ -11,6 +11,7 @@
 #include <boost/pfr/core.hpp>
 
 #include <algorithm>
+#include <iterator>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -94,13 +95,29 @@ void decode_variant(reader& r, V& out, std::size_t index, std::index_sequence<I.
   table[index](r, out);
 }
 
-// Maps and sets: one element at a time (no trust in the count beyond the
-// bound check), rejecting duplicates so each value has a single encoding.
-template <class C> void insert_unique(C& c, std::size_t at, auto&&... args) {
-  const std::size_t before = c.size();
-  c.emplace_hint(c.end(), std::forward<decltype(args)>(args)...);
-  if (c.size() == before) [[unlikely]]
-    throw_malformed("duplicate key", at);
+// Maps and sets are filled one element at a time (no trust in the count
+// beyond the bound check). Ordered ones must arrive in strictly increasing key
+// order, as they are written: each value has exactly one encoding, and every
+// insert is an O(1) append. Unordered ones reject duplicate keys.
+template <class C, class K, class... M>
+void insert_unique(C& c, std::size_t at, K&& key, M&&... mapped) {
+  if constexpr (requires { c.key_comp(); }) {
+    if (!c.empty()) {
+      const auto& last = *std::prev(c.end());
+      const auto& last_key = [&]() -> const auto& {
+        if constexpr (sizeof...(M) == 0) return last;
+        else return last.first;
+      }();
+      if (!c.key_comp()(last_key, key)) [[unlikely]]
+        throw_malformed("key out of order or duplicated", at);
+    }
+    c.emplace_hint(c.end(), std::forward<K>(key), std::forward<M>(mapped)...);
+  } else {
+    const std::size_t before = c.size();
+    c.emplace(std::forward<K>(key), std::forward<M>(mapped)...);
+    if (c.size() == before) [[unlikely]]
+      throw_malformed("duplicate key", at);
+  }
 }
 
 /// Calls f(member) for each described base (as a base reference) and then
