@@ -2,6 +2,7 @@
 // in the same run so machine noise affects both alike.
 //
 //   bench_serialize [FLOATS] [REPS]     defaults: 1048576 floats, 15 repetitions
+//   bench_serialize --smoke             a tiny run (4096 floats, 3 repetitions)
 //
 // Prints medians. A round trip is serialize (allocates the buffer, copies in)
 // plus deserialize (allocates the value, copies out); the memcpy baseline does
@@ -60,10 +61,13 @@ void report(const char* what, std::size_t bytes, double fiber_s, double memcpy_s
 } // namespace
 
 int main(int argc, char** argv) {
-  const std::size_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : std::size_t{1} << 20;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 15;
+  const bool smoke = argc > 1 && std::strcmp(argv[1], "--smoke") == 0;
+  const std::size_t n = smoke      ? 4096
+                        : argc > 1 ? std::strtoull(argv[1], nullptr, 10)
+                                   : std::size_t{1} << 20;
+  const int reps = smoke ? 3 : argc > 2 ? std::atoi(argv[2]) : 15;
   if (n == 0 || reps <= 0) {
-    std::fprintf(stderr, "usage: %s [FLOATS>0] [REPS>0]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [FLOATS>0] [REPS>0] | --smoke\n", argv[0]);
     return 2;
   }
 #if defined(__GLIBC__)

@@ -738,7 +738,7 @@ TEST_CASE("huge claimed lengths are rejected quickly without allocating", "[seri
   CHECK_THROWS_AS((fiber::deserialize<std::vector<big, counting_alloc<big>>>(claim)),
                   fiber::serialization_error);
   CHECK(g_alloc.largest <= (std::size_t{1} << 20) + sizeof(big));
-  CHECK(clock::now() - t0 < std::chrono::seconds(2));
+  CHECK(clock::now() - t0 < std::chrono::seconds(5));  // generous: a hang would be endless
 }
 
 TEST_CASE("random bytes only ever raise serialization_error", "[serialize][malformed]") {
