@@ -1,0 +1,471 @@
+#pragma once
+/// @file manager.hpp
+/// Remote objects — Fiber's Manager / AsyncManager as typed actors.
+///
+/// ```cpp
+/// struct Env { Obs reset(std::uint64_t seed); Step step(Action a); };
+/// BOOST_DESCRIBE_STRUCT(Env, (), (reset, step))
+///
+/// fiber::RemoteManager<Env> manager{{.processes = 4}};
+/// fiber::Remote<Env> env = manager.make(ctor_args...);   // lives in a manager process
+/// Obs o = env.call<&Env::reset>(7);                      // blocking
+/// Step s = co_await env.async_call<&Env::step>(a, asio::use_awaitable);
+/// auto h = env.call_async<&Env::step>(a);  Step t = h.get();
+/// ```
+///
+/// **Where objects live.** In job-backed manager processes (this executable,
+/// started again by the backend, like Pool workers), spread evenly: make()
+/// picks the process holding the fewest objects. An object id (64 bits,
+/// never a pointer) names it on the wire.
+///
+/// **Threads and order (actor semantics).** In its manager process each
+/// object has a mailbox: its constructor, methods and destructor run one at a
+/// time, in the order the messages arrived, on a pool thread (never on
+/// fiber's runtime thread). Calls made by one thread of one process reach the
+/// object in the order that thread made them; calls from different callers
+/// interleave in arrival order. Different objects run concurrently: a thread
+/// is added whenever an object has work and no thread is idle, so a method
+/// that blocks delays only its own object. A method calling back into its
+/// own object through a Remote handle deadlocks (as any actor would).
+///
+/// **Ownership.** Handles are cheap copies naming one object. In the process
+/// that called make() ("the owner"), the object lives while a handle exists
+/// there; the last one destroyed, the object is destroyed in its manager
+/// process (after the calls already sent). Handles in other processes
+/// (serialized into a Pool task or a Process) do not keep it alive: a call
+/// made after the owner dropped it fails with fiber::error. A handle
+/// deserialized back in the owner process owns again.
+///
+/// **The relay.** Every call goes through a service in the process that
+/// created the RemoteManager, which forwards it to the manager process and
+/// the reply back (the manager processes talk to that process only). As with
+/// Queue's broker, that process must outlive every handle in use elsewhere;
+/// if it exits, calls elsewhere fail with fiber::worker_lost.
+///
+/// **Failures.** A method (or constructor) that throws reaches the caller as
+/// fiber::remote_error (type name and message); the object survives and
+/// keeps its state. A manager process that dies (killed, crashed, job lost,
+/// heartbeat missed) fails the calls waiting on it and every later call on
+/// its objects with fiber::worker_lost — objects are never silently
+/// recreated. A replacement process is started, so make() keeps working
+/// (up to 2 × processes consecutive start failures, then backend_error).
+/// Destroying the RemoteManager destroys every object (destructors run in the
+/// manager processes, after the calls already queued on them, killed after
+/// `shutdown_grace`) and stops its processes; calls on remaining handles
+/// then fail with fiber::error.
+
+#include <fiber/backend/from_env.hpp>
+#include <fiber/impl/manager.hpp>
+#include <fiber/init.hpp>
+#include <fiber/shared.hpp>
+
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/executor_work_guard.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fiber {
+
+/// RemoteManager options (an aggregate: use designated initializers).
+struct manager_options {
+  unsigned processes = 1;           ///< manager processes; 0 = fiber::cpu_count()
+  fiber::resources resources{};     ///< per process, asked of the backend
+  std::string name{};               ///< prefix of process names; default "manager-N"
+  /// How long shutdown waits for objects' pending calls and destructors
+  /// before killing the manager processes.
+  std::chrono::milliseconds shutdown_grace{5000};
+};
+
+/// Handle of one call_async: like multiprocessing's AsyncResult.
+/// Copyable; thread-safe.
+template <class R>
+class remote_result {
+public:
+  /// Wait and return the result (void for a void method). Rethrows
+  /// fiber::remote_error (the method threw), fiber::worker_lost (its
+  /// manager process died), fiber::error (the object or manager is gone).
+  /// May be called again (decodes again).
+  R get() const {
+    wait();
+    return take();
+  }
+  /// As get(), but throws fiber::timeout_error if not ready within `timeout`
+  /// (the call itself goes on).
+  template <class Rep, class Period>
+  R get(std::chrono::duration<Rep, Period> timeout) const {
+    if (!wait(timeout)) throw timeout_error("fiber::remote_result::get: not ready within the timeout");
+    return take();
+  }
+  bool ready() const {
+    std::lock_guard lk(st_->m);
+    return st_->done;
+  }
+  void wait() const {
+    check_thread();
+    std::unique_lock lk(st_->m);
+    st_->cv.wait(lk, [&] { return st_->done; });
+  }
+  template <class Rep, class Period>
+  bool wait(std::chrono::duration<Rep, Period> timeout) const {
+    check_thread();
+    std::unique_lock lk(st_->m);
+    return st_->cv.wait_for(lk, timeout, [&] { return st_->done; });
+  }
+  /// True once ready and the method returned normally; std::logic_error before.
+  bool successful() const {
+    std::lock_guard lk(st_->m);
+    if (!st_->done) throw std::logic_error("fiber::remote_result::successful: not ready");
+    return !st_->error;
+  }
+
+private:
+  template <class>
+  friend class Remote;
+  explicit remote_result(std::shared_ptr<detail::remote_call_state> st) : st_(std::move(st)) {}
+
+  static void check_thread() {
+    if (detail::runtime::instance().on_runtime_thread())
+      throw std::logic_error("fiber::remote_result: blocking wait on fiber's runtime thread (e.g. in a completion "
+                             "handler); use async_call there");
+  }
+
+  R take() const {
+    std::exception_ptr e;
+    std::vector<std::byte> bytes;
+    {
+      std::lock_guard lk(st_->m);
+      e = st_->error;
+      bytes = st_->bytes;
+    }
+    if (e) std::rethrow_exception(e);
+    return detail::decode_result<R>(bytes);
+  }
+
+  std::shared_ptr<detail::remote_call_state> st_;
+};
+
+/// A handle naming an object of type T that lives in a manager process.
+///
+/// Copyable (copies name the same object), serializable (pass it to a Pool
+/// task or a Process: it calls the same object from there), default
+/// constructible (an empty handle: calls throw std::logic_error). Any member
+/// function may be called from any thread concurrently. See the file comment
+/// for ownership and ordering.
+template <class T>
+class Remote {
+  static_assert(detail::check_object_type<T>());
+
+public:
+  using element_type = T;
+
+  Remote() = default;
+
+  /// Calls `m(args...)` on the object and waits for its result (void for a
+  /// void method). `&T::m` must be a public member function listed in T's
+  /// BOOST_DESCRIBE_STRUCT/CLASS; const methods work; arguments are checked
+  /// at compile time and copied now. Throws remote_error, worker_lost,
+  /// fiber::error (object or manager gone), std::logic_error (empty handle,
+  /// or called on fiber's runtime thread).
+  template <auto M, class... A>
+  auto call(A&&... args) const {
+    if constexpr (detail::check_call<T, M, A...>()) {
+      return call_async<M>(std::forward<A>(args)...).get();
+    }
+  }
+
+  /// Sends the call and returns at once with a handle (get(), get(timeout),
+  /// ready(), wait()): Fiber's AsyncManager.
+  template <auto M, class... A>
+  auto call_async(A&&... args) const {
+    if constexpr (detail::check_call<T, M, A...>()) {
+      using R = detail::method_result_t<M>;
+      auto st = std::make_shared<detail::remote_call_state>();
+      detail::send_call(ref(), payload<M>(std::forward<A>(args)...),
+                        [st](std::exception_ptr e, std::vector<std::byte> bytes) {
+                          {
+                            std::lock_guard lk(st->m);
+                            st->error = e;
+                            st->bytes = std::move(bytes);
+                            st->done = true;
+                          }
+                          st->cv.notify_all();
+                        });
+      return remote_result<R>(st);
+    }
+  }
+
+  /// Calls `m(args...)` asynchronously; the last argument is an Asio
+  /// completion token (asio::use_awaitable, asio::use_future, a callback,
+  /// asio::experimental::deferred, ...). Completion signature
+  /// `void(std::exception_ptr, R)`, or `void(std::exception_ptr)` for a void
+  /// method; the handler runs on its associated executor (default: fiber's
+  /// runtime executor — keep such handlers short and non-blocking).
+  /// Arguments are copied at initiation. Cancellation is not supported: a
+  /// call, once sent, runs.
+  template <auto M, class... A>
+  auto async_call(A&&... args_and_token) const {
+    static_assert(sizeof...(A) >= 1,
+                  "fiber::Remote<T>::async_call<&T::m>(args..., token): the last argument must be a completion token "
+                  "(e.g. asio::use_awaitable)");
+    if constexpr (sizeof...(A) >= 1) {
+      return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        auto tup = std::forward_as_tuple(std::forward<A>(args_and_token)...);
+        if constexpr (detail::check_call<T, M, std::tuple_element_t<I, std::tuple<A...>>...>()) {
+          auto&& token = std::get<sizeof...(A) - 1>(tup);
+          auto bytes = payload<M>(std::get<I>(std::move(tup))...);
+          using Res = typename detail::method_traits<decltype(M)>::result;
+          if constexpr (std::is_void_v<Res>)
+            return asio::async_initiate<decltype(token), void(std::exception_ptr)>(
+                initiation<void>{}, token, ref(), std::move(bytes));
+          else
+            return asio::async_initiate<decltype(token), void(std::exception_ptr, detail::method_result_t<M>)>(
+                initiation<detail::method_result_t<M>>{}, token, ref(), std::move(bytes));
+        }
+      }(std::make_index_sequence<sizeof...(A) - 1>{});
+    }
+  }
+
+  /// True unless default-constructed (or moved from).
+  explicit operator bool() const noexcept { return st_ != nullptr; }
+  /// The object's id (unique within its RemoteManager); 0 for an empty handle.
+  std::uint64_t id() const noexcept { return st_ ? st_->ref.object : 0; }
+
+  /// True if both name the same object.
+  friend bool operator==(const Remote& a, const Remote& b) {
+    if (a.st_ == b.st_) return true;
+    if (!a.st_ || !b.st_) return false;
+    return a.st_->ref.object == b.st_->ref.object && a.st_->ref.service == b.st_->ref.service &&
+           a.st_->ref.url == b.st_->ref.url;
+  }
+
+  /// Serialization hook: relay URL, relay service id, object id, and T's
+  /// type id (a handle deserialized as Remote of another type is refused
+  /// with serialization_error).
+  friend void fiber_serialize(writer& w, const Remote& r) {
+    static const detail::remote_ref empty;
+    const auto& ref = r.st_ ? r.st_->ref : empty;
+    w.write(ref.url);
+    w.write(ref.service);
+    w.write(ref.object);
+    w.write(detail::object_type_id<T>());
+  }
+  friend void fiber_deserialize(reader& in, Remote& r) {
+    detail::remote_ref ref;
+    ref.url = in.read<std::string>();
+    ref.service = in.read<std::uint64_t>();
+    ref.object = in.read<std::uint64_t>();
+    auto type = in.read<std::uint64_t>();
+    if (type != detail::object_type_id<T>())
+      throw serialization_error("fiber::Remote<" + std::string(detail::pretty_type_name<T>()) +
+                                ">: the bytes name a remote object of another type");
+    if (ref.object == 0) {
+      r.st_.reset();
+      return;
+    }
+    auto owner = detail::local_objects::instance().find(ref);
+    r.st_ = std::make_shared<const detail::remote_state>(detail::remote_state{std::move(ref), std::move(owner)});
+  }
+
+private:
+  template <class, backend::policy>
+  friend class RemoteManager;
+
+  explicit Remote(std::shared_ptr<const detail::remote_state> st) : st_(std::move(st)) {}
+
+  const detail::remote_ref& ref() const {
+    if (!st_) throw std::logic_error("fiber::Remote: empty handle (default-constructed or moved from)");
+    return st_->ref;
+  }
+
+  template <auto M, class... A>
+  std::vector<std::byte> payload(A&&... args) const {
+    (void)detail::method_registered<T, M>; // registers the method in every process
+    using params = typename detail::method_traits<decltype(M)>::wire_params;
+    writer w;
+    w.write(ref().object);
+    w.write(detail::method_id<T, M>());
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (w.write(std::tuple_element_t<I, params>(std::forward<A>(args))), ...);
+    }(std::index_sequence_for<A...>{});
+    return w.release();
+  }
+
+  /// Starts one call and completes the handler with the decoded result.
+  template <class R>
+  struct initiation {
+    template <class Handler>
+    void operator()(Handler&& handler, detail::remote_ref ref, std::vector<std::byte> bytes) const {
+      using H = std::decay_t<Handler>;
+      struct op {
+        H handler;
+        asio::executor_work_guard<asio::associated_executor_t<H, asio::any_io_executor>> work;
+      };
+      auto ex = asio::get_associated_executor(handler, detail::runtime::instance().executor());
+      auto o = std::make_shared<op>(op{std::forward<Handler>(handler), asio::make_work_guard(ex)});
+      detail::send_call(ref, std::move(bytes), [o](std::exception_ptr e, std::vector<std::byte> bytes) {
+        auto ex = o->work.get_executor();
+        asio::dispatch(ex, [o, e, bytes = std::move(bytes)]() mutable {
+          auto h = std::move(o->handler);
+          o->work.reset();
+          if constexpr (std::is_void_v<R>) {
+            if (!e) {
+              try {
+                detail::decode_result<void>(bytes);
+              } catch (...) {
+                e = std::current_exception();
+              }
+            }
+            std::move(h)(e);
+          } else {
+            R v{};
+            if (!e) {
+              try {
+                v = detail::decode_result<R>(bytes);
+              } catch (...) {
+                e = std::current_exception();
+              }
+            }
+            std::move(h)(e, std::move(v));
+          }
+        });
+      });
+    }
+  };
+
+  std::shared_ptr<const detail::remote_state> st_;
+};
+
+/// Starts `processes` job-backed manager processes and makes objects of
+/// type T in them (spread evenly). T must be described with
+/// BOOST_DESCRIBE_STRUCT/CLASS; its described public member functions are
+/// what Remote<T>::call can name.
+///
+/// Backend: backend::from_env by default (FIBER_BACKEND), or a policy.
+/// Thread-safety: make() may be called from several threads at once.
+/// Errors: backend_error (processes cannot be started), remote_error (T's
+/// constructor threw), worker_lost (the chosen process died during make()).
+/// The destructor destroys every object and stops the processes (see the
+/// file comment); the creating process must outlive handles used elsewhere.
+template <class T, backend::policy Backend = backend::from_env>
+class RemoteManager {
+  static_assert(detail::check_object_type<T>());
+
+public:
+  using object_type = T;
+
+  explicit RemoteManager(manager_options opt = {}) : opt_(std::move(opt)) {
+    if (opt_.processes == 0) opt_.processes = cpu_count();
+    if (opt_.name.empty()) opt_.name = "manager-" + std::to_string(detail::next_manager_number());
+    auto& rt = detail::runtime::instance();
+    rt.sync([&] {
+      core_ = std::make_shared<detail::manager_core>(
+          detail::manager_settings{opt_.name, opt_.processes, opt_.resources, opt_.shutdown_grace},
+          rt.template launcher<Backend>());
+      service_ = rt.add_service(core_);
+      url_ = rt.service_url();
+      try {
+        core_->start();
+      } catch (...) {
+        rt.remove_service(service_);
+        throw;
+      }
+    });
+  }
+
+  RemoteManager(const RemoteManager&) = delete;
+  RemoteManager& operator=(const RemoteManager&) = delete;
+
+  /// Destroys every object and stops the manager processes (waits for them).
+  ~RemoteManager() { shutdown(); }
+
+  /// Constructs `T(args...)` in the manager process holding the fewest
+  /// objects and returns a handle once it is constructed. Arguments are
+  /// copied (string literals become std::string) and checked at compile time.
+  template <class... A>
+  Remote<T> make(A&&... args) {
+    if constexpr (detail::check_make<T, A...>()) {
+      (void)detail::ctor_registered<T, detail::wire_arg_t<A>...>; // registers the constructor everywhere
+      writer w;
+      (w.write(detail::wire_arg_t<A>(std::forward<A>(args))), ...);
+      auto& rt = detail::runtime::instance();
+      if (rt.on_runtime_thread())
+        throw std::logic_error("fiber::RemoteManager::make: blocking call on fiber's runtime thread");
+      auto pr = std::make_shared<std::promise<std::uint64_t>>();
+      auto fut = pr->get_future();
+      auto core = core_;
+      asio::post(rt.executor(), [core, pr, args = w.release()]() mutable {
+        core->make(detail::ctor_id<T, detail::wire_arg_t<A>...>(), std::move(args),
+                   [pr](std::exception_ptr e, std::uint64_t id) {
+                     if (e) pr->set_exception(e);
+                     else pr->set_value(id);
+                   });
+      });
+      auto owner = std::make_shared<detail::object_owner>(detail::remote_ref{url_, service_, fut.get()});
+      detail::local_objects::instance().add(owner);
+      auto ref = owner->ref;
+      return Remote<T>(std::make_shared<const detail::remote_state>(detail::remote_state{std::move(ref), std::move(owner)}));
+    } else {
+      return Remote<T>{};
+    }
+  }
+
+  /// Destroy every object and stop the processes now (the destructor does
+  /// this). Later make() calls throw fiber::error. Idempotent.
+  void shutdown() {
+    std::shared_ptr<detail::manager_core> core;
+    {
+      std::lock_guard lk(m_);
+      if (stopped_) return;
+      stopped_ = true;
+      core = core_;
+    }
+    if (!core) return;
+    auto& rt = detail::runtime::instance();
+    if (rt.on_runtime_thread()) { // cannot wait here
+      core->shutdown({});
+      rt.remove_service(service_);
+      return;
+    }
+    std::promise<void> done;
+    auto fut = done.get_future();
+    rt.sync([&] { core->shutdown([&done] { done.set_value(); }); });
+    fut.wait();
+    rt.remove_service(service_);
+  }
+
+  unsigned processes() const noexcept { return opt_.processes; }
+  const std::string& name() const noexcept { return opt_.name; }
+
+  /// OS pids of the connected manager processes (local backend: children).
+  std::vector<std::int64_t> pids() const {
+    auto core = core_;
+    return detail::runtime::instance().sync([&] { return core->pids(); });
+  }
+
+  /// Objects alive (made and not yet destroyed, including lost ones).
+  std::size_t objects() const {
+    auto core = core_;
+    return detail::runtime::instance().sync([&] { return core->object_count(); });
+  }
+
+private:
+  manager_options opt_;
+  std::shared_ptr<detail::manager_core> core_;
+  std::uint64_t service_ = 0;
+  std::string url_;
+  std::mutex m_;
+  bool stopped_ = false;
+};
+
+} // namespace fiber

@@ -1,0 +1,397 @@
+#include <fiber/manager.hpp>
+#include <fiber/pool.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+/// The test object: records what it was sent, reports where it lives.
+struct Recorder {
+  Recorder() { ++alive; }
+  explicit Recorder(std::string name) : name_(std::move(name)) { ++alive; }
+  Recorder(std::string name, int start) : name_(std::move(name)), seen_{start} { ++alive; }
+  ~Recorder() { --alive; }
+
+  void push(int x) { seen_.push_back(x); }
+  std::vector<int> seen() const { return seen_; }            // const method
+  std::string name() const { return name_; }
+  std::int64_t pid() const { return ::getpid(); }
+  double slow(double s) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(s)); // creates overlap, not synchronization
+    return s;
+  }
+  int fail(std::string msg) {
+    throw std::invalid_argument(msg);
+  }
+  int alive_now() const { return alive.load(); } // Recorders alive in this process
+  void reset() { seen_.clear(); }                 // void result
+
+  static inline std::atomic<int> alive{0};
+
+  std::string name_;
+  std::vector<int> seen_;
+};
+BOOST_DESCRIBE_STRUCT(Recorder, (), (push, seen, name, pid, slow, fail, alive_now, reset))
+
+/// Throws from its constructor when asked to.
+struct Fragile {
+  explicit Fragile(bool ok) {
+    if (!ok) throw std::runtime_error("cannot build");
+  }
+  int one() const { return 1; }
+};
+BOOST_DESCRIBE_STRUCT(Fragile, (), (one))
+
+// ---- Pool tasks that receive a handle -----------------------------------------
+
+std::int64_t push_from_task(fiber::Remote<Recorder> r, int x) {
+  r.call<&Recorder::push>(x);
+  return ::getpid();
+}
+
+using Dict = fiber::shared::dict<int, int>;
+using List = fiber::shared::list<std::string>;
+
+int put_square(fiber::Remote<Dict> d, int x) {
+  d.call<&Dict::set>(x, x * x);
+  return int(::getpid());
+}
+
+int append_word(fiber::Remote<List> l, std::string w) {
+  l.call<&List::append>(w);
+  return 0;
+}
+
+std::vector<int> iota(int n) {
+  std::vector<int> v(std::size_t(n), 0);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("an object lives in a manager process; make forwards constructor arguments", "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1}};
+  auto r = m.make("alpha", 7);
+  REQUIRE(r);
+  auto pid = r.call<&Recorder::pid>();
+  CHECK(pid != ::getpid());
+  CHECK(m.pids() == std::vector<std::int64_t>{pid});
+  CHECK(r.call<&Recorder::name>() == "alpha");
+  CHECK(r.call<&Recorder::seen>() == std::vector<int>{7});
+  r.call<&Recorder::reset>(); // void
+  CHECK(r.call<&Recorder::seen>().empty());
+  auto plain = m.make();
+  CHECK(plain.call<&Recorder::name>().empty());
+  CHECK(m.objects() == 2);
+}
+
+TEST_CASE("50 async calls on one object run in the order they were made", "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 2}};
+  auto r = m.make();
+  std::vector<fiber::remote_result<void>> hs;
+  for (int i = 0; i < 50; ++i) hs.push_back(r.call_async<&Recorder::push>(i));
+  for (auto& h : hs) h.get();
+  CHECK(r.call<&Recorder::seen>() == iota(50));
+
+  // Two threads calling one object: each thread's calls keep their order.
+  r.call<&Recorder::reset>();
+  auto worker = [&](int base) {
+    for (int i = 0; i < 50; ++i) r.call_async<&Recorder::push>(base + i);
+  };
+  std::thread a(worker, 0), b(worker, 1000);
+  a.join();
+  b.join();
+  auto seen = r.call<&Recorder::seen>(); // queued after both threads' calls
+  REQUIRE(seen.size() == 100);
+  std::vector<int> from_a, from_b;
+  for (int x : seen) (x < 1000 ? from_a : from_b).push_back(x);
+  CHECK(from_a == iota(50));
+  for (auto& x : from_b) x -= 1000;
+  CHECK(from_b == iota(50));
+}
+
+TEST_CASE("calls on different objects overlap; calls on one object do not", "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1}}; // both objects in one process: threads
+  auto a = m.make();
+  auto b = m.make();
+  CHECK(a.call<&Recorder::pid>() == b.call<&Recorder::pid>());
+
+  auto t0 = clock_type::now();
+  auto ha = a.call_async<&Recorder::slow>(0.4);
+  auto hb = b.call_async<&Recorder::slow>(0.4);
+  CHECK(ha.get() == 0.4);
+  CHECK(hb.get() == 0.4);
+  CHECK(seconds_since(t0) < 0.75);
+
+  t0 = clock_type::now();
+  auto h1 = a.call_async<&Recorder::slow>(0.2);
+  auto h2 = a.call_async<&Recorder::slow>(0.2);
+  h1.get();
+  h2.get();
+  CHECK(seconds_since(t0) >= 0.4);
+}
+
+TEST_CASE("a method that throws gives remote_error and the object survives", "[manager]") {
+  fiber::RemoteManager<Recorder> m;
+  auto r = m.make();
+  r.call<&Recorder::push>(1);
+  try {
+    r.call<&Recorder::fail>("bad input");
+    FAIL("call should throw");
+  } catch (const fiber::remote_error& e) {
+    CHECK(e.type_name() == "std::invalid_argument");
+    CHECK(e.message() == "bad input");
+  }
+  auto h = r.call_async<&Recorder::fail>("again");
+  CHECK_THROWS_AS(h.get(), fiber::remote_error);
+  CHECK_FALSE(h.successful());
+  r.call<&Recorder::push>(2);
+  CHECK(r.call<&Recorder::seen>() == std::vector<int>{1, 2});
+
+  // A constructor that throws: make() throws remote_error, nothing is left.
+  fiber::RemoteManager<Fragile> f;
+  CHECK_THROWS_AS(f.make(false), fiber::remote_error);
+  CHECK(f.objects() == 0);
+  CHECK(f.make(true).call<&Fragile::one>() == 1);
+}
+
+TEST_CASE("get(timeout), ready, wait", "[manager]") {
+  fiber::RemoteManager<Recorder> m;
+  auto r = m.make();
+  auto h = r.call_async<&Recorder::slow>(0.5);
+  CHECK_THROWS_AS(h.get(std::chrono::milliseconds(20)), fiber::timeout_error);
+  CHECK(h.get(std::chrono::seconds(30)) == 0.5);
+  CHECK(h.ready());
+  CHECK(h.successful());
+  CHECK(h.get() == 0.5); // again
+}
+
+TEST_CASE("co_await async_call from an Asio coroutine", "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 2}};
+  auto a = m.make("a");
+  auto b = m.make("b");
+  asio::io_context ctx;
+  std::string na, nb;
+  std::vector<int> seen;
+  std::string error_type;
+  std::thread::id ran_on;
+  asio::co_spawn(
+      ctx,
+      [&]() -> asio::awaitable<void> {
+        na = co_await a.async_call<&Recorder::name>(asio::use_awaitable);
+        co_await a.async_call<&Recorder::push>(5, asio::use_awaitable); // void method
+        seen = co_await a.async_call<&Recorder::seen>(asio::use_awaitable);
+        nb = co_await b.async_call<&Recorder::name>(asio::use_awaitable);
+        ran_on = std::this_thread::get_id();
+        try {
+          co_await b.async_call<&Recorder::fail>("boom", asio::use_awaitable);
+        } catch (const fiber::remote_error& e) {
+          error_type = e.type_name();
+        }
+      },
+      asio::detached);
+  ctx.run();
+  CHECK(na == "a");
+  CHECK(nb == "b");
+  CHECK(seen == std::vector<int>{5});
+  CHECK(error_type == "std::invalid_argument");
+  CHECK(ran_on == std::this_thread::get_id()); // completions on the coroutine's executor
+
+  // Plain callbacks and use_future work too.
+  std::promise<std::string> p;
+  a.async_call<&Recorder::name>([&](std::exception_ptr e, std::string n) {
+    if (e) p.set_exception(e);
+    else p.set_value(n);
+  });
+  CHECK(p.get_future().get() == "a");
+  auto fut = b.async_call<&Recorder::pid>(asio::use_future);
+  CHECK(fut.get() != ::getpid());
+}
+
+TEST_CASE("objects are spread evenly over the manager processes", "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 2}};
+  std::vector<fiber::Remote<Recorder>> rs;
+  for (int i = 0; i < 4; ++i) rs.push_back(m.make());
+  std::map<std::int64_t, int> per_pid;
+  for (auto& r : rs) ++per_pid[r.call<&Recorder::pid>()];
+  REQUIRE(per_pid.size() == 2);
+  for (auto& [pid, n] : per_pid) CHECK(n == 2);
+}
+
+TEST_CASE("a handle passed into a Pool task calls the same object from there", "[manager]") {
+  fiber::RemoteManager<Recorder> m;
+  auto r = m.make();
+  auto manager_pid = r.call<&Recorder::pid>();
+  fiber::Pool pool{fiber::target<&push_from_task>, {.processes = 2}};
+  std::vector<std::tuple<fiber::Remote<Recorder>, int>> args;
+  for (int i = 0; i < 20; ++i) args.emplace_back(r, i);
+  auto pids = pool.starmap(args);
+  for (auto p : pids) {
+    CHECK(p != ::getpid());
+    CHECK(p != manager_pid);
+  }
+  auto seen = r.call<&Recorder::seen>();
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == iota(20));
+
+  // The same task's calls keep their order: one task pushes a sequence.
+  // (apply runs push_from_task once; the object sees its one value.)
+  CHECK(pool.apply(r, 99) != ::getpid());
+  CHECK(r.call<&Recorder::seen>().back() == 99);
+}
+
+TEST_CASE("a SIGKILLed manager process fails pending and later calls with worker_lost", "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1}};
+  auto r = m.make();
+  auto pid = r.call<&Recorder::pid>();
+  auto pending = r.call_async<&Recorder::slow>(60.0);
+  REQUIRE(::kill(pid_t(pid), SIGKILL) == 0);
+  auto t0 = clock_type::now();
+  CHECK_THROWS_AS(pending.get(), fiber::worker_lost);
+  CHECK(seconds_since(t0) < 10);
+  CHECK_THROWS_AS(r.call<&Recorder::pid>(), fiber::worker_lost);
+  CHECK_THROWS_AS(r.call_async<&Recorder::push>(1).get(), fiber::worker_lost);
+  try {
+    r.call<&Recorder::seen>();
+  } catch (const fiber::worker_lost& e) {
+    CHECK(std::string(e.what()).find("was lost") != std::string::npos);
+  }
+  // A replacement process takes new objects; the lost one is not recreated.
+  auto fresh = m.make();
+  auto pid2 = fresh.call<&Recorder::pid>();
+  CHECK(pid2 != pid);
+  CHECK_THROWS_AS(r.call<&Recorder::pid>(), fiber::worker_lost);
+}
+
+TEST_CASE("shared::dict and shared::list across a Pool", "[manager]") {
+  fiber::RemoteManager<Dict> dm;
+  auto d = dm.make();
+  fiber::Pool pool{fiber::target<&put_square>, {.processes = 3}};
+  std::vector<std::tuple<fiber::Remote<Dict>, int>> args;
+  for (int i = 0; i < 30; ++i) args.emplace_back(d, i);
+  auto pids = pool.starmap(args);
+  CHECK(std::set<int>(pids.begin(), pids.end()).count(::getpid()) == 0);
+
+  CHECK(d.call<&Dict::size>() == 30);
+  std::map<int, int> want;
+  for (int i = 0; i < 30; ++i) want[i] = i * i;
+  CHECK(d.call<&Dict::items>() == want);
+  CHECK(d.call<&Dict::get>(7) == std::optional<int>(49));
+  CHECK(d.call<&Dict::get>(100) == std::nullopt);
+  CHECK(d.call<&Dict::contains>(3));
+  CHECK(d.call<&Dict::erase>(3));
+  CHECK_FALSE(d.call<&Dict::contains>(3));
+  try {
+    d.call<&Dict::at>(3);
+    FAIL("at should throw");
+  } catch (const fiber::remote_error& e) {
+    CHECK(e.type_name() == "std::out_of_range");
+  }
+  d.call<&Dict::update>(std::map<int, int>{{3, 9}, {100, 1}});
+  CHECK(d.call<&Dict::at>(100) == 1);
+  CHECK(d.call<&Dict::pop>(100) == std::optional<int>(1));
+  CHECK(d.call<&Dict::setdefault>(5, 0) == 25);
+  CHECK(d.call<&Dict::keys>() == iota(30));
+  CHECK(d.call<&Dict::values>().size() == 30);
+
+  fiber::RemoteManager<List> lm;
+  auto l = lm.make(std::vector<std::string>{"start"});
+  fiber::Pool lpool{fiber::target<&append_word>, {.processes = 2}};
+  std::vector<std::tuple<fiber::Remote<List>, std::string>> words;
+  for (auto w : {"a", "b", "c", "d"}) words.emplace_back(l, w);
+  lpool.starmap(words);
+  CHECK(l.call<&List::size>() == 5);
+  CHECK(l.call<&List::get>(0) == "start");
+  auto items = l.call<&List::items>();
+  CHECK(std::set<std::string>(items.begin() + 1, items.end()) == std::set<std::string>{"a", "b", "c", "d"});
+  l.call<&List::set>(-1, "z");
+  CHECK(l.call<&List::pop>() == "z");
+  CHECK_THROWS_AS(l.call<&List::get>(10), fiber::remote_error);
+}
+
+TEST_CASE("destroying the last handle destroys the object", "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1}};
+  auto keeper = m.make("keeper"); // observes, from the same process
+  std::vector<std::byte> bytes;
+  {
+    auto r = m.make("doomed");
+    auto copy = r;
+    CHECK(keeper.call<&Recorder::alive_now>() == 2);
+    bytes = fiber::serialize(r);
+    auto back = fiber::deserialize<fiber::Remote<Recorder>>(bytes); // owns again in this process
+    CHECK(back == r);
+    CHECK(m.objects() == 2);
+  }
+  // The destroy message travels after every call made before it; the
+  // destructor runs on the object's own actor, so poll (bounded) from another.
+  auto deadline = clock_type::now() + std::chrono::seconds(10);
+  while (keeper.call<&Recorder::alive_now>() != 1 && clock_type::now() < deadline) {
+  }
+  CHECK(keeper.call<&Recorder::alive_now>() == 1);
+  CHECK(m.objects() == 1);
+  // A handle that does not own it (e.g. one serialized earlier) finds it gone.
+  auto stale = fiber::deserialize<fiber::Remote<Recorder>>(bytes);
+  CHECK_THROWS_AS(stale.call<&Recorder::pid>(), fiber::error);
+}
+
+TEST_CASE("handles: empty, equality, type-checked serialization", "[manager]") {
+  fiber::Remote<Recorder> empty;
+  CHECK_FALSE(empty);
+  CHECK_THROWS_AS(empty.call<&Recorder::pid>(), std::logic_error);
+  auto e2 = fiber::deserialize<fiber::Remote<Recorder>>(fiber::serialize(empty));
+  CHECK_FALSE(e2);
+
+  fiber::RemoteManager<Recorder> m;
+  auto a = m.make();
+  auto b = m.make();
+  CHECK(a == a);
+  CHECK_FALSE(a == b);
+  CHECK(a.id() != b.id());
+  CHECK_THROWS_AS(fiber::deserialize<fiber::Remote<Fragile>>(fiber::serialize(a)), fiber::serialization_error);
+}
+
+TEST_CASE("a RemoteManager's destructor stops its processes; remaining handles fail", "[manager]") {
+  fiber::Remote<Recorder> survivor;
+  std::int64_t pid = 0;
+  {
+    fiber::RemoteManager<Recorder> m{{.processes = 2}};
+    survivor = m.make();
+    pid = survivor.call<&Recorder::pid>();
+    (void)survivor.call_async<&Recorder::slow>(0.2); // queued work delays, not blocks, shutdown
+  }
+  CHECK(fiber_test::process_gone(pid));
+  CHECK_THROWS_AS(survivor.call<&Recorder::pid>(), fiber::error);
+
+  fiber::RemoteManager<Recorder> m2;
+  m2.shutdown();
+  CHECK_THROWS_AS(m2.make(), fiber::error);
+  fiber_test::require_no_children();
+}
