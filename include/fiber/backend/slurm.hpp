@@ -712,11 +712,13 @@ inline batch_plan plan_batch(const std::vector<const backend::job_spec*>& specs)
       vals[i] = &v;
     }
   std::vector<std::string> varying;
-  for (auto& [k, vals] : by_key) {
+  for (auto& entry : by_key) {
+    auto& vals = entry.second;
     vals.resize(specs.size(), nullptr);
-    bool same = std::all_of(vals.begin(), vals.end(), [&](const std::string* v) { return v && *v == *vals[0]; });
-    if (same) p.env.emplace_back(k, *vals[0]);
-    else varying.push_back(k);
+    const std::string* first = vals[0];
+    bool same = std::all_of(vals.begin(), vals.end(), [first](const std::string* v) { return v && first && *v == *first; });
+    if (same) p.env.emplace_back(entry.first, *first);
+    else varying.push_back(entry.first);
   }
   auto path_of = [](const std::optional<std::string>& o) { return o.value_or("/dev/null"); };
   bool same_out = true, same_err = true;
