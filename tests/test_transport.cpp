@@ -20,13 +20,17 @@
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/use_future.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <future>
+#include <new>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -39,6 +43,19 @@
 using namespace std::chrono_literals;
 namespace fd = fiber::detail;
 using fd::message;
+
+// The largest single allocation through operator new since the last reset:
+// proves that an oversized frame header is refused before allocating.
+static std::atomic<std::size_t> g_largest_alloc{0};
+void* operator new(std::size_t n) {
+  for (auto cur = g_largest_alloc.load(std::memory_order_relaxed);
+       n > cur && !g_largest_alloc.compare_exchange_weak(cur, n, std::memory_order_relaxed);) {
+  }
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -68,6 +85,9 @@ message str_msg(const std::string& s) {
   return m;
 }
 std::string msg_str(const message& m) { return std::string(reinterpret_cast<const char*>(m.data()), m.size()); }
+
+// Note: no co_await inside Catch macros (g++ 12 coroutines mishandle the
+// temporaries of such full-expressions); await into a local first.
 
 // Runs a coroutine on ctx to completion (bounded in time); rethrows its exception.
 template <class F>
@@ -160,4 +180,590 @@ TEST_CASE("transport: tcp round trip with use_awaitable", "[transport]") {
     auto e = co_await client.async_recv(asio::use_awaitable);
     CHECK(e.empty());
   });
+}
+
+namespace {
+
+// Message i of a sequence: its index (4 bytes LE) then i % 97 pattern bytes.
+message seq_msg(std::uint32_t i) {
+  message m = make_msg(4 + i % 97, i);
+  std::memcpy(m.data(), &i, 4);
+  return m;
+}
+std::uint32_t seq_index(const message& m) {
+  std::uint32_t i = ~0u;
+  if (m.size() >= 4) std::memcpy(&i, m.data(), 4);
+  return i;
+}
+
+// Sends n sequence messages at once (all queued before the first completes)
+// and checks every completion; `done` counts completions.
+void send_burst(fd::stream& s, std::uint32_t n, std::size_t& done) {
+  for (std::uint32_t i = 0; i < n; ++i)
+    s.async_send(seq_msg(i), [&done](std::error_code ec) {
+      REQUIRE_FALSE(ec);
+      ++done;
+    });
+}
+
+asio::awaitable<void> expect_burst(fd::stream& s, std::uint32_t n) {
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto m = co_await s.async_recv(asio::use_awaitable);
+    REQUIRE(seq_index(m) == i);
+    REQUIRE(m == seq_msg(i));
+  }
+}
+
+// A raw AF_UNIX client for ipc:// listeners (nng's ipc stream is a plain
+// unix stream socket): lets tests write arbitrary, even malformed, bytes.
+struct raw_unix_client {
+  int fd = -1;
+  explicit raw_unix_client(const std::string& ipc_url) {
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    const std::string path = ipc_url.substr(6);
+    std::strncpy(sa.sun_path, path.c_str(), sizeof sa.sun_path - 1);
+    fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  }
+  ~raw_unix_client() {
+    if (fd >= 0) ::close(fd);
+  }
+  void write(const void* p, std::size_t n) { REQUIRE(::write(fd, p, n) == static_cast<ssize_t>(n)); }
+  void write_header(std::uint32_t len) {
+    const unsigned char h[4] = {static_cast<unsigned char>(len), static_cast<unsigned char>(len >> 8),
+                                static_cast<unsigned char>(len >> 16), static_cast<unsigned char>(len >> 24)};
+    write(h, 4);
+  }
+};
+
+bool is_peer_gone(std::error_code ec) {
+  return ec == asio::error::eof || ec == asio::error::connection_reset;
+}
+
+} // namespace
+
+TEST_CASE("transport: many small messages both ways at once keep order", "[transport]") {
+  temp_dir dir;
+  const std::string url = GENERATE(std::string("ipc"), std::string("tcp"));
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), url == "ipc" ? dir.ipc("many.ipc") : "tcp://127.0.0.1:0");
+  constexpr std::uint32_t n = 20000;
+  std::size_t sent_c = 0, sent_s = 0;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto [server, client] = co_await connect_pair(l, no_options);
+    send_burst(client, n, sent_c);
+    send_burst(server, n, sent_s);
+    using namespace asio::experimental::awaitable_operators;
+    co_await (expect_burst(server, n) && expect_burst(client, n));
+    CHECK(sent_c == n);
+    CHECK(sent_s == n);
+    // Batching: a burst leaves in far fewer nng sends than messages, and
+    // buffered reads take far fewer nng recvs than messages.
+    auto cs = client.stats(), ss = server.stats();
+    INFO("client nng_sends " << cs.nng_sends << ", server nng_recvs " << ss.nng_recvs);
+    CHECK(cs.messages_sent == n);
+    CHECK(ss.messages_received == n);
+    CHECK(cs.nng_sends < n / 10);
+    CHECK(ss.nng_recvs < n / 10);
+  });
+}
+
+TEST_CASE("transport: a burst queued during a write goes out in one nng send", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("batch.ipc"));
+  std::size_t sent = 0;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto [server, client] = co_await connect_pair(l, no_options);
+    send_burst(client, 100, sent); // 1st written at once, 99 queued behind it
+    co_await expect_burst(server, 100);
+    CHECK(client.stats().nng_sends == 2);
+    CHECK(server.stats().nng_recvs < 100);
+  });
+}
+
+TEST_CASE("transport: large messages round trip", "[transport]") {
+  temp_dir dir;
+  const std::string url = GENERATE(std::string("ipc"), std::string("tcp"));
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), url == "ipc" ? dir.ipc("big.ipc") : "tcp://127.0.0.1:0");
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto [server, client] = co_await connect_pair(l, no_options);
+    // Send and receive concurrently: 16 MiB does not fit in socket buffers,
+    // and nothing is read until someone waits in async_recv.
+    using namespace asio::experimental::awaitable_operators;
+    const message big = make_msg(16u << 20, 7);
+    auto m = co_await (client.async_send(big, asio::use_awaitable) && server.async_recv(asio::use_awaitable));
+    REQUIRE(m.size() == big.size());
+    CHECK(m == big);
+    auto back = co_await (server.async_send(std::move(m), asio::use_awaitable) &&
+                          client.async_recv(asio::use_awaitable));
+    CHECK(back == big);
+
+    // Large and small messages mixed in one batch (zero-copy iov entries
+    // between coalesced segments), order kept.
+    std::size_t done = 0;
+    std::vector<message> want;
+    for (unsigned i = 0; i < 12; ++i) want.push_back(i % 3 == 0 ? make_msg((1u << 20) + i, i) : seq_msg(i));
+    for (auto& w : want)
+      client.async_send(w, [&](std::error_code ec) {
+        REQUIRE_FALSE(ec);
+        ++done;
+      });
+    for (auto& w : want) {
+      auto got = co_await server.async_recv(asio::use_awaitable);
+      CHECK(got == w);
+    }
+    CHECK(done == want.size());
+  });
+}
+
+TEST_CASE("transport: oversized frames are refused before allocating", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::transport_options opt;
+  opt.max_message_size = 1u << 20;
+  fd::listener l(ctx.get_executor(), dir.ipc("big.ipc"), opt);
+  raw_unix_client raw(l.url());
+  raw.write_header(3);
+  raw.write("abc", 3);
+  raw.write_header(0xfffffff0u); // claims ~4 GiB
+  raw.write("xyz", 3);
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto server = co_await l.async_accept(asio::use_awaitable);
+    auto m = co_await server.async_recv(asio::use_awaitable); // the valid frame first
+    CHECK(msg_str(m) == "abc");
+    g_largest_alloc = 0;
+    auto [ec, m2] = co_await server.async_recv(asio::experimental::as_tuple(asio::use_awaitable));
+    CHECK(ec == asio::error::message_size);
+    CHECK(m2.empty());
+    CHECK(g_largest_alloc.load() < (1u << 20));
+    CHECK_FALSE(server.is_open());
+    auto [ec3, m3] = co_await server.async_recv(asio::experimental::as_tuple(asio::use_awaitable));
+    CHECK(ec3 == asio::error::message_size); // the stream stays failed
+  });
+}
+
+TEST_CASE("transport: sending above max_message_size fails that send only", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::transport_options opt;
+  opt.max_message_size = 1000;
+  fd::listener l(ctx.get_executor(), dir.ipc("max.ipc"), opt);
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    using namespace asio::experimental::awaitable_operators;
+    auto [server, client] = co_await (l.async_accept(asio::use_awaitable) &&
+                                      fd::async_connect(ex, l.url(), opt, asio::use_awaitable));
+    auto [ec] = co_await client.async_send(message(1001), asio::experimental::as_tuple(asio::use_awaitable));
+    CHECK(ec == asio::error::message_size);
+    CHECK(client.is_open());
+    co_await client.async_send(message(1000), asio::use_awaitable);
+    auto got = co_await server.async_recv(asio::use_awaitable);
+    CHECK(got.size() == 1000);
+  });
+}
+
+TEST_CASE("transport: cancelling a pending recv through its slot", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  auto work = asio::make_work_guard(ctx); // run_one_for loops below: keep ctx from stopping
+  fd::listener l(ctx.get_executor(), dir.ipc("cancel.ipc"));
+  raw_unix_client raw(l.url());
+  fd::stream server;
+  l.async_accept([&](std::error_code ec, fd::stream s) {
+    REQUIRE_FALSE(ec);
+    server = std::move(s);
+  });
+  while (!server.is_open() && ctx.run_one_for(10s)) {
+  }
+  REQUIRE(server.is_open());
+
+  // Half a frame is on the wire when the recv is cancelled.
+  raw.write_header(6);
+  raw.write("hal", 3);
+  asio::cancellation_signal sig;
+  std::optional<std::error_code> result;
+  server.async_recv(asio::bind_cancellation_slot(sig.slot(), [&](std::error_code ec, message m) {
+    result = ec;
+    CHECK(m.empty());
+  }));
+  sig.emit(asio::cancellation_type::terminal);
+  while (!result && ctx.run_one_for(10s)) {
+  }
+  REQUIRE(result);
+  CHECK(*result == asio::error::operation_aborted);
+  CHECK(server.is_open());
+
+  // No byte was lost: the rest of the frame completes the next recv.
+  raw.write("ves", 3);
+  std::string got;
+  server.async_recv([&](std::error_code ec, message m) {
+    REQUIRE_FALSE(ec);
+    got = msg_str(m);
+  });
+  while (got.empty() && ctx.run_one_for(10s)) {
+  }
+  CHECK(got == "halves");
+}
+
+TEST_CASE("transport: timeouts cancel a recv cleanly", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("timeout.ipc"));
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [server, client] = co_await connect_pair(l, no_options);
+    asio::steady_timer timer(ex);
+
+    // awaitable_operators ||
+    using namespace asio::experimental::awaitable_operators;
+    timer.expires_after(50ms);
+    auto r = co_await (server.async_recv(asio::use_awaitable) || timer.async_wait(asio::use_awaitable));
+    CHECK(r.index() == 1);
+
+    // parallel_group with deferred operations
+    timer.expires_after(50ms);
+    auto [order, ec, m, tec] = co_await asio::experimental::make_parallel_group(
+                                   server.async_recv(asio::experimental::deferred),
+                                   timer.async_wait(asio::experimental::deferred))
+                                   .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+    CHECK(order[0] == 1);
+    CHECK(ec == asio::error::operation_aborted);
+    CHECK_FALSE(tec);
+
+    // The stream still works, and a recv that wins the race is not cancelled.
+    co_await client.async_send(str_msg("late"), asio::use_awaitable);
+    timer.expires_after(30s);
+    auto r2 = co_await (server.async_recv(asio::use_awaitable) || timer.async_wait(asio::use_awaitable));
+    REQUIRE(r2.index() == 0);
+    CHECK(msg_str(std::get<0>(r2)) == "late");
+  });
+}
+
+TEST_CASE("transport: a send that cannot finish times out and closes the stream", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("stuck.ipc"));
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [server, client] = co_await connect_pair(l, no_options);
+    asio::steady_timer timer(ex);
+    timer.expires_after(100ms);
+    using namespace asio::experimental::awaitable_operators;
+    // Nobody reads on the server: 64 MiB cannot fit in socket buffers.
+    auto r = co_await (client.async_send(make_msg(64u << 20), asio::use_awaitable) ||
+                       timer.async_wait(asio::use_awaitable));
+    CHECK(r.index() == 1);
+    CHECK_FALSE(client.is_open()); // a partial frame may be on the wire
+    auto [sec, m] = co_await server.async_recv(asio::experimental::as_tuple(asio::use_awaitable));
+    CHECK(is_peer_gone(sec));
+  });
+}
+
+TEST_CASE("transport: a peer that disappears fails the pending recv", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("gone.ipc"));
+
+  SECTION("peer closes") {
+    run_coro(ctx, [&]() -> asio::awaitable<void> {
+      auto [server, client] = co_await connect_pair(l, no_options);
+      co_await client.async_send(str_msg("last words"), asio::use_awaitable);
+      client.close();
+      CHECK_FALSE(client.is_open());
+      {
+        auto got = msg_str(co_await server.async_recv(asio::use_awaitable));
+        CHECK(got == "last words");
+      }
+      auto [ec, m] = co_await server.async_recv(asio::experimental::as_tuple(asio::use_awaitable));
+      CHECK(is_peer_gone(ec));
+      CHECK_FALSE(server.is_open());
+      auto [ec2] = co_await server.async_send(str_msg("x"), asio::experimental::as_tuple(asio::use_awaitable));
+      CHECK(ec2);
+    });
+  }
+
+  SECTION("peer object destroyed with operations pending") {
+    std::optional<std::error_code> client_recv;
+    std::optional<std::error_code> server_recv;
+    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+    fd::stream server;
+    {
+      fd::stream client;
+      run_coro(ctx, [&]() -> asio::awaitable<void> {
+        auto p = co_await connect_pair(l, no_options);
+        server = std::move(p.server);
+        client = std::move(p.client);
+      });
+      ctx.restart();
+      work.emplace(ctx.get_executor());
+      client.async_recv([&](std::error_code ec, message) { client_recv = ec; });
+      server.async_recv([&](std::error_code ec, message) { server_recv = ec; });
+    } // client destroyed here
+    while ((!client_recv || !server_recv) && ctx.run_one_for(10s)) {
+    }
+    REQUIRE(client_recv);
+    REQUIRE(server_recv);
+    CHECK(*client_recv == asio::error::operation_aborted);
+    CHECK(is_peer_gone(*server_recv));
+  }
+}
+
+TEST_CASE("transport: a SIGKILLed peer process fails the pending recv", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("kill.ipc"));
+  // Everything the child needs is prepared before fork(): after it, the
+  // child only makes async-signal-safe calls (nng threads may exist).
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::strncpy(sa.sun_path, l.url().substr(6).c_str(), sizeof sa.sun_path - 1);
+  const unsigned char bytes[] = {3, 0, 0, 0, 'a', 'b', 'c', 100, 0, 0, 0, 'p', 'a', 'r', 't'};
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    if (s < 0 || ::connect(s, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) ::_exit(1);
+    if (::write(s, bytes, sizeof bytes) != static_cast<ssize_t>(sizeof bytes)) ::_exit(1);
+    for (;;) ::pause();
+  }
+  struct reaper {
+    pid_t pid;
+    ~reaper() {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap{pid};
+
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto server = co_await l.async_accept(asio::use_awaitable);
+    {
+      auto got = msg_str(co_await server.async_recv(asio::use_awaitable));
+      CHECK(got == "abc");
+    }
+    // The child has written a partial frame and waits forever: kill it.
+    std::optional<std::error_code> result;
+    server.async_recv([&](std::error_code ec, message) { result = ec; });
+    REQUIRE(::kill(pid, SIGKILL) == 0);
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    for (int i = 0; i < 1000 && !result; ++i) { // bounded; each turn waits for the executor
+      t.expires_after(10ms);
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    REQUIRE(result);
+    CHECK(is_peer_gone(*result));
+  });
+}
+
+TEST_CASE("transport: close() aborts pending operations", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("close.ipc"));
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto [server, client] = co_await connect_pair(l, no_options);
+    std::optional<std::error_code> recv_ec, send_ec, queued_ec;
+    client.async_recv([&](std::error_code ec, message) { recv_ec = ec; });
+    client.async_send(make_msg(64u << 20), [&](std::error_code ec) { send_ec = ec; }); // in flight
+    client.async_send(str_msg("queued"), [&](std::error_code ec) { queued_ec = ec; });
+    client.close();
+    CHECK_FALSE(recv_ec); // never inline
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    for (int i = 0; i < 1000 && !(recv_ec && send_ec && queued_ec); ++i) {
+      t.expires_after(10ms);
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    REQUIRE(recv_ec);
+    REQUIRE(send_ec);
+    REQUIRE(queued_ec);
+    CHECK(*recv_ec == asio::error::operation_aborted);
+    CHECK(*send_ec == asio::error::operation_aborted);
+    CHECK(*queued_ec == asio::error::operation_aborted);
+    auto [ec] = co_await client.async_send(str_msg("after"), asio::experimental::as_tuple(asio::use_awaitable));
+    CHECK(ec == asio::error::operation_aborted);
+
+    fd::stream moved = std::move(server);
+    auto [ec2, m] = co_await server.async_recv(asio::experimental::as_tuple(asio::use_awaitable));
+    CHECK(ec2 == asio::error::bad_descriptor); // moved-from
+    CHECK(moved.is_open());
+  });
+}
+
+TEST_CASE("transport: use_future and deferred tokens", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  auto work = asio::make_work_guard(ctx);
+  fd::listener l(ctx.get_executor(), dir.ipc("future.ipc"));
+  fd::stream server, client;
+  std::thread io([&] { ctx.run(); });
+  struct joiner {
+    asio::executor_work_guard<asio::io_context::executor_type>& w;
+    std::thread& t;
+    ~joiner() {
+      w.reset();
+      t.join();
+    }
+  } join{work, io};
+  // The streams are not thread-safe: initiate on the io thread, wait here.
+  auto on_io = [&](auto f) { return asio::post(ctx, asio::use_future(std::move(f))).get(); };
+  auto accepted = on_io([&] { return l.async_accept(asio::use_future); });
+  client = on_io([&] { return fd::async_connect(ctx.get_executor(), l.url(), no_options, asio::use_future); }).get();
+  server = accepted.get();
+  on_io([&] { return client.async_send(str_msg("future"), asio::use_future); }).get();
+  CHECK(msg_str(on_io([&] { return server.async_recv(asio::use_future); }).get()) == "future");
+
+  // deferred: nothing starts until the deferred operation is invoked.
+  std::promise<std::string> got;
+  on_io([&] {
+    auto op = server.async_recv(asio::experimental::deferred);
+    client.async_send(str_msg("deferred"), asio::experimental::deferred)([](std::error_code ec) { REQUIRE_FALSE(ec); });
+    std::move(op)([&](std::error_code ec, message m) { got.set_value(ec ? ec.message() : msg_str(m)); });
+  });
+  CHECK(got.get_future().get() == "deferred");
+
+  // Errors surface as exceptions from the future.
+  on_io([&] { client.close(); });
+  auto f = on_io([&] { return server.async_recv(asio::use_future); });
+  CHECK_THROWS_AS(f.get(), std::system_error);
+  on_io([&] {
+    server.close();
+    l.close();
+  });
+}
+
+TEST_CASE("transport: listener and connect errors", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  try {
+    fd::listener bad(ctx.get_executor(), "bogus://nowhere");
+    FAIL("no exception");
+  } catch (const std::system_error& e) {
+    CHECK(std::string(e.what()).find("bogus://nowhere") != std::string::npos);
+  }
+  fd::listener l(ctx.get_executor(), "tcp://127.0.0.1:0");
+  try {
+    fd::listener again(ctx.get_executor(), l.url());
+    FAIL("no exception");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == asio::error::address_in_use);
+    CHECK(std::string(e.what()).find(l.url()) != std::string::npos);
+  }
+  std::optional<std::error_code> refused;
+  fd::async_connect(ctx.get_executor(), dir.ipc("nobody.ipc"), no_options,
+                    [&](std::error_code ec, fd::stream s) {
+                      refused = ec;
+                      CHECK_FALSE(s.is_open());
+                    });
+  ctx.run_for(10s);
+  REQUIRE(refused);
+  CHECK(*refused);
+}
+
+TEST_CASE("transport: accept cancellation and listener close", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("acc.ipc"));
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer timer(ex);
+    timer.expires_after(20ms);
+    using namespace asio::experimental::awaitable_operators;
+    auto r = co_await (l.async_accept(asio::use_awaitable) || timer.async_wait(asio::use_awaitable));
+    CHECK(r.index() == 1);
+    // A connection arriving later is not lost.
+    auto [server, client] = co_await connect_pair(l, no_options);
+    co_await client.async_send(str_msg("hi"), asio::use_awaitable);
+    {
+      auto got = msg_str(co_await server.async_recv(asio::use_awaitable));
+      CHECK(got == "hi");
+    }
+
+    std::optional<std::error_code> ec;
+    l.async_accept([&](std::error_code e, fd::stream) { ec = e; });
+    l.close();
+    for (int i = 0; i < 100 && !ec; ++i) {
+      timer.expires_after(10ms);
+      co_await timer.async_wait(asio::use_awaitable);
+    }
+    REQUIRE(ec);
+    CHECK(*ec == asio::error::operation_aborted);
+  });
+}
+
+TEST_CASE("transport: TLS round trip with a self-signed certificate", "[transport][tls]") {
+  nng_tls_config* probe = nullptr;
+  REQUIRE(nng_tls_config_alloc(&probe, NNG_TLS_MODE_SERVER) == 0); // Debian's nng has mbedTLS
+  nng_tls_config_free(probe);
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+    WARN("openssl not found: TLS test skipped");
+    return;
+  }
+  temp_dir dir;
+  auto gen = [&](const std::string& name) {
+    const auto d = dir.path.string();
+    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -days 1 -keyout " +
+                            d + "/" + name + "k.pem -out " + d + "/" + name + "c.pem >/dev/null 2>&1";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+  };
+  gen("a");
+  gen("b");
+  const std::string d = dir.path.string() + "/";
+  fd::transport_options srv;
+  srv.tls_cert_file = d + "ac.pem";
+  srv.tls_key_file = d + "ak.pem";
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), "tls+tcp://127.0.0.1:0", srv);
+  CHECK(l.url().rfind("tls+tcp://127.0.0.1:", 0) == 0);
+
+  SECTION("verified server") {
+    fd::transport_options cli;
+    cli.tls_ca_file = d + "ac.pem";
+    cli.tls_server_name = "localhost";
+    run_coro(ctx, [&]() -> asio::awaitable<void> {
+      auto [server, client] = co_await connect_pair(l, cli);
+      co_await client.async_send(str_msg("secret"), asio::use_awaitable);
+      {
+        auto got = msg_str(co_await server.async_recv(asio::use_awaitable));
+        CHECK(got == "secret");
+      }
+      const message big = make_msg((4u << 20) + 3, 5); // many TLS records, partial writes
+      std::size_t sent = 0;
+      send_burst(server, 300, sent);
+      server.async_send(big, [&](std::error_code ec) {
+        REQUIRE_FALSE(ec);
+        ++sent;
+      });
+      co_await expect_burst(client, 300);
+      auto got_big = co_await client.async_recv(asio::use_awaitable);
+      CHECK(got_big == big);
+      CHECK(sent == 301);
+    });
+  }
+  SECTION("unverified client still encrypts") {
+    run_coro(ctx, [&]() -> asio::awaitable<void> {
+      auto [server, client] = co_await connect_pair(l, no_options);
+      co_await client.async_send(str_msg("opaque"), asio::use_awaitable);
+      {
+        auto got = msg_str(co_await server.async_recv(asio::use_awaitable));
+        CHECK(got == "opaque");
+      }
+    });
+  }
+  SECTION("wrong CA is refused") {
+    fd::transport_options cli;
+    cli.tls_ca_file = d + "bc.pem";
+    cli.tls_server_name = "localhost";
+    run_coro(ctx, [&]() -> asio::awaitable<void> {
+      auto [server, client] = co_await connect_pair(l, cli);
+      using asio::experimental::as_tuple;
+      server.async_recv([](std::error_code, message) {}); // drive the server's handshake
+      auto [ec] = co_await client.async_send(str_msg("x"), as_tuple(asio::use_awaitable));
+      auto [ec2, m] = co_await client.async_recv(as_tuple(asio::use_awaitable));
+      INFO(ec.message() << " / " << ec2.message());
+      CHECK((ec || ec2));
+      CHECK(ec2);
+    });
+  }
 }

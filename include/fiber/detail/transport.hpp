@@ -280,6 +280,14 @@ inline tls_config_ptr make_tls_config(nng_tls_mode mode, const transport_options
 
 // ---------------------------------------------------------------- stream
 
+/// Counters of one stream (for tests, benchmarks and logs).
+struct stream_stats {
+  std::uint64_t messages_sent = 0;     ///< messages fully written
+  std::uint64_t nng_sends = 0;         ///< nng_stream_send calls (batches + continuations)
+  std::uint64_t messages_received = 0; ///< messages delivered to async_recv
+  std::uint64_t nng_recvs = 0;         ///< nng_stream_recv calls
+};
+
 class stream;
 class listener;
 
@@ -319,11 +327,20 @@ public:
     pump_recv(via::post);
   }
 
+  /// Starts the read pump (called once the core is owned by a shared_ptr).
+  void start() { read_more(); }
+
   void close() {
     closed_ = true; // buffered frames are not delivered after a local close
     shutdown(asio::error::operation_aborted, via::post);
+    // Wait until nng's callbacks for this stream have run (they only post):
+    // afterwards nothing can post to the executor, so the io_context may be
+    // destroyed right after the stream.
+    nng_aio_stop(saio_.get());
+    nng_aio_stop(raio_.get());
   }
   bool is_open() const noexcept { return !dead_; }
+  void set_max_message_size(std::size_t n) noexcept { max_ = std::min<std::size_t>(n, UINT32_MAX); }
 
   std::string peer_address() const {
     nng_sockaddr sa{};
@@ -347,6 +364,7 @@ public:
   }
 
   const asio::any_io_executor& executor() const noexcept { return ex_; }
+  const stream_stats& stats() const noexcept { return stats_; }
 
 private:
   struct send_op {
@@ -388,7 +406,10 @@ private:
         }
       for (auto& op : inflight_)
         if (op.id == id && (type & asio::cancellation_type::terminal) != asio::cancellation_type::none) {
-          nng_aio_cancel(saio_.get()); // on_send sees ECANCELED and closes the stream
+          // The batch may be between two partial writes (no nng op to
+          // cancel): the flag makes on_send stop instead of resubmitting.
+          cancel_write_ = true;
+          if (writing_) nng_aio_cancel(saio_.get()); // on_send: ECANCELED, closes the stream
           return;
         }
     } else {
@@ -423,6 +444,7 @@ private:
   // copy_threshold are coalesced into one buffer; larger payloads are
   // referenced in place (gather iov), so big messages are never copied.
   void start_write() {
+    cancel_write_ = false;
     inflight_.clear();
     iov_.clear();
     iov_pos_ = 0;
@@ -462,6 +484,7 @@ private:
       return;
     }
     skeep_ = shared_from_this();
+    ++stats_.nng_sends;
     nng_stream_send(s_.get(), saio_.get());
   }
 
@@ -491,11 +514,13 @@ private:
       if (iov_pos_ == iov_.size()) { // whole batch written
         auto done = std::move(inflight_);
         inflight_.clear();
+        stats_.messages_sent += done.size();
         if (!sendq_.empty() && !dead_) start_write(); // queue behind, then notify
         for (auto& op : done) op.done(via::dispatch, {});
         return;
       }
-      if (!dead_) return submit_write();
+      if (!dead_ && !cancel_write_) return submit_write();
+      rv = NNG_ECANCELED;
     }
     // A failed or cancelled write may have left a partial frame: the stream
     // cannot be used any more.
@@ -508,15 +533,20 @@ private:
   }
 
   // ---- read path: reads land in a 64 KiB buffer, so several small frames
-  // arriving together cost one nng_stream_recv; a frame that does not fit is
-  // read straight into its own message. Reads are issued only while someone
-  // waits in async_recv (the buffer, not the peer, bounds memory).
+  // arriving together cost one nng_stream_recv and a buffered frame completes
+  // an async_recv without touching nng. One read is kept in flight while the
+  // buffer has room, even with no async_recv waiting: nng's TLS handshake
+  // only progresses while both ends have an operation pending, and a dead
+  // peer is noticed early. Memory stays bounded by the buffer: a frame that
+  // does not fit is read straight into its own message, allocated only once
+  // an async_recv waits for it.
   void pump_recv(via v) {
     if (pumping_) return; // re-entered from a handler run inline: the outer loop continues
     pumping_ = true;
     while (!recvq_.empty()) {
       message m;
       if (next_frame(m, v)) {
+        ++stats_.messages_received;
         auto op = std::move(recvq_.front());
         recvq_.pop_front();
         op.done(v, {}, std::move(m));
@@ -525,11 +555,20 @@ private:
         recvq_.pop_front();
         op.done(v, dead_, message{});
       } else {
-        if (!reading_) start_read();
         break;
       }
     }
     pumping_ = false;
+    read_more();
+  }
+
+  void read_more() {
+    if (reading_ || dead_) return;
+    if (big_) {
+      if (big_fill_ < big_->size()) start_read();
+    } else if (rend_ - rpos_ < read_buffer_size) {
+      start_read(); // else: the buffer is full until a receiver consumes
+    }
   }
 
   // Extracts the next whole frame if buffered. While a read is in flight the
@@ -572,7 +611,9 @@ private:
       read_big_ = true;
     } else {
       if (!rbuf_) rbuf_ = std::make_unique<std::byte[]>(read_buffer_size);
-      if (rpos_ > 0) { // keep the partial frame at the front
+      if (rpos_ == rend_) {
+        rpos_ = rend_ = 0;
+      } else if (read_buffer_size - rend_ < read_buffer_size / 4) { // tail short: move the rest down
         std::memmove(rbuf_.get(), rbuf_.get() + rpos_, rend_ - rpos_);
         rend_ -= rpos_;
         rpos_ = 0;
@@ -583,6 +624,7 @@ private:
     nng_aio_set_iov(raio_.get(), 1, &iov); // n <= 4 cannot fail
     reading_ = true;
     rkeep_ = shared_from_this();
+    ++stats_.nng_recvs;
     nng_stream_recv(s_.get(), raio_.get());
   }
 
@@ -611,13 +653,14 @@ private:
   std::error_code dead_;
   bool closed_ = false;
   std::uint64_t next_id_ = 0;
+  stream_stats stats_;
 
   std::deque<send_op> sendq_;
   std::vector<send_op> inflight_;
   std::vector<nng_iov> iov_;
   std::size_t iov_pos_ = 0;
   std::vector<std::byte> coalesce_;
-  bool writing_ = false;
+  bool writing_ = false, cancel_write_ = false;
 
   std::deque<recv_op> recvq_;
   std::unique_ptr<std::byte[]> rbuf_;
@@ -640,6 +683,7 @@ public:
   stream(executor_type ex, nng_stream* s, const transport_options& opt) {
     stream_ptr owned(s);
     core_ = std::make_shared<stream_core>(std::move(ex), std::move(owned), opt);
+    core_->start();
   }
   stream(stream&&) noexcept = default;
   stream& operator=(stream&& o) noexcept {
@@ -690,6 +734,15 @@ public:
   bool is_open() const noexcept { return core_ && core_->is_open(); }
   /// Best effort, for logs ("tcp://1.2.3.4:5678", "ipc (pid 42)").
   std::string peer_address() const { return core_ ? core_->peer_address() : std::string(); }
+  /// Changes the limit for frames whose length header has not been parsed
+  /// yet, in both directions (e.g. a small bound until the peer has
+  /// authenticated). A frame already being read into its own buffer keeps
+  /// the limit it was checked against.
+  void set_max_message_size(std::size_t n) noexcept {
+    if (core_) core_->set_max_message_size(n);
+  }
+  /// Counters since the stream was created (zero for an empty stream).
+  stream_stats stats() const noexcept { return core_ ? core_->stats() : stream_stats{}; }
 
 private:
   std::shared_ptr<stream_core> core_;
@@ -741,6 +794,7 @@ public:
     if (dead_) return;
     dead_ = asio::error::operation_aborted;
     nng_stream_listener_close(l_.get());
+    nng_aio_stop(aio_.get()); // its callback has run: nothing posts after this
     ready_.clear();
     pump(via::post);
   }
