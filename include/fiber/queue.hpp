@@ -1,0 +1,198 @@
+#pragma once
+/// @file queue.hpp
+/// fiber::Queue<T> — multiprocessing.Queue across processes and machines.
+///
+/// ```cpp
+/// fiber::Queue<int> q;                          // unbounded; fiber::Queue<int> q{8} holds at most 8
+/// fiber::Process p{fiber::target<&worker>, q};  // handles are serializable
+/// q.put(1);  int v = q.get();
+/// std::optional<int> w = q.get(std::chrono::milliseconds{50});  // nullopt on timeout
+/// int x = co_await q.async_get(asio::use_awaitable);
+/// ```
+
+#include <fiber/impl/queue.hpp>
+#include <fiber/serialize.hpp>
+
+#include <asio/async_result.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace fiber {
+
+/// A multi-producer, multi-consumer FIFO shared by processes: every item put
+/// is got exactly once, by one getter, whichever process it is in.
+///
+/// **Where the items live.** In a broker inside the process that created the
+/// queue (the one that constructed it, or first used a default-constructed
+/// handle), served by that process's fiber runtime thread; items are kept as
+/// bytes there and decoded by the getter. Other processes reach it through
+/// the handle, which names the broker (creator's URL + id): a copy (or a
+/// serialized copy passed to a Process or a Pool task) names the same queue.
+/// Consequences: the creating process must outlive the queue's users, and
+/// must keep at least one handle while others use it. If it exits, the items
+/// are lost and every other process gets fiber::worker_lost from its next
+/// operation (and from operations waiting at that moment). If its last handle
+/// is destroyed, the broker shuts down: waiting and later operations
+/// elsewhere throw fiber::error.
+///
+/// **Delivery.** A blocking `get` waits at the broker; a timed get's timeout
+/// is the broker's, so an item is never taken and then dropped. An item
+/// handed to a getter in another process is kept until that process
+/// confirms receipt; if its connection dies first, the item is put back at
+/// the front. Waiting getters and putters are served first come, first served.
+///
+/// **Bounded queues.** With `maxsize > 0`, `put` blocks while the queue holds
+/// `maxsize` items (back-pressure), `put(v, timeout)` returns false if no
+/// room appeared in time.
+///
+/// **Errors.** A stored item that does not decode as T (a handle of another
+/// type naming the same queue) throws fiber::serialization_error from the
+/// get that received it; that item is dropped and the queue keeps working.
+/// fiber::worker_lost: the creating process is unreachable. fiber::error:
+/// the queue was shut down. std::logic_error: a blocking call on fiber's
+/// runtime thread (e.g. inside a completion handler running there; use the
+/// async_ forms).
+///
+/// **Thread safety.** A handle may be used (and copied) from any thread
+/// concurrently. Blocking calls wait on the calling thread; the runtime
+/// thread never blocks.
+template <serializable T>
+class Queue {
+public:
+  using value_type = T;
+
+  /// An unbounded queue. Its broker starts in this process on first use.
+  Queue() : Queue(0) {}
+  /// A queue of at most `maxsize` items (0: unbounded).
+  explicit Queue(std::size_t maxsize) : st_(std::make_shared<detail::queue_state>(maxsize)) {}
+
+  /// Blocks until there is room, then stores a copy of `v`.
+  void put(const T& v) {
+    auto wait = detail::next_wait_id();
+    auto payload = detail::put_payload(detail::op_header{wait, -1, 0}, v);
+    (void)give("fiber::Queue::put", std::move(payload));
+  }
+
+  /// Waits at most `timeout` for room; false if there was none (nothing stored).
+  template <class Rep, class Period>
+  bool put(const T& v, std::chrono::duration<Rep, Period> timeout) {
+    auto wait = detail::next_wait_id();
+    auto payload = detail::put_payload(detail::op_header{wait, detail::timeout_ms(timeout), 0}, v);
+    return give("fiber::Queue::put", std::move(payload)) == detail::give_tag::stored;
+  }
+
+  /// Stores `v` if there is room now; false otherwise.
+  bool put_nowait(const T& v) { return put(v, std::chrono::milliseconds(0)); }
+
+  /// Blocks until an item is available and returns it.
+  T get() { return *take("fiber::Queue::get", -1); }
+
+  /// Waits at most `timeout`; std::nullopt if no item came.
+  template <class Rep, class Period>
+  std::optional<T> get(std::chrono::duration<Rep, Period> timeout) {
+    return take("fiber::Queue::get", detail::timeout_ms(timeout));
+  }
+
+  /// An item if one is there now.
+  std::optional<T> get_nowait() { return take("fiber::Queue::get_nowait", 0); }
+
+  /// Items stored at the broker now (approximate: others may put and get meanwhile).
+  std::size_t qsize() const {
+    const auto& r = st_->ref();
+    return detail::wait_on_runtime<std::size_t>("fiber::Queue::qsize", [&](auto cb) {
+      detail::runtime::instance().request(r.url, r.id, detail::queue_op::size, {},
+                                          [cb](std::exception_ptr e, std::vector<std::byte> p) {
+                                            std::size_t n = 0;
+                                            if (!e) {
+                                              try {
+                                                n = std::size_t(fiber::deserialize<std::uint64_t>(p));
+                                              } catch (...) {
+                                                e = std::current_exception();
+                                              }
+                                            }
+                                            cb(e, n);
+                                          });
+    });
+  }
+  /// qsize() == 0 (approximate).
+  bool empty() const { return qsize() == 0; }
+  /// The bound given at construction (0: unbounded).
+  std::size_t maxsize() const noexcept { return st_->maxsize; }
+
+  /// Takes one item asynchronously. Completion signature
+  /// `void(std::exception_ptr, T)`; the handler runs on its associated
+  /// executor (default: fiber's runtime executor). Per-operation
+  /// cancellation (any type) withdraws the request at the broker: if an item
+  /// was already handed out, the operation completes normally with it;
+  /// otherwise with std::system_error(operation_aborted). No item is lost.
+  template <class Token>
+  auto async_get(Token&& token) {
+    return asio::async_initiate<Token, void(std::exception_ptr, T)>(
+        [st = st_](auto handler) { detail::start_async_take<T>(st->ref(), 0, std::move(handler)); }, token);
+  }
+
+  /// Stores a copy of `v` asynchronously (waits for room in a bounded
+  /// queue). Completion signature `void(std::exception_ptr)`. Cancellation
+  /// while waiting for room: operation_aborted and nothing stored; once
+  /// stored it completes normally.
+  template <class Token>
+  auto async_put(const T& v, Token&& token) {
+    auto wait = detail::next_wait_id();
+    auto payload = detail::put_payload(detail::op_header{wait, -1, 0}, v); // copied now
+    return asio::async_initiate<Token, void(std::exception_ptr)>(
+        [st = st_, wait](auto handler, std::vector<std::byte> payload) {
+          detail::start_async_give(st->ref(), 0, wait, std::move(payload), std::move(handler));
+        },
+        token, std::move(payload));
+  }
+
+  /// True if both handles name the same queue.
+  friend bool operator==(const Queue& a, const Queue& b) {
+    if (a.st_ == b.st_) return true;
+    const auto &ra = a.st_->ref(), &rb = b.st_->ref();
+    return ra.id == rb.id && ra.url == rb.url;
+  }
+
+  /// Serialization hook: the broker's URL and id, and maxsize. Serializing a
+  /// queue that was never used starts its broker here.
+  friend void fiber_serialize(writer& w, const Queue& q) {
+    const auto& r = q.st_->ref();
+    w.write(r.url);
+    w.write(r.id);
+    w.write(std::uint64_t(q.st_->maxsize));
+  }
+  friend void fiber_deserialize(reader& r, Queue& q) {
+    detail::broker_ref ref;
+    ref.url = r.read<std::string>();
+    ref.id = r.read<std::uint64_t>();
+    auto maxsize = r.read<std::uint64_t>();
+    // Back in the creating process: keep the broker alive like any local handle.
+    auto keep = detail::local_queues::instance().find(ref.id, ref.url);
+    q.st_ = std::make_shared<detail::queue_state>(std::move(ref), std::size_t(maxsize), std::move(keep));
+  }
+
+private:
+  detail::give_tag give(const char* what, std::vector<std::byte> payload) {
+    const auto& r = st_->ref();
+    return detail::wait_on_runtime<detail::give_tag>(what, [&](auto cb) { detail::async_give(r, std::move(payload), cb); });
+  }
+
+  std::optional<T> take(const char* what, std::int64_t timeout) {
+    const auto& r = st_->ref();
+    auto rep = detail::wait_on_runtime<detail::take_reply>(
+        what, [&](auto cb) { detail::async_take(r, 0, detail::next_wait_id(), timeout, cb); });
+    if (rep.tag != detail::take_tag::item) return std::nullopt;
+    return fiber::deserialize<T>(rep.item()); // bad bytes: serialization_error; the item is gone
+  }
+
+  std::shared_ptr<detail::queue_state> st_;
+};
+
+} // namespace fiber
