@@ -206,11 +206,56 @@ struct derived_agg : point {
   int z;
 };
 
+// A hook for a base class must not slice a derived class.
+struct shape {
+  int sides = 0;
+  friend void fiber_serialize(fiber::writer& w, const shape& s) { w.write(s.sides); }
+  friend void fiber_deserialize(fiber::reader& r, shape& s) { s.sides = r.read<int>(); }
+};
+class square : public shape {
+public:
+  int side_length() const { return len_; }
+
+private:
+  int len_ = 0;
+};
+
+// A hook template for a family of types (as fiber's own handles do).
+template <class T> struct handle {
+  T id{};
+  bool operator==(const handle&) const = default;
+};
+template <class T> void fiber_serialize(fiber::writer& w, const handle<T>& h) {
+  w.write(std::uint8_t{0x42});
+  w.write(h.id);
+}
+template <class T> void fiber_deserialize(fiber::reader& r, handle<T>& h) {
+  if (r.read<std::uint8_t>() != 0x42) r.fail("bad handle magic");
+  h.id = r.read<T>();
+}
+
 struct const_member {
   const int c;
 };
 
 } // namespace app
+
+// A hook in namespace fiber is found through the writer for every T; one
+// reachable only through a converting constructor must not capture other types.
+namespace fiber {
+struct converts_from_int {
+  converts_from_int(int v) : v(v) {}  // NOLINT: implicit on purpose
+  int v;
+};
+inline void fiber_serialize(writer& w, const converts_from_int& c) {
+  w.write(std::string("hijacked"));
+  w.write(c.v);
+}
+inline void fiber_deserialize(reader& r, converts_from_int& c) {
+  (void)r.read<std::string>();
+  c.v = r.read<int>();
+}
+} // namespace fiber
 
 namespace {
 
@@ -262,6 +307,11 @@ static_assert(!fiber::serializable<std::map<int, std::optional<app::half>>>);
 static_assert(!fiber::serializable<app::derived_agg>);  // PFR cannot do bases
 static_assert(!fiber::serializable<app::const_member>);
 static_assert(!fiber::serializable<std::string_view>);  // not owning: refuse
+static_assert(fiber::serializable<app::shape>);
+static_assert(!fiber::serializable<app::square>);  // the base's hook does not slice it
+static_assert(fiber::serializable<app::handle<int>>);
+static_assert(fiber::detail::kind_of<int> == fiber::detail::kind::scalar);  // not hijacked
+static_assert(fiber::detail::kind_of<fiber::converts_from_int> == fiber::detail::kind::hook);
 
 // The culprit named by the diagnostic is the innermost offending type.
 static_assert(std::is_same_v<fiber::detail::first_bad<std::map<int, std::vector<app::no_strategy>>>::type,
@@ -476,6 +526,15 @@ TEST_CASE("ADL hooks are used first and compose", "[serialize]") {
 
   app::tree tr{1, {{2, {}}, {3, {{4, {}}}}}};
   CHECK(round_trip(tr) == tr);
+
+  // Template hooks (like fiber's handles) match their whole family.
+  const bytes h = fiber::serialize(app::handle<std::uint16_t>{7});
+  CHECK(h == make_bytes({0x42, 7, 0}));
+  CHECK(round_trip(app::handle<std::string>{"id"}) == app::handle<std::string>{"id"});
+
+  // A fiber:: hook reachable by conversion does not apply to int.
+  CHECK(fiber::serialize(5) == make_bytes({5, 0, 0, 0}));
+  CHECK(fiber::serialize(fiber::converts_from_int{5}).size() == 1 + 8 + 4);
 }
 
 TEST_CASE("containers of empty encodings use pad bytes and stay bounded", "[serialize]") {

@@ -45,10 +45,13 @@
 /// capped at 1 MiB, so hostile input cannot make it crash, hang or allocate
 /// beyond what the input actually encodes.
 ///
+/// Hooks must take exactly `fiber::writer&` / `fiber::reader&` and the type
+/// itself (not a base or something it converts to); a hook for a base class
+/// does not apply to derived classes.
+///
 /// Limits: directly recursive types (`struct node { std::vector<node> kids; }`)
 /// need the hook; aggregates with C-array members are not supported by
-/// Boost.PFR (use `std::array` or Describe); a hook found for a base class
-/// also matches derived classes (ADL + derived-to-base conversion).
+/// Boost.PFR (use `std::array` or Describe).
 
 #include <fiber/error.hpp>
 
@@ -288,9 +291,14 @@ template <class T> constexpr std::string_view type_name() noexcept {
 
 // --- user hooks -------------------------------------------------------------
 namespace hook_lookup {
-// Poison pills: unqualified lookup stops here, so only ADL finds user hooks.
-void fiber_serialize() = delete;
-void fiber_deserialize() = delete;
+// Deleted catch-alls. They stop unqualified lookup here, so hooks are found
+// only by ADL, and as exact-match candidates they beat any hook reachable
+// only through a conversion: a hook for Base does not silently slice a
+// Derived, and a converting constructor of some fiber:: handle (found via the
+// writer's namespace) cannot capture std::string. A non-template or more
+// specialized hook for exactly T still wins over them.
+template <class T> void fiber_serialize(writer&, const T&) = delete;
+template <class T> void fiber_deserialize(reader&, T&) = delete;
 
 template <class T>
 concept has_save = requires(writer& w, const T& v) { fiber_serialize(w, v); };
