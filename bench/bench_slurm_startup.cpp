@@ -95,6 +95,7 @@ std::optional<sample> one_run(slurm_options::mode mode, int jobs, const std::str
       // date runs first: its stamp is when the job's process started
       sp.argv = {"/bin/sh", "-c", "date +%s.%N > " + f + ".tmp && mv " + f + ".tmp " + f + "; exec sleep 120"};
       sp.env = {{"FIBER_INTERNAL_WORKER_ID", std::to_string(i)}};
+      sp.stdout_path = sp.stderr_path = "/dev/null"; // steps: slurmstepd's "CANCELLED" lines too
       specs.push_back(sp);
     }
     std::vector<fiber::backend::exit_handler> h(specs.size(), [](const fiber::backend::job_exit&) {});
@@ -198,6 +199,7 @@ int main(int argc, char** argv) {
       r.out = r.err = si::stdio::inherit;
       auto res = si::run(r, std::chrono::minutes(10));
       if (!res.ok()) std::printf("srun    (salloc run failed: %s)\n", res.describe().c_str());
+      wait_gone("fiber-bench-alloc"); // leave no job behind, even a completing one
       continue;
     }
     std::vector<sample> v;
