@@ -39,8 +39,14 @@
 /// * `auto` (default): `srun` inside an allocation, else `array` for more
 ///   than one spec, else `sbatch`.
 ///
-/// Measured on the rig (22.05, 1 node, batch_sched_delay=0), 8 one-CPU jobs,
-/// submission -> all 8 processes started: see bench/bench_slurm_startup.cpp.
+/// Measured on the rig (Slurm 22.05, batch_sched_delay=0, 2 real cores),
+/// bench/bench_slurm_startup.cpp, 8 one-CPU jobs, submission -> all 8
+/// processes started, median of 9 [min..max]: srun steps 0.19 s
+/// [0.15..0.26]; per-job sbatch 0.82 s [0.27..0.86]; array 0.82 s
+/// [0.77..0.88] (1 node and 3 netns nodes alike). Batch jobs and arrays
+/// both start on the controller's next scheduling pass (~1 s period), so an
+/// array only saves submission calls (1 instead of n, ~10 ms each) here;
+/// steps skip the scheduler and are ~4x faster.
 ///
 /// ## The secret never reaches argv or the batch script
 /// The spec's environment (it carries fiber's secret) goes into the
