@@ -240,6 +240,20 @@ struct const_member {
 
 } // namespace app
 
+// Greedy user functions named like fiber's internals must not be found by
+// ADL from inside the library (its internal calls are qualified).
+namespace greedy {
+struct payload {
+  int x;
+  std::string s;
+  bool operator==(const payload&) const = default;
+};
+// (Functions of the user's own, e.g. for another format, that happen to
+// share names and a parameter type with fiber's internals.)
+inline void encode(fiber::writer&, const payload&) { throw std::logic_error("greedy encode"); }
+inline void decode(fiber::reader&, payload&) { throw std::logic_error("greedy decode"); }
+} // namespace greedy
+
 // A hook in namespace fiber is found through the writer for every T; one
 // reachable only through a converting constructor must not capture other types.
 namespace fiber {
@@ -531,6 +545,10 @@ TEST_CASE("ADL hooks are used first and compose", "[serialize]") {
   const bytes h = fiber::serialize(app::handle<std::uint16_t>{7});
   CHECK(h == make_bytes({0x42, 7, 0}));
   CHECK(round_trip(app::handle<std::string>{"id"}) == app::handle<std::string>{"id"});
+
+  // Users' own encode/decode are not picked up by ADL.
+  CHECK(round_trip(greedy::payload{3, "g"}) == greedy::payload{3, "g"});
+  CHECK(round_trip(std::vector<greedy::payload>{{1, "a"}}) == std::vector<greedy::payload>{{1, "a"}});
 
   // A fiber:: hook reachable by conversion does not apply to int.
   CHECK(fiber::serialize(5) == make_bytes({5, 0, 0, 0}));

@@ -90,7 +90,7 @@ void decode_variant(reader& r, V& out, std::size_t index, std::index_sequence<I.
   using fn = void (*)(reader&, V&);
   static constexpr fn table[] = {+[](reader& rr, V& v) {
     if constexpr (check_default_initializable<std::variant_alternative_t<I, V>>())
-      decode(rr, v.template emplace<I>());
+      detail::decode(rr, v.template emplace<I>());
   }...};
   table[index](r, out);
 }
@@ -156,19 +156,19 @@ template <class Tuple> std::byte* encode_fixed_tuple(std::byte* p, const Tuple& 
   return std::apply(
       [p](const auto&... xs) {
         std::byte* q = p;
-        ((q = encode_fixed(q, xs)), ...);
+        ((q = detail::encode_fixed(q, xs)), ...);
         return q;
       },
       t);
 }
 template <class T, template <class...> class L, class... D>
 std::byte* encode_fixed_bases(std::byte* p, [[maybe_unused]] const T& v, L<D...>) noexcept {
-  ((p = encode_fixed(p, (const typename D::type&)v)), ...);  // C-style cast: private bases
+  ((p = detail::encode_fixed(p, (const typename D::type&)v)), ...);  // C-style cast: private bases
   return p;
 }
 template <class T, template <class...> class L, class... D>
 std::byte* encode_fixed_members(std::byte* p, [[maybe_unused]] const T& v, L<D...>) noexcept {
-  ((p = encode_fixed(p, v.*D::pointer)), ...);
+  ((p = detail::encode_fixed(p, v.*D::pointer)), ...);
   return p;
 }
 template <class Tuple>
@@ -176,7 +176,7 @@ const std::byte* decode_fixed_tuple(const std::byte* p, Tuple&& t, block_origin 
   return std::apply(
       [p, o](auto&... xs) {
         const std::byte* q = p;
-        ((q = decode_fixed(q, xs, o)), ...);
+        ((q = detail::decode_fixed(q, xs, o)), ...);
         return q;
       },
       t);
@@ -184,13 +184,13 @@ const std::byte* decode_fixed_tuple(const std::byte* p, Tuple&& t, block_origin 
 template <class T, template <class...> class L, class... D>
 const std::byte* decode_fixed_bases(const std::byte* p, [[maybe_unused]] T& out,
                                     [[maybe_unused]] block_origin o, L<D...>) {
-  ((p = decode_fixed(p, (typename D::type&)out, o)), ...);
+  ((p = detail::decode_fixed(p, (typename D::type&)out, o)), ...);
   return p;
 }
 template <class T, template <class...> class L, class... D>
 const std::byte* decode_fixed_members(const std::byte* p, [[maybe_unused]] T& out,
                                       [[maybe_unused]] block_origin o, L<D...>) {
-  ((p = decode_fixed(p, out.*D::pointer, o)), ...);
+  ((p = detail::decode_fixed(p, out.*D::pointer, o)), ...);
   return p;
 }
 
@@ -205,21 +205,21 @@ template <class T> std::byte* encode_fixed(std::byte* p, const T& v) noexcept {
     return p + 1;
   } else if constexpr (k == kind::describe) {
     namespace bd = boost::describe;
-    p = encode_fixed_bases(p, v, bd::describe_bases<T, bd::mod_any_access>{});
-    return encode_fixed_members(p, v, bd::describe_members<T, bd::mod_any_access>{});
+    p = detail::encode_fixed_bases(p, v, bd::describe_bases<T, bd::mod_any_access>{});
+    return detail::encode_fixed_members(p, v, bd::describe_members<T, bd::mod_any_access>{});
   } else if constexpr (k == kind::aggregate) {
-    return encode_fixed_tuple(p, boost::pfr::structure_tie(v));
+    return detail::encode_fixed_tuple(p, boost::pfr::structure_tie(v));
   } else if constexpr (k == kind::array) {
-    for (const auto& e : v) p = encode_fixed(p, e);
+    for (const auto& e : v) p = detail::encode_fixed(p, e);
     return p;
   } else if constexpr (k == kind::pair) {
-    return encode_fixed(encode_fixed(p, v.first), v.second);
+    return detail::encode_fixed(detail::encode_fixed(p, v.first), v.second);
   } else if constexpr (k == kind::tuple) {
-    return encode_fixed_tuple(p, v);
+    return detail::encode_fixed_tuple(p, v);
   } else if constexpr (k == kind::duration) {
-    return encode_fixed(p, v.count());
+    return detail::encode_fixed(p, v.count());
   } else if constexpr (k == kind::time_point) {
-    return encode_fixed(p, v.time_since_epoch());
+    return detail::encode_fixed(p, v.time_since_epoch());
   } else {
     static_assert(k == kind::monostate, "fiber: internal error: not a fixed-size kind");
     return p;
@@ -240,25 +240,25 @@ template <class T> const std::byte* decode_fixed(const std::byte* p, T& out, blo
     return p + 1;
   } else if constexpr (k == kind::describe) {
     namespace bd = boost::describe;
-    p = decode_fixed_bases(p, out, o, bd::describe_bases<T, bd::mod_any_access>{});
-    return decode_fixed_members(p, out, o, bd::describe_members<T, bd::mod_any_access>{});
+    p = detail::decode_fixed_bases(p, out, o, bd::describe_bases<T, bd::mod_any_access>{});
+    return detail::decode_fixed_members(p, out, o, bd::describe_members<T, bd::mod_any_access>{});
   } else if constexpr (k == kind::aggregate) {
-    return decode_fixed_tuple(p, boost::pfr::structure_tie(out), o);
+    return detail::decode_fixed_tuple(p, boost::pfr::structure_tie(out), o);
   } else if constexpr (k == kind::array) {
-    for (auto& e : out) p = decode_fixed(p, e, o);
+    for (auto& e : out) p = detail::decode_fixed(p, e, o);
     return p;
   } else if constexpr (k == kind::pair) {
-    return decode_fixed(decode_fixed(p, out.first, o), out.second, o);
+    return detail::decode_fixed(detail::decode_fixed(p, out.first, o), out.second, o);
   } else if constexpr (k == kind::tuple) {
-    return decode_fixed_tuple(p, out, o);
+    return detail::decode_fixed_tuple(p, out, o);
   } else if constexpr (k == kind::duration) {
     typename T::rep count{};
-    p = decode_fixed(p, count, o);
+    p = detail::decode_fixed(p, count, o);
     out = T{count};
     return p;
   } else if constexpr (k == kind::time_point) {
     typename T::duration since{};
-    p = decode_fixed(p, since, o);
+    p = detail::decode_fixed(p, since, o);
     out = T{since};
     return p;
   } else {
@@ -283,6 +283,8 @@ inline constexpr bool block_wire =
 
 // --- the general encoder/decoder ---------------------------------------------------
 
+// Internal calls are qualified (detail::encode, ...) so that argument-dependent
+// lookup cannot pick up a user's own `encode`/`decode` for the value's type.
 template <class T> void encode(writer& w, const T& v) {
   constexpr kind k = kind_of<T>;
   if constexpr (k == kind::hook) {
@@ -290,9 +292,9 @@ template <class T> void encode(writer& w, const T& v) {
   } else if constexpr (memcpy_wire<T>) {
     w.write_bytes(std::addressof(v), sizeof(T));
   } else if constexpr (block_wire<T>) {
-    encode_fixed(grow(w, fixed_wire_size<T>), v);
+    detail::encode_fixed(detail::grow(w, fixed_wire_size<T>), v);
   } else if constexpr (k == kind::describe) {
-    for_each_described(v, [&](const auto& f) { encode(w, f); });
+    detail::for_each_described(v, [&](const auto& f) { detail::encode(w, f); });
   } else if constexpr (k == kind::boolean) {
     w.write_varint(v ? 1 : 0);
   } else if constexpr (k == kind::string) {
@@ -301,61 +303,61 @@ template <class T> void encode(writer& w, const T& v) {
   } else if constexpr (k == kind::vector) {
     using E = typename T::value_type;
     if constexpr (std::is_same_v<E, bool>) {
-      encode_bits(w, v);
+      detail::encode_bits(w, v);
     } else {
       w.write_varint(v.size());
       if constexpr (memcpy_wire<E>) {
         w.write_bytes(v.data(), v.size() * sizeof(E));
       } else if constexpr (fixed_wire_size<E> != variable_size && fixed_wire_size<E> > 0) {
-        std::byte* p = grow(w, v.size() * fixed_wire_size<E>);
-        for (const E& e : v) p = encode_fixed(p, e);
+        std::byte* p = detail::grow(w, v.size() * fixed_wire_size<E>);
+        for (const E& e : v) p = detail::encode_fixed(p, e);
       } else {
         for (const E& e : v) {
-          encode(w, e);
+          detail::encode(w, e);
           write_pad<E>(w);
         }
       }
     }
   } else if constexpr (k == kind::array) {  // variable-size elements
-    for (const auto& e : v) encode(w, e);
+    for (const auto& e : v) detail::encode(w, e);
   } else if constexpr (k == kind::map) {
     using K = typename T::key_type;
     using M = typename T::mapped_type;
     w.write_varint(v.size());
     for (const auto& [key, val] : v) {
-      encode(w, key);
-      encode(w, val);
+      detail::encode(w, key);
+      detail::encode(w, val);
       write_pad<K, M>(w);
     }
   } else if constexpr (k == kind::set) {
     using K = typename T::key_type;
     w.write_varint(v.size());
     for (const K& key : v) {
-      encode(w, key);
+      detail::encode(w, key);
       write_pad<K>(w);
     }
   } else if constexpr (k == kind::pair) {
-    encode(w, v.first);
-    encode(w, v.second);
+    detail::encode(w, v.first);
+    detail::encode(w, v.second);
   } else if constexpr (k == kind::tuple) {
-    std::apply([&](const auto&... xs) { (encode(w, xs), ...); }, v);
+    std::apply([&](const auto&... xs) { (detail::encode(w, xs), ...); }, v);
   } else if constexpr (k == kind::optional) {
     w.write_varint(v.has_value() ? 1 : 0);
-    if (v) encode(w, *v);
+    if (v) detail::encode(w, *v);
   } else if constexpr (k == kind::variant) {
     if (v.valueless_by_exception()) [[unlikely]]
       throw serialization_error("fiber::serialize: cannot encode a valueless " +
                                 std::string(type_name<T>()));
     w.write_varint(v.index());
-    std::visit([&](const auto& x) { encode(w, x); }, v);
+    std::visit([&](const auto& x) { detail::encode(w, x); }, v);
   } else if constexpr (k == kind::duration) {
-    encode(w, v.count());
+    detail::encode(w, v.count());
   } else if constexpr (k == kind::time_point) {
-    encode(w, v.time_since_epoch());
+    detail::encode(w, v.time_since_epoch());
   } else if constexpr (k == kind::monostate) {
     // no bytes
   } else if constexpr (k == kind::aggregate) {
-    boost::pfr::for_each_field(v, [&](const auto& f) { encode(w, f); });
+    boost::pfr::for_each_field(v, [&](const auto& f) { detail::encode(w, f); });
   } else {
     static_assert(dependent_false<T>, "fiber: internal error: unhandled kind");
   }
@@ -370,9 +372,9 @@ template <class T> void decode(reader& r, T& out) {
   } else if constexpr (block_wire<T>) {
     const std::size_t at = r.position();
     const std::span<const std::byte> s = r.read_span(fixed_wire_size<T>);
-    decode_fixed(s.data(), out, block_origin{s.data(), at});
+    detail::decode_fixed(s.data(), out, block_origin{s.data(), at});
   } else if constexpr (k == kind::describe) {
-    for_each_described(out, [&](auto& f) { decode(r, f); });
+    detail::for_each_described(out, [&](auto& f) { detail::decode(r, f); });
   } else if constexpr (k == kind::boolean) {
     std::byte b;
     r.read_bytes(&b, 1);
@@ -394,7 +396,7 @@ template <class T> void decode(reader& r, T& out) {
   } else if constexpr (k == kind::vector) {
     using E = typename T::value_type;
     if constexpr (std::is_same_v<E, bool>) {
-      decode_bits(r, out);
+      detail::decode_bits(r, out);
     } else if constexpr (memcpy_wire<E>) {
       const std::size_t n = r.read_length(sizeof(E));
       const std::span<const std::byte> s = r.read_span(n * sizeof(E));
@@ -411,50 +413,50 @@ template <class T> void decode(reader& r, T& out) {
       const std::span<const std::byte> s = r.read_span(n * fixed_wire_size<E>);
       out.resize(n);
       const std::byte* p = s.data();
-      for (E& e : out) p = decode_fixed(p, e, o);
+      for (E& e : out) p = detail::decode_fixed(p, e, o);
     } else {
       const std::size_t n = r.read_length(elem_bound<E>);
       out.clear();
-      reserve_bounded(out, n);
+      detail::reserve_bounded(out, n);
       for (std::size_t i = 0; i < n; ++i) {
-        decode(r, out.emplace_back());
+        detail::decode(r, out.emplace_back());
         read_pad<E>(r);
       }
     }
   } else if constexpr (k == kind::array) {  // variable-size elements
-    for (auto& e : out) decode(r, e);
+    for (auto& e : out) detail::decode(r, e);
   } else if constexpr (k == kind::map) {
     using K = typename T::key_type;
     using M = typename T::mapped_type;
     const std::size_t n = r.read_length(elem_bound<K, M>);
     out.clear();
-    if constexpr (requires { out.reserve(n); }) reserve_bounded(out, n);
+    if constexpr (requires { out.reserve(n); }) detail::reserve_bounded(out, n);
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t at = r.position();
       K key = make_default<K>();
       M val = make_default<M>();
-      decode(r, key);
-      decode(r, val);
+      detail::decode(r, key);
+      detail::decode(r, val);
       read_pad<K, M>(r);
-      insert_unique(out, at, std::move(key), std::move(val));
+      detail::insert_unique(out, at, std::move(key), std::move(val));
     }
   } else if constexpr (k == kind::set) {
     using K = typename T::key_type;
     const std::size_t n = r.read_length(elem_bound<K>);
     out.clear();
-    if constexpr (requires { out.reserve(n); }) reserve_bounded(out, n);
+    if constexpr (requires { out.reserve(n); }) detail::reserve_bounded(out, n);
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t at = r.position();
       K key = make_default<K>();
-      decode(r, key);
+      detail::decode(r, key);
       read_pad<K>(r);
-      insert_unique(out, at, std::move(key));
+      detail::insert_unique(out, at, std::move(key));
     }
   } else if constexpr (k == kind::pair) {
-    decode(r, out.first);
-    decode(r, out.second);
+    detail::decode(r, out.first);
+    detail::decode(r, out.second);
   } else if constexpr (k == kind::tuple) {
-    std::apply([&](auto&... xs) { (decode(r, xs), ...); }, out);
+    std::apply([&](auto&... xs) { (detail::decode(r, xs), ...); }, out);
   } else if constexpr (k == kind::optional) {
     std::byte tag;
     r.read_bytes(&tag, 1);
@@ -462,7 +464,7 @@ template <class T> void decode(reader& r, T& out) {
       out.reset();
     } else if (tag == std::byte{1}) {
       if constexpr (check_default_initializable<typename T::value_type>())
-        decode(r, out.emplace());
+        detail::decode(r, out.emplace());
     } else [[unlikely]] {
       throw_malformed("optional tag " + std::to_string(std::to_integer<unsigned>(tag)) +
                           " is not 0 or 1",
@@ -476,20 +478,20 @@ template <class T> void decode(reader& r, T& out) {
       throw_malformed("variant index " + std::to_string(index) + " is out of range for " +
                           std::to_string(alternatives) + " alternatives",
                       at);
-    decode_variant(r, out, static_cast<std::size_t>(index),
+    detail::decode_variant(r, out, static_cast<std::size_t>(index),
                    std::make_index_sequence<alternatives>{});
   } else if constexpr (k == kind::duration) {
     typename T::rep count{};
-    decode(r, count);
+    detail::decode(r, count);
     out = T{count};
   } else if constexpr (k == kind::time_point) {
     typename T::duration since{};
-    decode(r, since);
+    detail::decode(r, since);
     out = T{since};
   } else if constexpr (k == kind::monostate) {
     // no bytes
   } else if constexpr (k == kind::aggregate) {
-    boost::pfr::for_each_field(out, [&](auto& f) { decode(r, f); });
+    boost::pfr::for_each_field(out, [&](auto& f) { detail::decode(r, f); });
   } else {
     static_assert(dependent_false<T>, "fiber: internal error: unhandled kind");
   }
