@@ -68,6 +68,7 @@
 #include <cstdint>
 #include <exception>
 #include <future>
+#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -178,18 +179,16 @@ public:
   /// fiber::error (object or manager gone), std::logic_error (empty handle,
   /// or called on fiber's runtime thread).
   template <auto M, class... A>
-  auto call(A&&... args) const {
-    if constexpr (detail::check_call<T, M, A...>()) {
-      return call_async<M>(std::forward<A>(args)...).get();
-    }
+  detail::call_result_t<M> call(A&&... args) const {
+    if constexpr (detail::check_call<T, M, A...>()) return call_async<M>(std::forward<A>(args)...).get();
+    else std::terminate(); // unreachable: check_call has failed to compile
   }
 
   /// Sends the call and returns at once with a handle (get(), get(timeout),
   /// ready(), wait()): Fiber's AsyncManager.
   template <auto M, class... A>
-  auto call_async(A&&... args) const {
+  remote_result<detail::call_result_t<M>> call_async(A&&... args) const {
     if constexpr (detail::check_call<T, M, A...>()) {
-      using R = detail::method_result_t<M>;
       auto st = std::make_shared<detail::remote_call_state>();
       detail::send_call(ref(), payload<M>(std::forward<A>(args)...),
                         [st](std::exception_ptr e, std::vector<std::byte> bytes) {
@@ -201,7 +200,9 @@ public:
                           }
                           st->cv.notify_all();
                         });
-      return remote_result<R>(st);
+      return remote_result<detail::call_result_t<M>>(st);
+    } else {
+      std::terminate(); // unreachable: check_call has failed to compile
     }
   }
 
@@ -219,20 +220,26 @@ public:
                   "fiber::Remote<T>::async_call<&T::m>(args..., token): the last argument must be a completion token "
                   "(e.g. asio::use_awaitable)");
     if constexpr (sizeof...(A) >= 1) {
-      return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        auto tup = std::forward_as_tuple(std::forward<A>(args_and_token)...);
-        if constexpr (detail::check_call<T, M, std::tuple_element_t<I, std::tuple<A...>>...>()) {
+      using R = detail::call_result_t<M>;
+      using signature = std::conditional_t<std::is_void_v<R>, void(std::exception_ptr), void(std::exception_ptr, R)>;
+      using token_type = std::tuple_element_t<sizeof...(A) - 1, std::tuple<A...>>;
+      if constexpr (!asio::completion_token_for<token_type, signature>) {
+        static_assert(detail::always_false<token_type>,
+                      "fiber::Remote<T>::async_call<&T::m>(args..., token): the last argument must be an Asio "
+                      "completion token (e.g. asio::use_awaitable, asio::use_future, a callback)");
+        return;
+      } else {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+          auto tup = std::forward_as_tuple(std::forward<A>(args_and_token)...);
           auto&& token = std::get<sizeof...(A) - 1>(tup);
-          auto bytes = payload<M>(std::get<I>(std::move(tup))...);
-          using Res = typename detail::method_traits<decltype(M)>::result;
-          if constexpr (std::is_void_v<Res>)
-            return asio::async_initiate<decltype(token), void(std::exception_ptr)>(
-                initiation<void>{}, token, ref(), std::move(bytes));
-          else
-            return asio::async_initiate<decltype(token), void(std::exception_ptr, detail::method_result_t<M>)>(
-                initiation<detail::method_result_t<M>>{}, token, ref(), std::move(bytes));
-        }
-      }(std::make_index_sequence<sizeof...(A) - 1>{});
+          if constexpr (detail::check_call<T, M, std::tuple_element_t<I, std::tuple<A...>>...>()) {
+            auto bytes = payload<M>(std::get<I>(std::move(tup))...);
+            return asio::async_initiate<decltype(token), signature>(initiation<R>{}, token, ref(), std::move(bytes));
+          } else { // check_call has failed to compile; keep the caller's code well-typed
+            return asio::async_initiate<decltype(token), signature>([](auto&&...) {}, token);
+          }
+        }(std::make_index_sequence<sizeof...(A) - 1>{});
+      }
     }
   }
 

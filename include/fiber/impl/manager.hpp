@@ -99,6 +99,21 @@ struct method_traits<R (C::*)(A...) const & noexcept> : method_traits_base<R, C,
 template <auto M>
 using method_result_t = std::remove_cvref_t<typename method_traits<decltype(M)>::result>;
 
+/// The result a call of M delivers (an empty tag if M is not a member
+/// function at all, so that a failed check still gives the caller's code a type).
+struct not_a_method {};
+template <auto M>
+struct call_result {
+  using type = not_a_method;
+};
+template <auto M>
+  requires method_traits<decltype(M)>::is_method
+struct call_result<M> {
+  using type = method_result_t<M>;
+};
+template <auto M>
+using call_result_t = typename call_result<M>::type;
+
 /// True if M is one of T's public member functions listed in its
 /// BOOST_DESCRIBE_STRUCT / BOOST_DESCRIBE_CLASS (inherited ones included).
 template <class T, auto M>
@@ -566,8 +581,8 @@ private:
     quitting_ = true;
     auto objs = std::move(objects_);
     objects_.clear();
-    for (auto& [id, h] : objs)
-      h->act->post([this, h] {
+    for (auto& kv : objs)
+      kv.second->act->post([this, h = kv.second] {
         bool had = h->obj != nullptr;
         h->obj.reset();
         if (had) release();
