@@ -47,7 +47,8 @@ std::string shell(const std::string& cmd) {
 bool rig_up() { return !si::trim(shell("sinfo -h -o %t 2>/dev/null")).empty(); }
 
 void require_rig() {
-  if (!rig_up()) FAIL("no Slurm cluster answers: start it with bash /work/shared/rigs/slurm-up.sh");
+  static const bool up = rig_up(); // once: sinfo retries ~9 s against a dead controller
+  if (!up) FAIL("no Slurm cluster answers: start it with bash /work/shared/rigs/slurm-up.sh");
 }
 
 /// Drive `ctx` until `pred` holds or `timeout` passes.
