@@ -120,15 +120,25 @@ void insert_unique(C& c, std::size_t at, K&& key, M&&... mapped) {
   }
 }
 
+/// `v` as its base B, even a private one: only a C-style cast may convert to
+/// an inaccessible base (Describe lists private bases too).
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+#endif
+template <class B, class T> const B& as_base(const T& v) noexcept { return (const B&)v; }
+template <class B, class T> B& as_base(T& v) noexcept { return (B&)v; }
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
 /// Calls f(member) for each described base (as a base reference) and then
 /// each described member of v, in wire order.
 template <class T, class F> void for_each_described(T& v, F&& f) {
   namespace bd = boost::describe;
   using U = std::remove_const_t<T>;
   boost::mp11::mp_for_each<bd::describe_bases<U, bd::mod_any_access>>([&](auto d) {
-    using B = typename decltype(d)::type;
-    using BRef = std::conditional_t<std::is_const_v<T>, const B&, B&>;
-    f((BRef)v);  // a C-style cast reaches private bases, which static_cast cannot
+    f(detail::as_base<typename decltype(d)::type>(v));
   });
   boost::mp11::mp_for_each<bd::describe_members<U, bd::mod_any_access>>(
       [&](auto d) { f(v.*decltype(d)::pointer); });
@@ -163,7 +173,7 @@ template <class Tuple> std::byte* encode_fixed_tuple(std::byte* p, const Tuple& 
 }
 template <class T, template <class...> class L, class... D>
 std::byte* encode_fixed_bases(std::byte* p, [[maybe_unused]] const T& v, L<D...>) noexcept {
-  ((p = detail::encode_fixed(p, (const typename D::type&)v)), ...);  // C-style cast: private bases
+  ((p = detail::encode_fixed(p, detail::as_base<typename D::type>(v))), ...);
   return p;
 }
 template <class T, template <class...> class L, class... D>
@@ -184,7 +194,7 @@ const std::byte* decode_fixed_tuple(const std::byte* p, Tuple&& t, block_origin 
 template <class T, template <class...> class L, class... D>
 const std::byte* decode_fixed_bases(const std::byte* p, [[maybe_unused]] T& out,
                                     [[maybe_unused]] block_origin o, L<D...>) {
-  ((p = detail::decode_fixed(p, (typename D::type&)out, o)), ...);
+  ((p = detail::decode_fixed(p, detail::as_base<typename D::type>(out), o)), ...);
   return p;
 }
 template <class T, template <class...> class L, class... D>
