@@ -28,14 +28,17 @@
 /// in memory; `bool` as one byte 0/1; enums as their underlying integer;
 /// lengths and variant indices as LEB128 varints; `optional` as a 0/1 tag
 /// byte then the value; maps and sets as a count then their elements in
-/// iteration order. Structs, pairs and tuples are their fields back to
-/// back. Every value has exactly one encoding: decoding rejects non-minimal
-/// varints, bool/tag bytes other than 0/1, non-zero padding, duplicate keys
-/// and ordered-container keys out of order. Contiguous ranges of "memcpy-wire" elements (arithmetic except
-/// bool, enums, arrays/durations/padding-free aggregates of those) are copied
-/// with one `memcpy`. Elements of a counted container whose encoding can be
-/// empty (std::monostate, empty structs, hook types) are each followed by a
+/// iteration order. Structs, pairs and tuples are their fields back to back,
+/// without padding. Contiguous ranges of "memcpy-wire" elements (arithmetic
+/// but not bool, enums, and arrays/durations/padding-free aggregates of
+/// those) are copied with one `memcpy`; other fixed-size records are written
+/// and read as one block. Elements of a counted container whose encoding can
+/// be empty (std::monostate, empty structs, hook types) are each followed by a
 /// zero pad byte, so that every length can be bounded by the bytes that remain.
+///
+/// Every value has exactly one encoding: decoding rejects non-minimal varints,
+/// bool and tag bytes other than 0/1, non-zero padding, duplicate keys,
+/// ordered-container keys out of order, and trailing bytes.
 ///
 /// Deserialization builds values empty and fills them, so every deserialized
 /// type (and every element, key and variant alternative) must be
@@ -47,7 +50,11 @@
 ///
 /// Hooks must take exactly `fiber::writer&` / `fiber::reader&` and the type
 /// itself (not a base or something it converts to); a hook for a base class
-/// does not apply to derived classes.
+/// does not apply to derived classes. Declare hooks next to their type, before
+/// the first use (the choice of encoding is made once per type).
+///
+/// Thread-safety: the free functions are reentrant; a writer or reader object
+/// must not be used from two threads at once.
 ///
 /// Limits: directly recursive types (`struct node { std::vector<node> kids; }`)
 /// need the hook; aggregates with C-array members are not supported by
