@@ -23,8 +23,15 @@
 namespace fiber::detail {
 
 inline constexpr std::uint32_t protocol_version = 1;
-/// Largest frame accepted before authentication (bytes).
+/// Largest frame accepted before authentication (bytes). The server's
+/// stream refuses a longer length header before allocating anything.
 inline constexpr std::size_t max_auth_frame = 4096;
+/// Largest frame a client accepts during the handshake (challenge, auth_ok
+/// with the master's configuration) from a server not yet authenticated.
+inline constexpr std::size_t max_handshake_reply = 1u << 20;
+/// Connections a process accepts but that have not finished the handshake
+/// yet; more are closed at once (each pending one times out after 5 s).
+inline constexpr std::size_t max_pending_handshakes = 64;
 
 enum class frame_kind : std::uint8_t {
   challenge = 1, ///< server → client: nonce
@@ -124,6 +131,27 @@ inline std::vector<std::byte> frame(frame_kind k) {
 inline std::pair<frame_kind, std::span<const std::byte>> unframe(std::span<const std::byte> f) {
   if (f.empty()) throw serialization_error("fiber: empty frame");
   return {static_cast<frame_kind>(f[0]), f.subspan(1)};
+}
+
+/// The decoder for incoming frames: a frame of kind `want` whose body is a
+/// serialized Msg. Throws serialization_error for any other kind, for a body
+/// that does not decode, or for trailing bytes (deserialize is bounded by
+/// its input). The runtime and the frame fuzzer (tests/fuzz/fuzz_frame.cpp)
+/// share it.
+template <class Msg>
+Msg decode_frame(frame_kind want, std::span<const std::byte> f) {
+  auto [k, body] = unframe(f);
+  if (k != want)
+    throw serialization_error("fiber: expected frame kind " + std::to_string(int(want)) + ", got " +
+                              std::to_string(int(k)));
+  return deserialize<Msg>(body);
+}
+
+/// The server's first read of an unauthenticated peer: at most
+/// max_auth_frame bytes, an auth frame, nothing else.
+inline auth_msg decode_auth_frame(std::span<const std::byte> f) {
+  if (f.size() > max_auth_frame) throw serialization_error("fiber: auth frame too large");
+  return decode_frame<auth_msg>(frame_kind::auth, f);
 }
 
 inline nonce_t random_nonce() {

@@ -319,6 +319,18 @@ public:
     });
   }
 
+  /// Every URL this process listens on. Any thread.
+  std::vector<std::string> listener_urls() {
+    return sync([&] {
+      std::vector<std::string> v;
+      for (auto& [b, l] : listeners_) v.push_back(l->url());
+      return v;
+    });
+  }
+
+  /// Accepted connections whose handshake has not finished yet.
+  std::size_t pending_handshakes() const noexcept { return pending_handshakes_; }
+
   /// The URL this process's services are reached at (its first listener).
   std::string service_url() {
     return sync([&] {
@@ -472,7 +484,15 @@ private:
   void accept(std::shared_ptr<listener> l) {
     l->async_accept([this, l](std::error_code ec, stream s) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) server_handshake(std::make_shared<stream>(std::move(s)));
+      if (!ec) {
+        if (pending_handshakes_ >= max_pending_handshakes) {
+          ++refused_peers_;
+          log(log_level::warning, "refused a peer: ", max_pending_handshakes, " handshakes already pending");
+          s.close();
+        } else {
+          server_handshake(std::make_shared<stream>(std::move(s)));
+        }
+      }
       accept(l);
     });
   }
@@ -480,21 +500,29 @@ private:
   // Server side of the challenge–response. Nothing but the bounded auth
   // frame is read before the peer proves it knows the secret.
   void server_handshake(std::shared_ptr<stream> s) {
+    struct pending_slot {
+      std::atomic<std::size_t>& n;
+      explicit pending_slot(std::atomic<std::size_t>& c) : n(c) { ++n; }
+      ~pending_slot() { --n; }
+    };
+    auto slot = std::make_shared<pending_slot>(pending_handshakes_);
+    s->set_max_message_size(max_auth_frame); // refused before allocating
     auto nonce = random_nonce();
     s->async_send(frame(frame_kind::challenge, challenge_msg{nonce, protocol_version}), [](std::error_code) {});
     auto timer = std::make_shared<asio::steady_timer>(executor(), std::chrono::seconds(5));
     timer->async_wait([s](std::error_code ec) {
       if (!ec) s->close(); // too slow: drop it
     });
-    s->async_recv([this, s, nonce, timer](std::error_code ec, message m) {
+    s->async_recv([this, s, nonce, timer, slot](std::error_code ec, message m) {
       timer->cancel();
+      if (ec == asio::error::message_size) {
+        ++refused_peers_;
+        log(log_level::warning, "refused a peer: handshake frame over ", max_auth_frame, " bytes");
+      }
       if (ec) return;
       auth_msg a;
       try {
-        if (m.size() > max_auth_frame) throw serialization_error("auth frame too large");
-        auto [k, body] = unframe(m);
-        if (k != frame_kind::auth) throw serialization_error("expected auth frame");
-        a = deserialize<auth_msg>(body);
+        a = decode_auth_frame(m);
       } catch (const std::exception& e) {
         ++refused_peers_;
         log(log_level::warning, "refused a peer: malformed handshake (", e.what(), ")");
@@ -505,6 +533,7 @@ private:
         log(log_level::warning, "refused a peer from pid ", a.pid, ": authentication failed");
         return s->close();
       }
+      s->set_max_message_size(transport().max_message_size);
       peer_identity peer{role(a.role), a.worker_id, a.pid, a.host, a.name};
       if (a.registry_hash != registry_hash() || a.build_id != build_id_) {
         std::string reason = "fiber: handshake refused: worker '" + a.name + "' (pid " + std::to_string(a.pid) +
@@ -543,14 +572,13 @@ private:
   void client_handshake(
       std::shared_ptr<stream> s, role r, std::uint64_t worker_id,
       std::function<void(std::exception_ptr, std::shared_ptr<peer_link>, std::map<std::string, std::string>)> done) {
+    s->set_max_message_size(max_handshake_reply); // the server is not authenticated yet
     s->async_recv([this, s, r, worker_id, done = std::move(done)](std::error_code ec, message m) mutable {
       auto fail = [&](std::exception_ptr e) { done(e, nullptr, {}); };
       if (ec) return fail(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())));
       challenge_msg c;
       try {
-        auto [k, body] = unframe(m);
-        if (k != frame_kind::challenge) throw serialization_error("expected challenge");
-        c = deserialize<challenge_msg>(body);
+        c = decode_frame<challenge_msg>(frame_kind::challenge, m);
       } catch (const std::exception& e) {
         return fail(std::make_exception_ptr(handshake_error(std::string("fiber: bad challenge: ") + e.what())));
       }
@@ -577,6 +605,7 @@ private:
           auto ok = deserialize<auth_ok_msg>(body);
           if (!mac_equal(ok.mac, server_proof(secret_, a.nonce)))
             throw handshake_error("fiber: the master failed to authenticate");
+          s->set_max_message_size(transport().max_message_size);
           done(nullptr, std::make_shared<peer_link>(std::move(*s), peer_identity{}), std::move(ok.config));
         } catch (...) {
           done(std::current_exception(), nullptr, {});
@@ -685,6 +714,7 @@ private:
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
   std::atomic<std::uint64_t> next_worker_id_{1};
+  std::atomic<std::size_t> pending_handshakes_{0};
   std::uint64_t next_service_id_ = 1, next_request_id_ = 1;
   std::unordered_map<std::uint64_t, std::shared_ptr<service>> services_;
   std::unordered_map<std::string, client_conn> clients_;
