@@ -10,6 +10,7 @@
 
 #include <fiber/detail/runtime.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <set>
@@ -50,7 +51,7 @@ public:
       c.chunk_id = next_chunk_++;
       c.target_id = job->target_id;
       pending_.push_back(c.chunk_id);
-      chunks_.emplace(c.chunk_id, chunk_rec{job, seq, std::move(c), 0, 0});
+      chunks_.emplace(c.chunk_id, chunk_rec{job, seq, std::move(c), 0, 0, 0});
     }
     dispatch();
   }
@@ -100,6 +101,7 @@ private:
     chunk_msg msg;
     int deaths;
     std::uint64_t holder; // worker id, 0 = queued
+    std::uint64_t sent;   // dispatch order: a worker runs what it holds in this order
   };
   struct worker_rec {
     std::string name;
@@ -242,6 +244,7 @@ private:
         auto it = chunks_.find(cid);
         if (it == chunks_.end()) continue;
         it->second.holder = id;
+        it->second.sent = next_dispatch_++;
         w.held.insert(cid);
         batches[id].push_back(it->second.msg);
       }
@@ -287,18 +290,25 @@ private:
     maybe_finish();
   }
 
-  // The worker's chunks go back to the front of the queue, unless they have
-  // already cost max_retries workers.
+  // The worker's chunks go back to the front of the queue, in the order it
+  // got them. Only the one it was running is charged with the death: the
+  // oldest it held, since a worker runs chunks in the order sent and reports
+  // each as it finishes. The chunks waiting behind a crashing task are not
+  // punished for it; a chunk charged more than max_retries times fails.
   void lose(std::uint64_t id, const std::string& reason) {
     auto it = workers_.find(id);
     if (it == workers_.end()) return;
     auto held = std::move(it->second.held);
     it->second.held.clear();
-    for (auto cid : held) {
-      auto c = chunks_.find(cid);
-      if (c == chunks_.end() || c->second.holder != id) continue;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> mine; // (sent, chunk id)
+    for (auto cid : held)
+      if (auto c = chunks_.find(cid); c != chunks_.end() && c->second.holder == id) mine.emplace_back(c->second.sent, cid);
+    std::sort(mine.begin(), mine.end());
+    std::vector<std::uint64_t> requeue;
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      auto c = chunks_.find(mine[i].second);
       c->second.holder = 0;
-      if (++c->second.deaths > s_.max_retries) {
+      if (i == 0 && ++c->second.deaths > s_.max_retries) {
         auto rec = std::move(c->second);
         chunks_.erase(c);
         rec.job->on_chunk_failed(rec.seq, std::make_exception_ptr(worker_lost(
@@ -306,9 +316,10 @@ private:
                                               std::to_string(rec.deaths) + " times (max_retries " +
                                               std::to_string(s_.max_retries) + "); last: " + reason)));
       } else {
-        pending_.push_front(cid);
+        requeue.push_back(mine[i].second);
       }
     }
+    pending_.insert(pending_.begin(), requeue.begin(), requeue.end());
   }
 
   void fail_all(std::exception_ptr e) {
@@ -334,7 +345,7 @@ private:
   std::map<std::uint64_t, worker_rec> workers_;
   std::unordered_map<std::uint64_t, chunk_rec> chunks_;
   std::deque<std::uint64_t> pending_;
-  std::uint64_t next_chunk_ = 1;
+  std::uint64_t next_chunk_ = 1, next_dispatch_ = 1;
   unsigned next_worker_index_ = 1;
   unsigned failed_starts_ = 0;
   std::string last_start_failure_;

@@ -113,11 +113,17 @@ public:
     tick();
   }
 
-  void send(std::vector<std::byte> f) {
-    if (closed_) return;
+  /// `on_sent` (optional) runs once the frame is written to the connection
+  /// or could not be (link closed).
+  void send(std::vector<std::byte> f, std::function<void()> on_sent = {}) {
+    if (closed_) {
+      if (on_sent) on_sent();
+      return;
+    }
     last_send_ = clock::now();
-    stream_.async_send(std::move(f), [self = shared_from_this()](std::error_code ec) {
+    stream_.async_send(std::move(f), [self = shared_from_this(), on_sent = std::move(on_sent)](std::error_code ec) {
       if (ec) self->close("send failed: " + ec.message());
+      if (on_sent) on_sent();
     });
   }
 

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <deque>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <mutex>
 #include <sys/prctl.h>
@@ -178,13 +179,21 @@ inline std::string read_secret() {
                        case frame_kind::tasks: {
                          auto chunks = deserialize<std::vector<chunk_msg>>(body);
                          loop.push([weak, chunks = std::move(chunks)] {
-                           std::vector<chunk_result_msg> results;
-                           results.reserve(chunks.size());
-                           for (auto& c : chunks) results.push_back(run_chunk(c));
-                           auto f = frame(frame_kind::results, results);
-                           asio::post(runtime::instance().executor(), [weak, f = std::move(f)]() mutable {
-                             if (auto l = weak.lock()) l->send(std::move(f));
-                           });
+                           // Each result leaves as soon as it is ready, and the next
+                           // chunk starts only once it is written: should that chunk
+                           // crash this worker, the master knows which one it was (the
+                           // oldest it holds) and reruns the others without counting it.
+                           static std::future<void> previous; // main thread only
+                           for (auto& c : chunks) {
+                             if (previous.valid()) previous.wait();
+                             auto f = frame(frame_kind::results, std::vector<chunk_result_msg>{run_chunk(c)});
+                             auto sent = std::make_shared<std::promise<void>>();
+                             previous = sent->get_future();
+                             asio::post(runtime::instance().executor(), [weak, sent, f = std::move(f)]() mutable {
+                               if (auto l = weak.lock()) l->send(std::move(f), [sent] { sent->set_value(); });
+                               else sent->set_value();
+                             });
+                           }
                          });
                          break;
                        }
