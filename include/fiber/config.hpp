@@ -55,6 +55,8 @@ inline constexpr config_key config_keys[] = {
     {"start_timeout_s", "FIBER_START_TIMEOUT_S", "120",
      "a job that has not connected back after this long counts as lost"},
     {"max_message_size_mb", "FIBER_MAX_MESSAGE_SIZE_MB", "1024", "largest accepted frame (MiB)"},
+    {"local_transport", "FIBER_LOCAL_TRANSPORT", "ipc",
+     "how local workers dial back: ipc (a socket in the 0700 run dir) | tcp | tls (127.0.0.1 only; tls needs tls_cert)"},
     {"listen_address", "FIBER_LISTEN_ADDRESS", "",
      "address the master binds for TCP backends (default: its hostname's address)"},
     {"tls_cert", "FIBER_TLS_CERT", "", "PEM certificate: enables TLS for TCP transports"},

@@ -118,6 +118,11 @@ private:
     for (auto& [id, w] : workers_) active += w.retiring ? 0 : 1;
     if (active >= s_.processes) return;
     auto& rt = runtime::instance();
+    // Each worker costs this process its link and, locally, a pidfd (+1 spare
+    // for a connection still in its handshake).
+    runtime::reserve_fds(std::size_t(s_.processes - active) * 3,
+                         "fiber::Pool " + s_.name + " (" + std::string(launcher_->name()) + " backend, " +
+                             std::to_string(s_.processes - active) + " workers)");
     std::vector<backend::job_spec> specs;
     std::vector<backend::exit_handler> handlers;
     std::vector<std::uint64_t> ids;

@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <dirent.h>
 #include <elf.h>
 #include <filesystem>
 #include <fcntl.h>
@@ -38,6 +39,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <thread>
 #include <typeindex>
@@ -378,14 +380,65 @@ public:
     s.argv = argv_;
     s.argv.at(0) = exe_;
     s.resources = res;
-    s.env = worker_env(id, name, listen_url(l.listen_url()));
-    if (l.name() == "local") s.env.emplace_back("FIBER_INTERNAL_PDEATHSIG", "1");
+    const bool local = l.name() == "local";
+    const auto url = listen_url(local ? local_listen_base() : l.listen_url());
+    s.env = worker_env(id, name, url);
+    if (local) s.env.emplace_back("FIBER_INTERNAL_PDEATHSIG", "1");
+    // Cluster nodes rarely share the master's /tmp: hand the secret over in
+    // the job's environment (the Slurm backend keeps it out of argv and
+    // scontrol's output).
+    else s.env.emplace_back("FIBER_INTERNAL_SECRET", secret_);
+    // A worker needs its TLS material before the handshake that would bring
+    // it the master's configuration: pass it the way users would.
+    if (is_tls_url(url))
+      for (const char* key : {"tls_cert", "tls_key", "tls_ca"})
+        if (auto v = config_string(key); !v.empty())
+          s.env.emplace_back(std::string(find_config_key(key)->env), v);
     if (auto dir = config_string("worker_output_dir"); !dir.empty()) {
       ::mkdir(dir.c_str(), 0700);
       s.stdout_path = dir + "/" + name + ".out";
       s.stderr_path = dir + "/" + name + ".err";
     }
     return s;
+  }
+
+  /// Where local workers dial back (config key local_transport): ipc in the
+  /// 0700 run dir by default; tcp/tls listen on the loopback interface only.
+  static std::string local_listen_base() {
+    auto t = config_string("local_transport");
+    if (t == "ipc" || t.empty()) return "ipc://";
+    if (t == "tcp") return "tcp://127.0.0.1:0";
+    if (t == "tls") return "tls+tcp://127.0.0.1:0";
+    throw config_error("fiber: configuration key 'local_transport' must be ipc, tcp or tls, got '" + t + "'");
+  }
+
+  /// Before starting jobs that cost about `fds` more file descriptors in this
+  /// process: if RLIMIT_NOFILE's soft limit is too low, raise it (up to the
+  /// hard limit); if even that is too low, throw backend_error naming `who`
+  /// — before anything has started.
+  static void reserve_fds(std::size_t fds, const std::string& who) {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+    std::size_t open = 0;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+      while (auto* e = ::readdir(d)) open += e->d_name[0] != '.';
+      ::closedir(d);
+    }
+    const std::size_t need = open + fds + 32; // headroom: logs, files, transient pipes
+    if (lim.rlim_cur == RLIM_INFINITY || need <= lim.rlim_cur) return;
+    if (lim.rlim_max == RLIM_INFINITY || need <= lim.rlim_max) {
+      rlimit raised = lim;
+      raised.rlim_cur = lim.rlim_max == RLIM_INFINITY ? rlim_t(need) : lim.rlim_max;
+      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+        log(log_level::info, "raised RLIMIT_NOFILE from ", lim.rlim_cur, " to ", raised.rlim_cur, " for ", who);
+        return;
+      }
+    }
+    throw backend_error(who + ": needs about " + std::to_string(need) + " file descriptors in this process (" +
+                        std::to_string(open) + " open), but RLIMIT_NOFILE is " + std::to_string(lim.rlim_cur) +
+                        " (hard limit " +
+                        (lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max)) +
+                        "); raise it (ulimit -n) or start fewer workers");
   }
 
   /// One launcher per backend policy per process. Runtime thread.

@@ -124,7 +124,9 @@ inline std::string read_secret() {
   std::uint64_t id = id_env ? std::strtoull(id_env, nullptr, 10) : 0;
   auto& rt = runtime::instance();
   rt.become_worker(name_env ? name_env : "worker", read_secret(), run_dir ? run_dir : "");
-  rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : "tcp://" + url.substr(6, url.rfind(':') - 6) + ":0");
+  // Services this worker owns listen as its master does: ipc, or the same
+  // scheme (tcp://, tls+tcp://) and host with an ephemeral port.
+  rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : url.substr(0, url.rfind(':')) + ":0");
 
   static worker_loop loop;
   std::promise<void> connected;
