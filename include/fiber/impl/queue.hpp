@@ -117,13 +117,14 @@ public:
   channel(asio::any_io_executor ex, std::size_t maxsize) : ex_(std::move(ex)), maxsize_(maxsize) {}
 
   void put(std::uint64_t peer, const op_header& h, std::vector<std::byte> item, reply_fn reply) {
-    if (dead_) return reply_text(reply, status_eof, dead_why_);
+    if (dead_) return reply_text(reply, dead_status_, dead_why_);
     if (h.timeout_ms == 0 && getters_.empty() && !room()) return reply_byte(reply, std::uint8_t(give_tag::full));
     putters_.push_back(waiter{peer, h.wait, std::move(reply), nullptr, std::move(item)});
     wait_then_pump(putters_, kind::putter, peer, h);
   }
 
   void get(std::uint64_t peer, const op_header& h, reply_fn reply) {
+    if (dead_) return reply_text(reply, dead_status_, dead_why_); // nothing will come any more
     if (items_.empty() && !eof_ && h.timeout_ms == 0) return reply_byte(reply, std::uint8_t(take_tag::empty));
     getters_.push_back(waiter{peer, h.wait, std::move(reply), nullptr, {}});
     wait_then_pump(getters_, kind::getter, peer, h);
@@ -131,7 +132,7 @@ public:
 
   /// Answers true as soon as an item is there (none is taken) or EOF is known.
   void poll(std::uint64_t peer, const op_header& h, reply_fn reply) {
-    if (!items_.empty() || eof_) return reply_byte(reply, 1);
+    if (!items_.empty() || eof_ || dead_) return reply_byte(reply, 1);
     if (h.timeout_ms == 0) return reply_byte(reply, 0);
     pollers_.push_back(waiter{peer, h.wait, std::move(reply), nullptr, {}});
     if (h.timeout_ms > 0) arm(pollers_.back(), kind::poller, h.timeout_ms);
@@ -192,6 +193,7 @@ public:
   /// The owner dropped the queue: everyone still waiting gets fiber::error.
   void shutdown(const std::string& why) {
     dead_ = true;
+    dead_status_ = status_error;
     dead_why_ = why;
     items_.clear();
     in_flight_.clear();
@@ -301,6 +303,7 @@ private:
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::uint64_t, std::vector<std::byte>>> in_flight_;
   std::uint64_t next_seq_ = 0;
   bool eof_ = false, dead_ = false;
+  std::uint8_t dead_status_ = status_eof; // pipes: broken pipe; a shut-down queue: fiber::error
   std::string eof_why_, dead_why_;
 };
 
