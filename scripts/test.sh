@@ -6,7 +6,7 @@
 # Builds in build/ (RelWithDebInfo with assertions on: -O2 -g1, no -DNDEBUG),
 # with Ninja when available, then runs every registered test.
 # Environment: BUILD_DIR (default: build), JOBS (default: 2),
-#              CXXFLAGS_OPT (default: "-O2 -g1").
+#              CXXFLAGS_OPT (default: "-O2 -g1"), KEEP_GOING=1 (see below).
 # Examples:
 #   bash scripts/test.sh -- -R test_serialize        # one test
 #   BUILD_DIR=build-asan bash scripts/test.sh -DFIBER_SANITIZE=address,undefined -- -LE 'bench|packaging'
@@ -38,5 +38,18 @@ cmake -S . -B "$build" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$opt" \
   "${cmake_args[@]}"
-cmake --build "$build" -j "$jobs"
+# KEEP_GOING=1 (CI): build everything that compiles, run the tests that were
+# built, and still fail at the end if anything did not compile.
+build_rc=0
+if [[ -n ${KEEP_GOING:-} ]]; then
+  keep=()
+  grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$build/CMakeCache.txt" && keep=(-- -k 0)
+  cmake --build "$build" -j "$jobs" "${keep[@]}" || build_rc=$?
+else
+  cmake --build "$build" -j "$jobs"
+fi
 ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}"
+if ((build_rc)); then
+  echo "test.sh: the build failed (see above); the tests that built were run" >&2
+  exit "$build_rc"
+fi

@@ -1,17 +1,15 @@
-// Catch2 v2's main(), compiled once and linked into every test executable.
-// fiber::init comes first: test executables start themselves again as
-// workers, and in a worker init() runs the worker and never returns.
+// main() of every test executable, and Catch2 v2's implementation. This is the
+// largest translation unit of the test suite and its speed does not matter,
+// so tests/CMakeLists.txt compiles it with -O0 -g0.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#if __has_include(<fiber/init.hpp>)
-#include <fiber/init.hpp>
-#define FIBER_TEST_MAIN_HAS_INIT 1
-#endif
+// tests/init_hook.cpp: fiber::init(argc, argv).
+void fiber_test_init(int argc, char** argv);
 
 int main(int argc, char** argv) {
-#ifdef FIBER_TEST_MAIN_HAS_INIT
-  fiber::init(argc, argv);
-#endif
+  // fiber::init comes first: test executables start themselves again as
+  // workers, and in a worker init() runs the worker and never returns.
+  fiber_test_init(argc, argv);
   return Catch::Session().run(argc, argv);
 }
