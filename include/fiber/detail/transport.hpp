@@ -344,15 +344,14 @@ public:
 
   std::string peer_address() const {
     nng_sockaddr sa{};
-    if (nng_stream_get_addr(s_.get(), NNG_OPT_REMADDR, &sa) != 0) {
-      std::uint64_t pid = 0; // ipc: the peer's pid is more useful than a path
-      if (nng_stream_get_uint64(s_.get(), NNG_OPT_IPC_PEER_PID, &pid) == 0)
-        return "ipc (pid " + std::to_string(pid) + ")";
-      return {};
-    }
+    if (nng_stream_get_addr(s_.get(), NNG_OPT_REMADDR, &sa) != 0) return {};
     char buf[INET6_ADDRSTRLEN] = {};
+    std::uint64_t pid = 0;
     switch (sa.s_family) {
-    case NNG_AF_IPC: return std::string("ipc://") + sa.s_ipc.sa_path;
+    case NNG_AF_IPC: // both ends see the socket path: the peer's pid tells them apart
+      if (nng_stream_get_uint64(s_.get(), NNG_OPT_IPC_PEER_PID, &pid) == 0)
+        return std::string("ipc://") + sa.s_ipc.sa_path + " (pid " + std::to_string(pid) + ")";
+      return std::string("ipc://") + sa.s_ipc.sa_path;
     case NNG_AF_INET:
       inet_ntop(AF_INET, &sa.s_in.sa_addr, buf, sizeof buf);
       return "tcp://" + std::string(buf) + ":" + std::to_string(ntohs(sa.s_in.sa_port));
@@ -732,7 +731,7 @@ public:
   }
   /// False after close(), after the peer went away, or for an empty stream.
   bool is_open() const noexcept { return core_ && core_->is_open(); }
-  /// Best effort, for logs ("tcp://1.2.3.4:5678", "ipc (pid 42)").
+  /// Best effort, for logs ("tcp://1.2.3.4:5678", "ipc:///run/x.ipc (pid 42)").
   std::string peer_address() const { return core_ ? core_->peer_address() : std::string(); }
   /// Changes the limit for frames whose length header has not been parsed
   /// yet, in both directions (e.g. a small bound until the peer has
