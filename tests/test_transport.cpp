@@ -19,6 +19,7 @@
 #include <asio/experimental/parallel_group.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #if defined(__GNUC__) && !defined(__clang__)
@@ -627,13 +628,16 @@ TEST_CASE("transport: use_future and deferred tokens", "[transport]") {
   CHECK(msg_str(on_io([&] { return server.async_recv(asio::use_future); }).get()) == "future");
 
   // deferred: nothing starts until the deferred operation is invoked.
+  // (Handlers run on the io thread: no Catch assertions there.)
   std::promise<std::string> got;
+  std::promise<std::error_code> sent;
   on_io([&] {
     auto op = server.async_recv(asio::experimental::deferred);
-    client.async_send(str_msg("deferred"), asio::experimental::deferred)([](std::error_code ec) { REQUIRE_FALSE(ec); });
+    client.async_send(str_msg("deferred"), asio::experimental::deferred)([&](std::error_code ec) { sent.set_value(ec); });
     std::move(op)([&](std::error_code ec, message m) { got.set_value(ec ? ec.message() : msg_str(m)); });
   });
   CHECK(got.get_future().get() == "deferred");
+  CHECK_FALSE(sent.get_future().get());
 
   // Errors surface as exceptions from the future.
   on_io([&] { client.close(); });
@@ -779,3 +783,71 @@ TEST_CASE("transport: TLS round trip with a self-signed certificate", "[transpor
     });
   }
 }
+
+TEST_CASE("transport: set_max_message_size bounds frames from now on", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("limit.ipc"));
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto [server, client] = co_await connect_pair(l, no_options);
+    server.set_max_message_size(100); // e.g. until the peer has authenticated
+    client.set_max_message_size(100);
+    auto [ec] = co_await client.async_send(message(101), asio::experimental::as_tuple(asio::use_awaitable));
+    CHECK(ec == asio::error::message_size);
+    client.set_max_message_size(1000);
+    co_await client.async_send(message(100), asio::use_awaitable);
+    co_await client.async_send(message(101), asio::use_awaitable);
+    auto ok = co_await server.async_recv(asio::use_awaitable);
+    CHECK(ok.size() == 100);
+    auto [ec2, m] = co_await server.async_recv(asio::experimental::as_tuple(asio::use_awaitable));
+    CHECK(ec2 == asio::error::message_size);
+    CHECK_FALSE(server.is_open());
+  });
+}
+
+TEST_CASE("transport: streams on strands of a multi-threaded io_context", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx(2);
+  auto sa = asio::make_strand(ctx), sb = asio::make_strand(ctx);
+  fd::listener l(sa, dir.ipc("strand.ipc"));
+  constexpr std::uint32_t n = 5000;
+  // Each side runs on its stream's strand: burst both ways, then exchange an
+  // empty "fin" so that neither side closes while its sends are in flight.
+  // (Catch2 assertions are not thread-safe: the sides throw, main checks.)
+  auto side = [n](fd::stream& s) -> asio::awaitable<void> {
+    std::size_t sent = 0, failed = 0;
+    for (std::uint32_t i = 0; i < n; ++i)
+      s.async_send(seq_msg(i), [&](std::error_code ec) {
+        ++sent;
+        failed += ec ? 1 : 0;
+      });
+    for (std::uint32_t i = 0; i < n; ++i) {
+      auto m = co_await s.async_recv(asio::use_awaitable);
+      if (m != seq_msg(i)) throw std::runtime_error("message " + std::to_string(i) + " wrong or out of order");
+    }
+    co_await s.async_send(message{}, asio::use_awaitable); // completes after all sends above
+    auto fin = co_await s.async_recv(asio::use_awaitable);
+    if (!fin.empty() || sent != n || failed != 0) throw std::runtime_error("bad fin or failed sends");
+  };
+  auto fa = asio::co_spawn(
+      sa,
+      [&]() -> asio::awaitable<void> {
+        auto s = co_await l.async_accept(asio::use_awaitable);
+        co_await side(s);
+      },
+      asio::use_future);
+  auto fb = asio::co_spawn(
+      sb,
+      [&]() -> asio::awaitable<void> {
+        auto c = co_await fd::async_connect(sb, l.url(), no_options, asio::use_awaitable);
+        co_await side(c);
+      },
+      asio::use_future);
+  std::thread t1([&] { ctx.run_for(60s); }), t2([&] { ctx.run_for(60s); });
+  t1.join();
+  t2.join();
+  REQUIRE(fa.wait_for(0s) == std::future_status::ready);
+  REQUIRE(fb.wait_for(0s) == std::future_status::ready);
+  fa.get();
+  fb.get();
+} // (no thread runs ctx any more: destroying l here is race-free)
