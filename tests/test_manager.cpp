@@ -69,6 +69,18 @@ struct Fragile {
 };
 BOOST_DESCRIBE_STRUCT(Fragile, (), (one))
 
+/// Inherited and virtual described methods.
+struct Base {
+  virtual ~Base() = default;
+  virtual std::string who() const { return "base"; }
+  int base_only() const { return 7; }
+};
+BOOST_DESCRIBE_STRUCT(Base, (), (who, base_only))
+struct Derived : Base {
+  std::string who() const override { return "derived"; }
+};
+BOOST_DESCRIBE_STRUCT(Derived, (Base), (who))
+
 // ---- Pool tasks that receive a handle -----------------------------------------
 
 std::int64_t push_from_task(fiber::Remote<Recorder> r, int x) {
@@ -376,6 +388,13 @@ TEST_CASE("handles: empty, equality, type-checked serialization", "[manager]") {
   CHECK_FALSE(a == b);
   CHECK(a.id() != b.id());
   CHECK_THROWS_AS(fiber::deserialize<fiber::Remote<Fragile>>(fiber::serialize(a)), fiber::serialization_error);
+}
+
+TEST_CASE("virtual and inherited described methods", "[manager]") {
+  fiber::RemoteManager<Derived> m;
+  auto d = m.make();
+  CHECK(d.call<&Derived::who>() == "derived");
+  CHECK(d.call<&Base::base_only>() == 7);
 }
 
 TEST_CASE("a RemoteManager's destructor stops its processes; remaining handles fail", "[manager]") {

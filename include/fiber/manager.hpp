@@ -59,6 +59,8 @@
 #include <fiber/init.hpp>
 #include <fiber/shared.hpp>
 
+#include <boost/describe/class.hpp>
+
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/dispatch.hpp>
@@ -221,7 +223,7 @@ public:
                   "(e.g. asio::use_awaitable)");
     if constexpr (sizeof...(A) >= 1) {
       using R = detail::call_result_t<M>;
-      using signature = std::conditional_t<std::is_void_v<R>, void(std::exception_ptr), void(std::exception_ptr, R)>;
+      using signature = typename detail::completion_signature<R>::type;
       using token_type = std::tuple_element_t<sizeof...(A) - 1, std::tuple<A...>>;
       if constexpr (!asio::completion_token_for<token_type, signature>) {
         static_assert(detail::always_false<token_type>,

@@ -114,8 +114,28 @@ struct call_result<M> {
 template <auto M>
 using call_result_t = typename call_result<M>::type;
 
+/// Completion signature of an async call delivering R.
+template <class R>
+struct completion_signature {
+  using type = void(std::exception_ptr, R);
+};
+template <>
+struct completion_signature<void> {
+  using type = void(std::exception_ptr);
+};
+
+/// The unqualified name of member function M ("ns::C<int>::step" → "step").
+template <auto M>
+constexpr std::string_view member_name() {
+  auto q = pretty_value_name<M>();
+  auto pos = q.rfind("::");
+  return pos == std::string_view::npos ? q : q.substr(pos + 2);
+}
+
 /// True if M is one of T's public member functions listed in its
 /// BOOST_DESCRIBE_STRUCT / BOOST_DESCRIBE_CLASS (inherited ones included).
+/// Matched by type and name, not by comparing member pointers: comparing
+/// pointers to virtual functions is not a constant expression in clang.
 template <class T, auto M>
 constexpr bool is_described_method() {
   namespace bd = boost::describe;
@@ -126,7 +146,7 @@ constexpr bool is_described_method() {
     boost::mp11::mp_for_each<bd::describe_members<T, bd::mod_public | bd::mod_function | bd::mod_inherited>>(
         [&](auto d) {
           if constexpr (std::is_same_v<std::remove_cv_t<decltype(d.pointer)>, decltype(M)>)
-            if (d.pointer == M) found = true;
+            if (std::string_view(d.name) == member_name<M>()) found = true;
         });
     return found;
   }
@@ -875,6 +895,18 @@ private:
       launcher_->cancel(it->second.job, 9); // a hung process must not come back
     }
     lose(wid, reason);
+    replace();
+  }
+
+  // Start replacements for lost processes now (not when their exit is
+  // reported), so that make() always finds a process to queue on.
+  void replace() {
+    if (shut_ || fatal_) return;
+    try {
+      grow();
+    } catch (const std::exception& e) {
+      fail_fatal(std::current_exception(), e.what());
+    }
   }
 
   void on_exit(std::uint64_t wid, const backend::job_exit& ex) {
@@ -912,13 +944,7 @@ private:
                                                        " backend): manager processes keep failing to start: " +
                                                        last_start_failure_)),
                  "manager processes keep failing to start");
-    if (!shut_) {
-      try {
-        grow();
-      } catch (const std::exception& e) {
-        fail_fatal(std::current_exception(), e.what());
-      }
-    }
+    replace();
     for (auto& m : redo) make(m.msg.fn_id, std::move(m.msg.args), std::move(m.done));
     maybe_finish();
   }
