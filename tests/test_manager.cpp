@@ -28,6 +28,12 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+std::vector<int> iota(int n) {
+  std::vector<int> v(std::size_t(n), 0);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
@@ -88,6 +94,15 @@ std::int64_t push_from_task(fiber::Remote<Recorder> r, int x) {
   return ::getpid();
 }
 
+// Sends 20 calls without waiting, then reads: its own values must be in order.
+bool ordered_from_task(fiber::Remote<Recorder> r, int base) {
+  for (int i = 0; i < 20; ++i) r.call_async<&Recorder::push>(base + i);
+  std::vector<int> mine;
+  for (int x : r.call<&Recorder::seen>())
+    if (x >= base && x < base + 20) mine.push_back(x - base);
+  return mine == iota(20);
+}
+
 using Dict = fiber::shared::dict<int, int>;
 using List = fiber::shared::list<std::string>;
 
@@ -99,12 +114,6 @@ int put_square(fiber::Remote<Dict> d, int x) {
 int append_word(fiber::Remote<List> l, std::string w) {
   l.call<&List::append>(w);
   return 0;
-}
-
-std::vector<int> iota(int n) {
-  std::vector<int> v(std::size_t(n), 0);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
 }
 
 } // namespace
@@ -274,10 +283,15 @@ TEST_CASE("a handle passed into a Pool task calls the same object from there", "
   std::sort(seen.begin(), seen.end());
   CHECK(seen == iota(20));
 
-  // The same task's calls keep their order: one task pushes a sequence.
-  // (apply runs push_from_task once; the object sees its one value.)
   CHECK(pool.apply(r, 99) != ::getpid());
   CHECK(r.call<&Recorder::seen>().back() == 99);
+
+  // Through the relay, each caller's calls keep their order, while three
+  // tasks call the same object at once.
+  fiber::Pool order_pool{fiber::target<&ordered_from_task>, {.processes = 3}};
+  std::vector<std::tuple<fiber::Remote<Recorder>, int>> bases{{r, 1000}, {r, 2000}, {r, 3000}};
+  auto ok = order_pool.starmap(bases);
+  CHECK(ok == std::vector<bool>{true, true, true});
 }
 
 TEST_CASE("a SIGKILLed manager process fails pending and later calls with worker_lost", "[manager]") {

@@ -378,11 +378,13 @@ public:
     if (opt_.name.empty()) opt_.name = "manager-" + std::to_string(detail::next_manager_number());
     auto& rt = detail::runtime::instance();
     rt.sync([&] {
+      auto launcher = rt.template launcher<Backend>();
       core_ = std::make_shared<detail::manager_core>(
-          detail::manager_settings{opt_.name, opt_.processes, opt_.resources, opt_.shutdown_grace},
-          rt.template launcher<Backend>());
+          detail::manager_settings{opt_.name, opt_.processes, opt_.resources, opt_.shutdown_grace}, launcher);
       service_ = rt.add_service(core_);
-      url_ = rt.service_url();
+      // Handles elsewhere reach the relay where this backend's jobs dial in
+      // (local: the ipc socket; Slurm: a TCP port on this host).
+      url_ = rt.listen_url(launcher->listen_url());
       try {
         core_->start();
       } catch (...) {
