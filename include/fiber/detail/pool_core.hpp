@@ -267,6 +267,11 @@ private:
       launcher_->cancel(w.job, 9); // a hung worker must not come back with late results
     }
     lose(id, reason);
+    // Hand its chunks to the live workers now. Waiting for the next result
+    // is not enough: when every other worker is idle (the end of a map, an
+    // imap blocked on the lost chunk) nothing would come until the job's end
+    // is reported — for a cut-off cluster node, Slurm's node timeout later.
+    dispatch();
   }
 
   void on_exit(std::uint64_t id, const backend::job_exit& ex) {
