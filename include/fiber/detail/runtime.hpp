@@ -298,6 +298,10 @@ public:
     secret_ = std::move(secret);
     if (const char* f = std::getenv("FIBER_INTERNAL_SECRET_FILE")) secret_file_ = f; // for workers of our own
     if (!run_dir.empty()) run_dir_ = std::move(run_dir);
+    // A job-backed worker (another machine, maybe) reaches the services its
+    // master named by its ipc:// URL through the URL it dialled (worker_spec).
+    if (const char* a = std::getenv("FIBER_INTERNAL_MASTER_IPC"))
+      if (const char* m = std::getenv("FIBER_INTERNAL_MASTER")) master_alias_ = {a, m};
     logger::instance().set_process(name_);
   }
 
@@ -319,7 +323,7 @@ public:
     return sync([&] {
       if (auto it = listeners_.find(base); it != listeners_.end()) return it->second->url();
       std::string url = base;
-      if (base == "ipc://") url = "ipc://" + run_dir_ + "/p" + std::to_string(::getpid()) + ".sock";
+      if (base == "ipc://") url = ipc_url();
       auto l = std::make_shared<listener>(executor(), url, transport());
       listeners_.emplace(base, l);
       accept(l);
@@ -388,6 +392,10 @@ public:
     // the job's environment (the Slurm backend keeps it out of argv and
     // scontrol's output).
     else s.env.emplace_back("FIBER_INTERNAL_SECRET", secret_);
+    // Services (a Queue, a Pipe, an object) made before this process listened
+    // on TCP carry its ipc:// URL, which a cluster node cannot reach: tell the
+    // worker to use `url` for it (see request()).
+    if (!local) s.env.emplace_back("FIBER_INTERNAL_MASTER_IPC", ipc_url());
     // A worker needs its TLS material before the handshake that would bring
     // it the master's configuration: pass it the way users would.
     if (is_tls_url(url))
@@ -465,8 +473,9 @@ public:
   /// Send a request to service `service_id` in the process listening at
   /// `url` (this process: called directly). `done` runs on the runtime
   /// thread. Any thread.
-  void request(const std::string& url, std::uint64_t service_id, std::uint32_t op, std::vector<std::byte> payload,
+  void request(const std::string& to, std::uint64_t service_id, std::uint32_t op, std::vector<std::byte> payload,
                request_done done) {
+    const std::string& url = !master_alias_.first.empty() && to == master_alias_.first ? master_alias_.second : to;
     asio::dispatch(ctx_, [this, url, service_id, op, payload = std::move(payload), done = std::move(done)]() mutable {
       if (is_local(url)) return local_request(service_id, op, std::move(payload), std::move(done));
       auto& c = clients_[url];
@@ -520,6 +529,9 @@ private:
     });
     while (thread_id_ == std::thread::id{}) std::this_thread::yield();
   }
+
+  /// This process's ipc:// URL (its socket in the run dir).
+  std::string ipc_url() const { return "ipc://" + run_dir_ + "/p" + std::to_string(::getpid()) + ".sock"; }
 
   static std::string self_exe_path() {
     char buf[4096];
@@ -769,6 +781,7 @@ private:
   std::atomic<std::thread::id> thread_id_{};
   std::string secret_, secret_file_, run_dir_, name_ = "master", build_id_, exe_;
   std::string default_base_ = "ipc://";
+  std::pair<std::string, std::string> master_alias_; // worker: master's ipc URL -> the URL it dialled
   std::vector<std::string> argv_;
   bool is_worker_ = false;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
