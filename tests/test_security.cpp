@@ -510,8 +510,12 @@ TEST_CASE("run dir 0700, secret file 0600; the secret is in no worker's command 
   auto pids = pool.worker_pids();
   pids.push_back(proc.pid().value());
   for (auto pid : pids) {
-    INFO("worker " << pid);
-    auto cmdline = slurp("/proc/" + std::to_string(pid) + "/cmdline");
+    INFO("worker " << pid << (pid == pids.back() ? " (the Process)" : " (a pool worker)"));
+    // posix_spawn returns while the child is still inside execve (its
+    // arguments not yet mapped): wait for them.
+    auto cmdline_of = [&] { return slurp("/proc/" + std::to_string(pid) + "/cmdline"); };
+    CHECK(wait_until([&] { return !cmdline_of().empty(); }, 10s));
+    auto cmdline = cmdline_of();
     auto environ_ = slurp("/proc/" + std::to_string(pid) + "/environ");
     CHECK_FALSE(cmdline.empty());
     CHECK(cmdline.find(rt.secret()) == std::string::npos);
