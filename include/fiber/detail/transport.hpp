@@ -26,6 +26,18 @@
 /// thread-safe. Call its member functions (and destroy it) on its executor,
 /// i.e. from one thread at a time or through a strand.
 ///
+/// Lifetime: close()/destruction waits for nng's callbacks of that object
+/// (nng_aio_stop), so an io_context may be destroyed right after its streams
+/// and listeners. Destroy it only once no async_connect is pending (as with
+/// any Asio operation, a pending connect keeps io_context::run() busy).
+///
+/// Batching and buffering: messages queued while a write is in flight leave
+/// together in the next nng_stream_send (headers and small payloads copied
+/// into one buffer, large payloads gathered in place); a lone message is
+/// written at once. Reads fill a 64 KiB buffer, so many small frames cost
+/// one nng_stream_recv and a buffered frame completes async_recv without
+/// touching nng. See stream_core for the details.
+///
 /// Per-operation cancellation (the handler's associated cancellation slot):
 ///  - async_recv / async_accept: a pending operation completes with
 ///    operation_aborted; no side effect (all cancellation types). The nng read
@@ -39,7 +51,7 @@
 ///    wire, closes the stream (the batch it was part of fails too).
 ///  - async_connect: nng_aio_cancel() on the dial.
 
-#include <array>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
