@@ -14,6 +14,7 @@
 #include <chrono>
 #include <csignal>
 #include <map>
+#include <future>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -402,6 +403,18 @@ TEST_CASE("handles: empty, equality, type-checked serialization", "[manager]") {
   CHECK_FALSE(a == b);
   CHECK(a.id() != b.id());
   CHECK_THROWS_AS(fiber::deserialize<fiber::Remote<Fragile>>(fiber::serialize(a)), fiber::serialization_error);
+
+  // A plain callback runs on fiber's runtime thread: blocking there is refused.
+  std::promise<bool> refused;
+  a.async_call<&Recorder::pid>([&](std::exception_ptr, std::int64_t) {
+    try {
+      a.call<&Recorder::pid>();
+      refused.set_value(false);
+    } catch (const std::logic_error&) {
+      refused.set_value(true);
+    }
+  });
+  CHECK(refused.get_future().get());
 }
 
 TEST_CASE("virtual and inherited described methods", "[manager]") {

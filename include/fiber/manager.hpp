@@ -144,14 +144,12 @@ private:
   }
 
   R take() const {
-    std::exception_ptr e;
     std::vector<std::byte> bytes;
     {
       std::lock_guard lk(st_->m);
-      e = st_->error;
+      if (st_->error) st_->error.raise(); // a fresh exception, this thread's own
       bytes = st_->bytes;
     }
-    if (e) std::rethrow_exception(e);
     return detail::decode_result<R>(bytes);
   }
 
@@ -182,8 +180,12 @@ public:
   /// or called on fiber's runtime thread).
   template <auto M, class... A>
   detail::call_result_t<M> call(A&&... args) const {
-    if constexpr (detail::check_call<T, M, A...>()) return call_async<M>(std::forward<A>(args)...).get();
-    else std::terminate(); // unreachable: check_call has failed to compile
+    if constexpr (detail::check_call<T, M, A...>()) {
+      remote_result<detail::call_result_t<M>>::check_thread(); // before anything is sent
+      return call_async<M>(std::forward<A>(args)...).get();
+    } else {
+      std::terminate(); // unreachable: check_call has failed to compile
+    }
   }
 
   /// Sends the call and returns at once with a handle (get(), get(timeout),
@@ -194,9 +196,10 @@ public:
       auto st = std::make_shared<detail::remote_call_state>();
       detail::send_call(ref(), payload<M>(std::forward<A>(args)...),
                         [st](std::exception_ptr e, std::vector<std::byte> bytes) {
+                          auto info = detail::error_info::from(e);
                           {
                             std::lock_guard lk(st->m);
-                            st->error = e;
+                            st->error = std::move(info);
                             st->bytes = std::move(bytes);
                             st->done = true;
                           }
@@ -322,11 +325,12 @@ private:
       };
       auto ex = asio::get_associated_executor(handler, detail::runtime::instance().executor());
       auto o = std::make_shared<op>(op{std::forward<Handler>(handler), asio::make_work_guard(ex)});
-      detail::send_call(ref, std::move(bytes), [o](std::exception_ptr e, std::vector<std::byte> bytes) {
+      detail::send_call(ref, std::move(bytes), [o](std::exception_ptr err, std::vector<std::byte> bytes) {
         auto ex = o->work.get_executor();
-        asio::dispatch(ex, [o, e, bytes = std::move(bytes)]() mutable {
+        asio::dispatch(ex, [o, info = detail::error_info::from(err), bytes = std::move(bytes)]() mutable {
           auto h = std::move(o->handler);
           o->work.reset();
+          auto e = info.make(); // made on the handler's executor (see error_info)
           if constexpr (std::is_void_v<R>) {
             if (!e) {
               try {
@@ -412,17 +416,17 @@ public:
       auto& rt = detail::runtime::instance();
       if (rt.on_runtime_thread())
         throw std::logic_error("fiber::RemoteManager::make: blocking call on fiber's runtime thread");
-      auto pr = std::make_shared<std::promise<std::uint64_t>>();
+      // The error crosses threads as data (see detail::error_info).
+      auto pr = std::make_shared<std::promise<std::pair<std::uint64_t, detail::error_info>>>();
       auto fut = pr->get_future();
       auto core = core_;
       asio::post(rt.executor(), [core, pr, args = w.release()]() mutable {
         core->make(detail::ctor_id<T, detail::wire_arg_t<A>...>(), std::move(args),
-                   [pr](std::exception_ptr e, std::uint64_t id) {
-                     if (e) pr->set_exception(e);
-                     else pr->set_value(id);
-                   });
+                   [pr](std::exception_ptr e, std::uint64_t id) { pr->set_value({id, detail::error_info::from(e)}); });
       });
-      auto owner = std::make_shared<detail::object_owner>(detail::remote_ref{url_, service_, fut.get()});
+      auto [id, err] = fut.get();
+      if (err) err.raise();
+      auto owner = std::make_shared<detail::object_owner>(detail::remote_ref{url_, service_, id});
       detail::local_objects::instance().add(owner);
       auto ref = owner->ref;
       return Remote<T>(std::make_shared<const detail::remote_state>(detail::remote_state{std::move(ref), std::move(owner)}));

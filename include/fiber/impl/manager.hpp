@@ -1091,12 +1091,77 @@ struct remote_state {
   std::shared_ptr<object_owner> owner; // set in the process that made the object
 };
 
+/// An error as plain data. Results cross from fiber's runtime thread to the
+/// caller's as this, and the caller throws a fresh exception built from it:
+/// an exception object is then never shared between threads (its reference
+/// count lives in uninstrumented libstdc++, so ThreadSanitizer could not see
+/// the hand-over, and no thread may drop the last reference to an exception
+/// another is reading).
+struct error_info {
+  enum class kind : std::uint8_t { none, remote, worker_lost, eof, serialization, timeout, backend, handshake, other };
+  kind k = kind::none;
+  std::string type;    ///< remote: the remote exception's type name
+  std::string message; ///< remote: its what(); otherwise what()
+
+  explicit operator bool() const noexcept { return k != kind::none; }
+
+  static error_info from(std::exception_ptr e) {
+    error_info i;
+    if (!e) return i;
+    try {
+      std::rethrow_exception(e);
+    } catch (const remote_error& x) {
+      i = {kind::remote, x.type_name(), x.message()};
+    } catch (const worker_lost& x) {
+      i = {kind::worker_lost, {}, x.what()};
+    } catch (const eof_error& x) {
+      i = {kind::eof, {}, x.what()};
+    } catch (const serialization_error& x) {
+      i = {kind::serialization, {}, x.what()};
+    } catch (const timeout_error& x) {
+      i = {kind::timeout, {}, x.what()};
+    } catch (const backend_error& x) {
+      i = {kind::backend, {}, x.what()};
+    } catch (const handshake_error& x) {
+      i = {kind::handshake, {}, x.what()};
+    } catch (const std::exception& x) {
+      i = {kind::other, {}, x.what()};
+    } catch (...) {
+      i = {kind::other, {}, "fiber: unknown exception"};
+    }
+    return i;
+  }
+
+  [[noreturn]] void raise() const {
+    switch (k) {
+    case kind::remote: throw remote_error(type, message);
+    case kind::worker_lost: throw worker_lost(message);
+    case kind::eof: throw eof_error(message);
+    case kind::serialization: throw serialization_error(message);
+    case kind::timeout: throw timeout_error(message);
+    case kind::backend: throw backend_error(message);
+    case kind::handshake: throw handshake_error(message);
+    default: throw error(message);
+    }
+  }
+
+  /// A new exception_ptr (nullptr for none), made on the calling thread.
+  std::exception_ptr make() const {
+    if (k == kind::none) return nullptr;
+    try {
+      raise();
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+};
+
 /// Result of one call_async, filled on the runtime thread.
 struct remote_call_state {
   std::mutex m;
   std::condition_variable cv;
   bool done = false;
-  std::exception_ptr error;
+  error_info error;
   std::vector<std::byte> bytes;
 };
 
