@@ -464,7 +464,7 @@ TEST_CASE("slurm: scancel of a worker's job mid-map: complete, exactly-once resu
       CHECK(out[i].y == std::int64_t(i) * i);
     }
     // Slurm ended the job as cancelled; the pool replaced its worker.
-    CHECK(trim(shell("squeue -h -t all -j " + victim + " -o %T")) == "CANCELLED");
+    CHECK(eventually([&] { return trim(shell("squeue -h -t all -j " + victim + " -o %T")) == "CANCELLED"; }, 10s));
     // Its replacement was submitted: 8 jobs again, none of them the victim.
     CHECK(eventually(
         [&] {
