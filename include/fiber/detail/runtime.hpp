@@ -140,6 +140,9 @@ public:
   }
 
   bool closed() const noexcept { return closed_; }
+  /// For synchronous sends from other threads while the link has nothing
+  /// queued (see transport's direct_writer); heartbeats go on as before.
+  direct_writer direct() const noexcept { return stream_.direct(); }
   const peer_identity& peer() const noexcept { return peer_; }
   std::uint64_t id() const noexcept { return id_; }
   asio::any_io_executor get_executor() { return stream_.get_executor(); }

@@ -24,7 +24,11 @@
 ///
 /// Threading: like asio::ip::tcp::socket, a stream/listener is not
 /// thread-safe. Call its member functions (and destroy it) on its executor,
-/// i.e. from one thread at a time or through a strand.
+/// i.e. from one thread at a time or through a strand. One exception:
+/// `stream::direct()` hands out a `direct_writer`, which any thread may use to
+/// write a whole frame synchronously while the stream has nothing else to
+/// write (a worker's main thread sends its results without waking the
+/// executor's thread, nng's callback thread and then itself again).
 ///
 /// Lifetime: close()/destruction waits for nng's callbacks of that object
 /// (nng_aio_stop), so an io_context may be destroyed right after its streams
@@ -52,13 +56,16 @@
 ///  - async_connect: nng_aio_cancel() on the dial.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -328,7 +335,70 @@ public:
     const auto id = ++next_id_;
     install_canceller(done.slot(), id, true);
     sendq_.push_back({id, std::move(m), std::move(done)});
-    if (!writing_) start_write();
+    bool direct_busy;
+    {
+      std::lock_guard lk(wire_mu_);
+      exec_busy_ = true; // from now on no direct write starts
+      direct_busy = direct_busy_;
+    }
+    // While a direct write owns the wire, the message waits: the direct
+    // writer posts kick() when it is done.
+    if (!writing_ && !direct_busy) start_write();
+  }
+
+  /// Any thread: writes `m` as one frame now and returns true once it is
+  /// written — if nothing is being written or queued on this stream and it is
+  /// open. Otherwise returns false at once, having done nothing (use
+  /// async_send). A failed write closes the stream and returns false.
+  bool try_send_direct(std::span<const std::byte> m) {
+    if (m.size() > max_.load(std::memory_order_relaxed)) return false;
+    {
+      std::lock_guard lk(wire_mu_);
+      if (exec_busy_ || direct_busy_ || wire_dead_) return false;
+      direct_busy_ = true;
+    }
+    int rv = 0;
+    std::size_t written = 0, calls = 0;
+    if (!daio_) {
+      nng_aio* a = nullptr;
+      rv = nng_aio_alloc(&a, nullptr, nullptr); // no callback: completes without a thread hop
+      if (rv == 0) {
+        nng_aio_set_timeout(a, NNG_DURATION_INFINITE);
+        daio_.reset(a);
+      }
+    }
+    const auto n = static_cast<std::uint32_t>(m.size());
+    std::byte hdr[frame_header_size] = {std::byte(n), std::byte(n >> 8), std::byte(n >> 16), std::byte(n >> 24)};
+    const std::size_t total = frame_header_size + m.size();
+    while (rv == 0 && written < total) { // nng may write part of the iov: go on from there
+      nng_iov iov[2];
+      unsigned k = 0;
+      if (written < frame_header_size) iov[k++] = {hdr + written, frame_header_size - written};
+      const std::size_t body_off = written < frame_header_size ? 0 : written - frame_header_size;
+      if (m.size() > body_off)
+        iov[k++] = {const_cast<std::byte*>(m.data()) + body_off, m.size() - body_off};
+      if ((rv = nng_aio_set_iov(daio_.get(), k, iov)) != 0) break;
+      ++calls;
+      nng_stream_send(s_.get(), daio_.get());
+      nng_aio_wait(daio_.get());
+      if ((rv = nng_aio_result(daio_.get())) == 0) written += nng_aio_count(daio_.get());
+    }
+    bool kick;
+    {
+      std::lock_guard lk(wire_mu_);
+      direct_busy_ = false;
+      direct_nng_sends_ += calls;
+      if (rv == 0) ++direct_sent_;
+      else wire_dead_ = true; // maybe a partial frame on the wire
+      kick = exec_busy_;
+    }
+    if (rv != 0) {
+      nng_stream_close(s_.get()); // thread-safe; the executor's operations end with errors
+      asio::post(ex_, [self = shared_from_this(), rv] { self->shutdown(make_nng_error(rv), via::dispatch); });
+      return false;
+    }
+    if (kick) asio::post(ex_, [self = shared_from_this()] { self->kick(); });
+    return true;
   }
 
   // ---- recv
@@ -375,7 +445,13 @@ public:
   }
 
   const asio::any_io_executor& executor() const noexcept { return ex_; }
-  const stream_stats& stats() const noexcept { return stats_; }
+  stream_stats stats() const {
+    stream_stats s = stats_;
+    std::lock_guard lk(wire_mu_);
+    s.messages_sent += direct_sent_;
+    s.nng_sends += direct_nng_sends_;
+    return s;
+  }
 
 private:
   struct send_op {
@@ -413,6 +489,7 @@ private:
         if (it->id == id) {
           auto op = std::move(*it);
           sendq_.erase(it);
+          publish_busy();
           return op.done(via::dispatch, asio::error::operation_aborted);
         }
       for (auto& op : inflight_)
@@ -438,7 +515,29 @@ private:
   void mark_dead(std::error_code ec) {
     if (dead_) return;
     dead_ = ec;
+    {
+      std::lock_guard lk(wire_mu_);
+      wire_dead_ = true;
+    }
     nng_stream_close(s_.get());
+  }
+
+  // Tells direct writers whether the executor owns the write side (a write
+  // in flight or messages queued). Called after every change of either.
+  void publish_busy() {
+    std::lock_guard lk(wire_mu_);
+    exec_busy_ = writing_ || !sendq_.empty();
+  }
+
+  // A direct write has ended while messages were queued behind it.
+  void kick() {
+    bool direct_busy;
+    {
+      std::lock_guard lk(wire_mu_);
+      direct_busy = direct_busy_;
+    }
+    if (!writing_ && !sendq_.empty() && !dead_ && !direct_busy) start_write();
+    publish_busy();
   }
   // mark_dead, then fail queued sends; pending receives fail once buffered
   // whole frames are delivered. Idempotent.
@@ -446,6 +545,7 @@ private:
     mark_dead(ec);
     auto q = std::move(sendq_);
     sendq_.clear();
+    publish_busy();
     for (auto& op : q) op.done(v, ec);
     pump_recv(v);
   }
@@ -527,6 +627,7 @@ private:
         inflight_.clear();
         stats_.messages_sent += done.size();
         if (!sendq_.empty() && !dead_) start_write(); // queue behind, then notify
+        publish_busy();
         for (auto& op : done) op.done(via::dispatch, {});
         return;
       }
@@ -658,8 +759,14 @@ private:
 
   asio::any_io_executor ex_;
   stream_ptr s_; // declared before the aios: freed after they are stopped
-  std::size_t max_;
+  std::atomic<std::size_t> max_;
   aio_ptr saio_, raio_;
+  aio_ptr daio_; // direct writes: used only by the thread holding direct_busy_
+  // Shared with direct writers (any thread), under wire_mu_: who owns the
+  // write side. Only one of exec_busy_ / direct_busy_ is set when a write starts.
+  mutable std::mutex wire_mu_;
+  bool exec_busy_ = false, direct_busy_ = false, wire_dead_ = false;
+  std::uint64_t direct_sent_ = 0, direct_nng_sends_ = 0;
   std::shared_ptr<stream_core> skeep_, rkeep_; // self-references while nng ops are in flight
   std::error_code dead_;
   bool closed_ = false;
@@ -679,6 +786,25 @@ private:
   std::optional<message> big_;
   std::size_t big_fill_ = 0;
   bool reading_ = false, read_big_ = false, pumping_ = false;
+};
+
+/// Writes whole frames on a stream from any thread, synchronously, while
+/// the stream has nothing else to write (stream_core::try_send_direct).
+/// Copyable; keeps the stream's state alive, not its connection.
+class direct_writer {
+public:
+  direct_writer() noexcept = default;
+  /// True once `m` is written as one frame. False, having done nothing,
+  /// while the stream is writing or has messages queued, once it is closed,
+  /// and for an empty writer; false too if the write failed (the stream is
+  /// then closed, as when an async_send fails).
+  bool try_send(std::span<const std::byte> m) const { return core_ && core_->try_send_direct(m); }
+  explicit operator bool() const noexcept { return core_ != nullptr; }
+
+private:
+  friend class stream;
+  explicit direct_writer(std::shared_ptr<stream_core> c) noexcept : core_(std::move(c)) {}
+  std::shared_ptr<stream_core> core_;
 };
 
 /// One connected byte stream carrying length-prefixed messages. Move-only;
@@ -741,6 +867,8 @@ public:
   void close() noexcept {
     if (core_) core_->close();
   }
+  /// A writer other threads may use for synchronous sends (see direct_writer).
+  direct_writer direct() const noexcept { return direct_writer(core_); }
   /// False after close(), after the peer went away, or for an empty stream.
   bool is_open() const noexcept { return core_ && core_->is_open(); }
   /// Best effort, for logs ("tcp://1.2.3.4:5678", "ipc:///run/x.ipc (pid 42)").

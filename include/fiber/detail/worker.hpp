@@ -152,7 +152,7 @@ inline std::string read_secret() {
                  }
                  std::weak_ptr<peer_link> weak = l;
                  l->start(
-                     [weak](frame_kind k, std::span<const std::byte> body) {
+                     [weak, direct = l->direct()](frame_kind k, std::span<const std::byte> body) {
                        switch (k) {
                        case frame_kind::run: {
                          auto r = deserialize<run_msg>(body);
@@ -180,15 +180,20 @@ inline std::string read_secret() {
                        }
                        case frame_kind::tasks: {
                          auto chunks = deserialize<std::vector<chunk_msg>>(body);
-                         loop.push([weak, chunks = std::move(chunks)] {
+                         loop.push([weak, direct, chunks = std::move(chunks)] {
                            // Each result leaves as soon as it is ready, and the next
                            // chunk starts only once it is written: should that chunk
                            // crash this worker, the master knows which one it was (the
                            // oldest it holds) and reruns the others without counting it.
+                           // This thread writes it itself when the link has nothing else
+                           // queued (no hop to the runtime thread and back); otherwise it
+                           // is queued there and the next chunk waits until it is written.
                            static std::future<void> previous; // main thread only
                            for (auto& c : chunks) {
                              if (previous.valid()) previous.wait();
+                             previous = {};
                              auto f = frame(frame_kind::results, std::vector<chunk_result_msg>{run_chunk(c)});
+                             if (direct.try_send(f)) continue;
                              auto sent = std::make_shared<std::promise<void>>();
                              previous = sent->get_future();
                              asio::post(runtime::instance().executor(), [weak, sent, f = std::move(f)]() mutable {
