@@ -251,9 +251,11 @@ asio::awaitable<Report> rollout(std::vector<Handle>& envs, int steps, int iters)
   co_return rep;
 }
 
+// The io_context outlives the manager (see main): completions are posted to
+// it from fiber's runtime thread, which must never find it destroyed.
 template <class Handle>
-Report run(std::vector<Handle>& envs, int steps, int iters) {
-  asio::io_context ctx;
+Report run(asio::io_context& ctx, std::vector<Handle>& envs, int steps, int iters) {
+  ctx.restart();
   auto fut = asio::co_spawn(ctx, rollout(envs, steps, iters), asio::use_future);
   ctx.run();
   return fut.get();
@@ -310,13 +312,15 @@ int main(int argc, char** argv) {
   std::printf("remote_envs: %d CartPole-v1 envs, %d iterations x %d steps, +%.0f us of work per step, %u CPUs\n", n,
               iters, steps, work_us, fiber::cpu_count());
 
+  asio::io_context ctx; // the loop's thread: this one
+
   auto local = make_local(n, work_us);
-  auto lr = run(local, steps, iters);
+  auto lr = run(ctx, local, steps, iters);
   print("local objects (this thread):", lr);
 
   fiber::RemoteManager<CartPole> manager{{.processes = processes}};
   auto remote = make_remote(manager, n, work_us);
-  auto rr = run(remote, steps, iters);
+  auto rr = run(ctx, remote, steps, iters);
   char what[64];
   std::snprintf(what, sizeof what, "remote objects (%u processes):", processes);
   print(what, rr);

@@ -217,8 +217,11 @@ public:
   /// `void(std::exception_ptr, R)`, or `void(std::exception_ptr)` for a void
   /// method; the handler runs on its associated executor (default: fiber's
   /// runtime executor — keep such handlers short and non-blocking).
-  /// Arguments are copied at initiation. Cancellation is not supported: a
-  /// call, once sent, runs.
+  /// Arguments are copied at initiation. The completion is posted from
+  /// fiber's runtime thread, so the handler's execution context (e.g. your
+  /// io_context) must outlive the operation — and, as a rule, this process's
+  /// RemoteManager/handles, as in any Asio program. Cancellation is not
+  /// supported: a call, once sent, runs.
   template <auto M, class... A>
   auto async_call(A&&... args_and_token) const {
     static_assert(sizeof...(A) >= 1,
