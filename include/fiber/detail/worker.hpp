@@ -16,7 +16,10 @@
 #include <future>
 #include <iostream>
 #include <mutex>
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 
 namespace fiber::detail {
 
@@ -115,6 +118,37 @@ inline std::string read_secret() {
   return {};
 }
 
+/// Where a worker on another host listens for its own services (a Queue it
+/// creates): its address on the route to the master — the master's address
+/// belongs to the master's host. "tls+tcp://10.0.0.1:4000" → "tls+tcp://10.0.0.7:0".
+inline std::string own_listen_base(const std::string& master_url) {
+  auto scheme_end = master_url.find("://");
+  auto host_begin = scheme_end + 3;
+  auto colon = master_url.rfind(':');
+  std::string scheme = master_url.substr(0, host_begin);
+  std::string host = master_url.substr(host_begin, colon - host_begin);
+  std::string port = master_url.substr(colon + 1);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_DGRAM;
+  std::string local = host;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) == 0 && res) {
+    int fd = ::socket(res->ai_family, SOCK_DGRAM, 0);
+    sockaddr_storage me{};
+    socklen_t len = sizeof me;
+    // connect() on UDP sends nothing: it only picks the route and source address.
+    if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
+      char buf[INET6_ADDRSTRLEN] = "";
+      void* a = me.ss_family == AF_INET6 ? static_cast<void*>(&reinterpret_cast<sockaddr_in6*>(&me)->sin6_addr)
+                                         : static_cast<void*>(&reinterpret_cast<sockaddr_in*>(&me)->sin_addr);
+      if (::inet_ntop(me.ss_family, a, buf, sizeof buf)) local = me.ss_family == AF_INET6 ? "[" + std::string(buf) + "]" : buf;
+    }
+    if (fd >= 0) ::close(fd);
+    ::freeaddrinfo(res);
+  }
+  return scheme + local + ":0";
+}
+
 [[noreturn]] inline void run_worker() {
   if (std::getenv("FIBER_INTERNAL_PDEATHSIG")) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   const std::string url = std::getenv("FIBER_INTERNAL_MASTER");
@@ -126,7 +160,7 @@ inline std::string read_secret() {
   rt.become_worker(name_env ? name_env : "worker", read_secret(), run_dir ? run_dir : "");
   // Services this worker owns listen as its master does: ipc, or the same
   // scheme (tcp://, tls+tcp://) and host with an ephemeral port.
-  rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : url.substr(0, url.rfind(':')) + ":0");
+  rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : own_listen_base(url));
 
   static worker_loop loop;
   std::promise<void> connected;
