@@ -36,14 +36,17 @@ struct pool_options {
   std::size_t chunksize = 0;   ///< inputs per task message; 0 = automatic
   int max_retries = 3;         ///< reruns of a task after its worker *died*
   fiber::resources resources{};///< per worker, asked of the backend
-  std::string name;            ///< prefix of worker names; default "pool-N"
+  std::string name{};          ///< prefix of worker names; default "pool-N"
   /// Called after each finished chunk of a map with (items done, items total;
   /// total is 0 while unknown). Runs on fiber's runtime thread: keep it short.
-  std::function<void(std::size_t, std::size_t)> progress;
+  std::function<void(std::size_t, std::size_t)> progress{};
   /// Draw a progress line on stderr for long maps when it is a terminal
   /// (also the `progress` configuration key).
   bool progress_bar = false;
-  unsigned prefetch = 2;       ///< chunks a worker may hold (its credit window)
+  /// Chunks a worker may hold (its credit window). Workers whose chunks run
+  /// in well under a millisecond are given more, up to about 1 ms of work
+  /// (at most 32 chunks), so that tiny tasks are not held back by the round trip.
+  unsigned prefetch = 2;
 };
 
 namespace detail {
@@ -347,15 +350,15 @@ private:
     fut.wait();
   }
 
-  std::shared_ptr<state> new_state(std::size_t total_items) {
+  /// `maps`: the call is a map (progress is reported for maps only).
+  std::shared_ptr<state> new_state(std::size_t total_items, bool maps = true) {
     auto st = std::make_shared<state>();
     st->target_id = target::id;
     std::weak_ptr<state> weak = st;
-    auto progress = opt_.progress;
-    bool bar = opt_.progress_bar || detail::config_bool("progress");
-    bar = bar && ::isatty(2);
-    auto items_done = std::make_shared<std::size_t>(0);
-    if (progress || bar)
+    auto progress = maps ? opt_.progress : nullptr;
+    bool bar = maps && (opt_.progress_bar || detail::config_bool("progress")) && ::isatty(2);
+    if (progress || bar) {
+      auto items_done = std::make_shared<std::size_t>(0);
       st->on_progress = [progress, bar, total_items, items_done](std::size_t n) {
         *items_done += n;
         if (progress) progress(*items_done, total_items);
@@ -366,6 +369,7 @@ private:
           if (total_items && *items_done >= total_items) std::fputc('\n', stderr);
         }
       };
+    }
     st->on_chunk = [weak](std::uint64_t seq, std::vector<std::byte> blob) {
       auto st = weak.lock();
       if (!st) return;
@@ -425,7 +429,7 @@ private:
     };
     for (auto&& x : inputs) {
       if constexpr (Star) write_tuple(w, x);
-      else w.write(std::tuple_element_t<0, params>(x));
+      else write_arg<std::tuple_element_t<0, params>>(w, x);
       if (++count == chunksize) flush();
     }
     flush();
@@ -444,17 +448,25 @@ private:
     static_assert(std::tuple_size_v<std::remove_cvref_t<Tuple>> == traits::arity,
                   "fiber::Pool::starmap: each tuple must hold exactly the target's arguments");
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (w.write(std::tuple_element_t<I, params>(std::get<I>(t))), ...);
+      (write_arg<std::tuple_element_t<I, params>>(w, std::get<I>(t)), ...);
     }(std::make_index_sequence<traits::arity>{});
+  }
+
+  /// Writes an argument as parameter type P: as is when it already has that
+  /// type (no converted copy of, say, a large vector), else converted first.
+  template <class P, class A>
+  static void write_arg(writer& w, A&& a) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<A>, P>) w.write(a);
+    else w.write(P(std::forward<A>(a)));
   }
 
   template <class... A>
   std::shared_ptr<state> submit_one(A&&... args) {
     check_open();
-    auto st = new_state(1);
+    auto st = new_state(1, false);
     writer w;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (w.write(std::tuple_element_t<I, params>(std::forward<A>(args))), ...);
+      (write_arg<std::tuple_element_t<I, params>>(w, std::forward<A>(args)), ...);
     }(std::index_sequence_for<A...>{});
     {
       std::lock_guard lk(st->m);
@@ -469,9 +481,9 @@ private:
 
   void send(const std::shared_ptr<state>& st, std::vector<std::pair<std::uint64_t, detail::chunk_msg>> chunks) {
     auto core = core_;
-    std::vector<std::uint32_t> sizes;
-    for (auto& [s, c] : chunks) sizes.push_back(c.count);
     if (st->on_progress) {
+      std::vector<std::uint32_t> sizes;
+      for (auto& [s, c] : chunks) sizes.push_back(c.count);
       auto base = st->on_chunk;
       auto prog = st->on_progress;
       st->on_chunk = [base, prog, sizes](std::uint64_t seq, std::vector<std::byte> blob) {
@@ -616,7 +628,7 @@ private:
           };
           for (auto&& x : input) {
             if (stop.stop_requested()) return;
-            w.write(std::tuple_element_t<0, params>(x));
+            write_arg<std::tuple_element_t<0, params>>(w, x);
             if (++count == chunksize) flush();
           }
           flush();

@@ -1,7 +1,8 @@
 #pragma once
 /// @file detail/pool_core.hpp
 /// The Pool's scheduler, on the runtime thread. Pull-based: each worker
-/// holds at most `prefetch` chunks (its credit window); the pending table
+/// holds a few chunks (its credit window: `prefetch`, or more for chunks that
+/// run in well under a millisecond, see window_of()); the pending table
 /// records which worker holds which chunk. A worker that dies hands its
 /// chunks back to the front of the queue (up to max_retries times each);
 /// a chunk's result is accepted once — by chunk id — so every result is
@@ -51,7 +52,7 @@ public:
       c.chunk_id = next_chunk_++;
       c.target_id = job->target_id;
       pending_.push_back(c.chunk_id);
-      chunks_.emplace(c.chunk_id, chunk_rec{job, seq, std::move(c), 0, 0, 0});
+      chunks_.emplace(c.chunk_id, chunk_rec{job, seq, std::move(c), 0, 0, 0, {}});
     }
     dispatch();
   }
@@ -102,12 +103,15 @@ private:
     int deaths;
     std::uint64_t holder; // worker id, 0 = queued
     std::uint64_t sent;   // dispatch order: a worker runs what it holds in this order
+    clock::time_point dispatched; // when it was sent to its holder
   };
   struct worker_rec {
     std::string name;
     backend::job job;
     std::shared_ptr<peer_link> link;
     std::set<std::uint64_t> held;
+    double service_s = 0;         // moving average of its chunks' run time (0: none seen yet)
+    clock::time_point last_result{};
     bool retiring = false;
     bool exited = false;
     std::unique_ptr<asio::steady_timer> start_timer;
@@ -221,10 +225,20 @@ private:
   void on_results(std::uint64_t wid, std::span<const std::byte> body) {
     auto results = deserialize<std::vector<chunk_result_msg>>(body);
     auto wit = workers_.find(wid);
+    const auto now = clock::now();
     for (auto& r : results) {
       if (wit != workers_.end()) wit->second.held.erase(r.chunk_id);
       auto it = chunks_.find(r.chunk_id);
       if (it == chunks_.end() || it->second.holder != wid) continue; // late duplicate: already rerun elsewhere
+      if (wit != workers_.end()) {
+        // The worker runs its chunks one after the other: this one started
+        // once the previous result left, or once it arrived (plus latency).
+        auto& w = wit->second;
+        const auto start = std::max(w.last_result, it->second.dispatched);
+        const double run = std::chrono::duration<double>(now - start).count();
+        w.service_s = w.service_s == 0 ? run : 0.8 * w.service_s + 0.2 * run;
+        w.last_result = now;
+      }
       auto rec = std::move(it->second);
       chunks_.erase(it);
       rec.job->on_chunk(rec.seq, std::move(r.results));
@@ -235,26 +249,60 @@ private:
     maybe_finish();
   }
 
+  // A worker's credit window: `prefetch` chunks, or about a millisecond of
+  // work when its chunks are shorter than that (at most 32), so that tiny
+  // tasks are not throttled to `prefetch` per round trip while long ones
+  // stay spread evenly (a worker never holds much more than 1 ms beyond
+  // `prefetch` chunks of work that others could have taken).
+  unsigned window_of(const worker_rec& w) const {
+    constexpr double target_s = 1e-3;
+    constexpr unsigned max_window = 32;
+    if (w.service_s <= 0 || w.service_s * s_.prefetch >= target_s) return s_.prefetch;
+    return std::clamp(unsigned(target_s / w.service_s), s_.prefetch, std::max(s_.prefetch, max_window));
+  }
+
+  // One tasks frame, serialized straight from the chunk records (the
+  // encoding of frame(frame_kind::tasks, std::vector<chunk_msg>), without
+  // copying each chunk's arguments into a vector first).
+  static std::vector<std::byte> tasks_frame(const std::vector<const chunk_msg*>& batch) {
+    std::size_t bytes = 16;
+    for (auto* c : batch) bytes += c->args.size() + 40;
+    writer w;
+    w.buffer().reserve(bytes);
+    w.write(static_cast<std::uint8_t>(frame_kind::tasks));
+    w.write_varint(batch.size());
+    for (auto* c : batch) {
+      w.write(*c);
+      write_pad<chunk_msg>(w);
+    }
+    return w.release();
+  }
+
   // Fill every worker's credit window, one chunk per worker per pass so a
   // small map spreads over all workers instead of queueing behind one.
   void dispatch() {
     if (pending_.empty()) return;
-    std::map<std::uint64_t, std::vector<chunk_msg>> batches;
-    for (unsigned pass = 0; pass < s_.prefetch && !pending_.empty(); ++pass) {
+    std::map<std::uint64_t, std::vector<const chunk_msg*>> batches;
+    unsigned passes = s_.prefetch;
+    for (auto& [id, w] : workers_) passes = std::max(passes, window_of(w));
+    const auto now = clock::now();
+    for (unsigned pass = 0; pass < passes && !pending_.empty(); ++pass) {
       for (auto& [id, w] : workers_) {
         if (pending_.empty()) break;
-        if (!w.link || w.link->closed() || w.retiring || w.held.size() > pass) continue;
+        if (!w.link || w.link->closed() || w.retiring || w.held.size() > pass || w.held.size() >= window_of(w))
+          continue;
         auto cid = pending_.front();
         pending_.pop_front();
         auto it = chunks_.find(cid);
         if (it == chunks_.end()) continue;
         it->second.holder = id;
         it->second.sent = next_dispatch_++;
+        it->second.dispatched = now;
         w.held.insert(cid);
-        batches[id].push_back(it->second.msg);
+        batches[id].push_back(&it->second.msg); // chunks_ is not modified before the frames are built
       }
     }
-    for (auto& [id, b] : batches) workers_[id].link->send(frame(frame_kind::tasks, b));
+    for (auto& [id, b] : batches) workers_[id].link->send(tasks_frame(b));
   }
 
   void on_link_lost(std::uint64_t id, const std::string& reason) {
