@@ -52,6 +52,7 @@ struct app_options {
   std::uint64_t noise_size = noise_table::default_size;
   std::uint32_t final_episodes = 8;
   bool threads = false;
+  std::uint32_t start_states = 0;
 };
 
 /// Declares every flag on `cli`, bound to `o`.
@@ -82,6 +83,8 @@ inline void add_options(CLI::App& cli, app_options& o) {
   cli.add_option("--noise-size", o.noise_size, "floats in the shared noise table")->capture_default_str();
   cli.add_option("--final-episodes", o.final_episodes, "episodes of the final policy evaluated at the end")
       ->capture_default_str();
+  cli.add_option("--start-states", o.start_states,
+                 "initial states shared by all pairs of a generation (0: one per pair)")->capture_default_str();
   cli.add_flag("--threads", o.threads, "run rollouts on threads of this process instead of a fiber::Pool (baseline)");
 }
 
@@ -114,6 +117,7 @@ inline es_config make_config(const app_options& o, unsigned workers) {
   c.noise_size = o.noise_size;
   c.obs_sample_prob = o.obs_prob;
   c.normalize_obs = !o.no_obs_norm;
+  c.start_states = o.start_states;
   return c;
 }
 
@@ -256,7 +260,7 @@ int run_app(const app_options& o, Pool& pool, unsigned workers, Encode&& encode,
                                      hash_seed(c.seed, 0xf1a1), pool, 1, c.obs_clip),
                      "final policy (unperturbed)");
   plot_learning_curve(dir, "ES on " + o.env + ", population " + std::to_string(c.population) + ", " +
-                               std::to_string(workers) + " workers");
+                               std::to_string(workers) + (workers == 1 ? " worker" : " workers"));
   std::printf("log: %s\npolicy: %s\n", (dir / "log.csv").c_str(), (dir / "policy.bin").c_str());
   if (fs::exists(dir / "learning_curve.png")) std::printf("learning curve: %s\n", (dir / "learning_curve.png").c_str());
   if (o.target_return && !reached) {

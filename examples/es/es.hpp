@@ -145,6 +145,10 @@ struct task {
   double obs_sample_prob = 0.01; ///< chance that a step's observation feeds the stats
   float obs_clip = 5.f;          ///< normalised observations are clipped to ±obs_clip
   bool evaluate = false;
+  /// 0: every pair starts from its own initial state; k > 0: pair i starts
+  /// from state i mod k, so all pairs share k states (common random numbers
+  /// across the population: ranks then compare policies, not lucky starts).
+  std::uint32_t start_states = 0;
 };
 
 /// What `evaluate_batch` returns for one task. Index k refers to pair first + k.
@@ -266,7 +270,8 @@ inline batch_result evaluate_batch(const task& t) {
     r.obs.resize(t.count);
     for (std::uint32_t k = 0; k < t.count; ++k) {
       const std::uint64_t i = std::uint64_t(t.first) + k;
-      const std::uint64_t env_seed = episode_seed(t.generation_seed, i, t.evaluate);
+      const std::uint64_t env_seed =
+          episode_seed(t.generation_seed, t.start_states && !t.evaluate ? i % t.start_states : i, t.evaluate);
       rng obs_rng{hash_seed(t.generation_seed, i, 0x0b5)};
       if (t.evaluate) {
         const auto res = rollout(env, t.policy, t.theta.data(), t.normalizer, t.obs_clip, env_seed,
@@ -359,6 +364,7 @@ struct es_config {
   double obs_sample_prob = 0.01;
   float obs_clip = 5.f;             ///< OpenAI es clips normalised observations to ±5
   bool normalize_obs = true;
+  std::uint32_t start_states = 0;   ///< see task::start_states
 };
 
 /// Pairs per task when the user gives none. A humanoid rollout takes
@@ -431,7 +437,7 @@ inline std::vector<task> make_tasks(const es_config& c, const es_state& s, std::
   for (std::uint32_t first = 0; first < pairs; first += batch) {
     tasks.push_back(task{c.env, s.spec, s.theta, norm, c.sigma, c.noise_seed, c.noise_size, generation_seed, first,
                          std::min(batch, pairs - first), c.normalize_obs ? c.obs_sample_prob : 0.0, c.obs_clip,
-                         false});
+                         false, c.start_states});
   }
   return tasks;
 }

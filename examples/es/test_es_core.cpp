@@ -320,3 +320,18 @@ TEST_CASE("evaluation tasks run unperturbed episodes", "[es]") {
   CHECK(a.returns == b.returns);
   CHECK(a.lengths == b.lengths);
 }
+
+TEST_CASE("start_states: pairs share initial states (common random numbers)", "[es]") {
+  es_config c = cartpole_config();
+  const es_state s = make_state(c);
+  std::vector<task> tasks = make_tasks(c, s, 123);
+  task t = tasks.front();
+  t.sigma = 0;  // θ itself: returns then depend on the start state only
+  t.count = 6;
+  t.start_states = 2;
+  const batch_result r = evaluate_batch(t);
+  for (std::uint32_t k = 2; k < 6; ++k) CHECK(r.returns_pos[k] == r.returns_pos[k % 2]);
+  t.start_states = 0;
+  const batch_result own = evaluate_batch(t);
+  CHECK(own.returns_pos != r.returns_pos);
+}
