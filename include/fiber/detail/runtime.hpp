@@ -38,6 +38,7 @@
 #include <link.h>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -499,17 +500,16 @@ public:
 
   // ---- worker side -----------------------------------------------------
 
+  using connect_done =
+      std::function<void(std::exception_ptr, std::shared_ptr<peer_link>, std::map<std::string, std::string>)>;
+
   /// Dial `url`, authenticate as `r`, and hand back the link (runtime thread).
-  void connect(const std::string& url, role r, std::uint64_t worker_id,
-               std::function<void(std::exception_ptr, std::shared_ptr<peer_link>, std::map<std::string, std::string>)> done) {
-    async_connect(executor(), url, transport(),
-                  [this, url, r, worker_id, done = std::move(done)](std::error_code ec, stream s) mutable {
-                    if (ec)
-                      return done(std::make_exception_ptr(worker_lost("fiber: cannot connect to " + url + ": " +
-                                                                      ec.message())),
-                                  nullptr, {});
-                    client_handshake(std::make_shared<stream>(std::move(s)), r, worker_id, std::move(done));
-                  });
+  /// A listener whose backlog is full (NNG_EAGAIN: hundreds of workers
+  /// dialling at once) is dialled again after a short, growing, jittered
+  /// pause, for up to start_timeout_s.
+  void connect(const std::string& url, role r, std::uint64_t worker_id, connect_done done) {
+    auto give_up = clock::now() + std::chrono::seconds(config_int("start_timeout_s"));
+    dial(url, r, worker_id, std::move(done), give_up, std::chrono::milliseconds(2));
   }
 
 private:
@@ -537,6 +537,30 @@ private:
       OPENSSL_thread_stop(); // HMAC's per-thread state, else LeakSanitizer reports it
     });
     while (thread_id_ == std::thread::id{}) std::this_thread::yield();
+  }
+
+  void dial(const std::string& url, role r, std::uint64_t worker_id, connect_done done, clock::time_point give_up,
+            std::chrono::milliseconds pause) {
+    async_connect(executor(), url, transport(),
+                  [this, url, r, worker_id, done = std::move(done), give_up, pause](std::error_code ec,
+                                                                                    stream s) mutable {
+                    if (ec == std::error_code(NNG_EAGAIN, nng_category()) && clock::now() < give_up) {
+                      auto t = std::make_shared<asio::steady_timer>(executor());
+                      std::uniform_int_distribution<int> jitter(0, int(pause.count()));
+                      t->expires_after(pause + std::chrono::milliseconds(jitter(retry_rng_)));
+                      t->async_wait([this, t, url, r, worker_id, done = std::move(done), give_up,
+                                     pause](std::error_code) mutable {
+                        dial(url, r, worker_id, std::move(done), give_up,
+                             std::min(pause * 2, std::chrono::milliseconds(200)));
+                      });
+                      return;
+                    }
+                    if (ec)
+                      return done(std::make_exception_ptr(worker_lost("fiber: cannot connect to " + url + ": " +
+                                                                      ec.message())),
+                                  nullptr, {});
+                    client_handshake(std::make_shared<stream>(std::move(s)), r, worker_id, std::move(done));
+                  });
   }
 
   /// This process's ipc:// URL (its socket in the run dir).
@@ -801,6 +825,7 @@ private:
   std::unordered_map<std::uint64_t, std::shared_ptr<service>> services_;
   std::unordered_map<std::string, client_conn> clients_;
   std::unordered_map<std::type_index, std::shared_ptr<backend::launcher>> launchers_;
+  std::minstd_rand retry_rng_{static_cast<std::minstd_rand::result_type>(::getpid())}; // runtime thread
 
 public:
   std::atomic<std::uint64_t> refused_peers_{0};
