@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <deque>
 #include <fstream>
@@ -163,6 +164,11 @@ inline std::string own_listen_base(const std::string& master_url) {
   rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : own_listen_base(url));
 
   static worker_loop loop;
+  // A target that calls std::exit(n) ends the job with n (as in Python's
+  // multiprocessing). Registered after the runtime and the loop, this runs
+  // before their destructors, which would tear the runtime down under its own
+  // threads (nng callbacks, the runtime thread): flush and leave at once.
+  ::on_exit([](int status, void*) { worker_exit(status); }, nullptr);
   std::promise<void> connected;
   asio::post(rt.executor(), [&] {
     rt.connect(url, role::worker, id,
