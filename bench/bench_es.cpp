@@ -1,0 +1,90 @@
+// bench_es: generation efficiency of examples/es (Evolution Strategies on the
+// MuJoCo humanoid, population 256) on a fiber::Pool of W workers. es prints,
+// per generation, efficiency = (Σ rollout CPU seconds of its tasks / W) /
+// generation wall seconds: the share of the workers' time spent simulating.
+// Baseline in the same run: the same program with --threads (rollouts on W
+// threads of one process, no messaging), which sees the same machine load.
+// Runs alternate (fiber, threads) for --rounds rounds of --generations counted
+// generations each (the first generation of a run, with its start-up, is not
+// counted). Same seed: generation k is the same work in both. Figures: the
+// medians over all counted generations, and the median of the per-generation
+// ratio fiber/threads. Target (issue 9): fiber ≥ 0.95.
+//
+//   bench_es [--workers 2] [--rounds 3] [--generations 5] [--es PATH] [--smoke]
+// --smoke: CartPole, linear policy, population 64, one round of 3 generations.
+// Without an es binary (examples/es needs MuJoCo and CLI11) it says so and exits 0.
+#include "bench_util.hpp"
+
+#ifndef FIBER_BENCH_BINARY_DIR
+#define FIBER_BENCH_BINARY_DIR "."
+#endif
+
+namespace {
+
+// Efficiency of each generation after the first one printed.
+std::vector<double> efficiencies(const std::string& out) {
+  std::vector<double> v;
+  std::regex re(R"(gen\s+\d+ \|.*\| eff ([0-9.]+))");
+  std::istringstream in(out);
+  bool first = true;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, re)) continue;
+    if (!first) v.push_back(std::strtod(m[1].str().c_str(), nullptr));
+    first = false;
+  }
+  return v;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  auto a = bench::parse_common(argc, argv);
+  const std::string es = bench::opt(a, "--es").value_or(std::string(FIBER_BENCH_BINARY_DIR) + "/examples/es/es");
+  const int gens = a.smoke ? 3 : std::atoi(bench::opt(a, "--generations").value_or("5").c_str());
+  const int rounds = a.smoke ? 1 : std::atoi(bench::opt(a, "--rounds").value_or("3").c_str());
+  const std::string env = a.smoke ? "cartpole" : "humanoid";
+  const std::string pop = a.smoke ? "64" : "256";
+  bench::header("bench_es: ES generation efficiency (examples/es), fiber::Pool vs threads");
+  const std::string name = "ES, " + env + ", population " + pop + ", W=" + std::to_string(a.workers);
+  if (!bench::exists(es)) {
+    std::printf("skipped: %s not built (examples/es needs libmujoco-dev and libcli11-dev)\n", es.c_str());
+    bench::row(name, "generation efficiency", "not built", "-", "-", "≥ 0.95", "n/a");
+    return 0;
+  }
+  const std::string out_dir = "/tmp/fiber-bench-es-" + std::to_string(::getpid());
+  const std::string args = " --env " + env + (a.smoke ? " --policy linear" : "") + " --population " + pop +
+                           " --workers " + std::to_string(a.workers) + " --generations " + std::to_string(gens + 1) +
+                           " --final-episodes 0 --out " + out_dir;
+  std::printf("%s%s [--threads]\nrounds=%d, %d counted generations per run\n", es.c_str(), args.c_str(), rounds, gens);
+  std::fflush(stdout);
+
+  std::vector<double> fib, thr, ratio;
+  for (int r = 0; r < rounds; ++r) {
+    auto fe = efficiencies(bench::run_capture(es + args + " 2>&1"));
+    auto te = efficiencies(bench::run_capture(es + args + " --threads 2>&1"));
+    std::printf("round %d  fiber::Pool:", r + 1);
+    for (double e : fe) std::printf(" %.3f", e);
+    std::printf("  | threads:");
+    for (double e : te) std::printf(" %.3f", e);
+    std::printf("\n");
+    std::fflush(stdout);
+    fib.insert(fib.end(), fe.begin(), fe.end());
+    thr.insert(thr.end(), te.begin(), te.end());
+    for (std::size_t k = 0; k < std::min(fe.size(), te.size()); ++k)
+      if (te[k] > 0) ratio.push_back(fe[k] / te[k]);
+  }
+  std::system(("rm -rf " + out_dir).c_str());
+  if (fib.empty()) {
+    std::printf("es printed no generation line (run it by hand: %s%s)\n", es.c_str(), args.c_str());
+    bench::row(name, "generation efficiency", "no output", "-", "-", "≥ 0.95", "n/a");
+    return 0;
+  }
+  const double f = bench::median(fib), t = bench::median(thr), q = bench::median(ratio);
+  std::printf("fiber median %.3f, threads median %.3f, median per-generation ratio %.3f (%zu generations)\n", f, t, q,
+              fib.size());
+  bench::row(name, "generation efficiency (median of " + std::to_string(fib.size()) + " generations)",
+             bench::fmt("%.3f", f), "same program, --threads: " + bench::fmt("%.3f", t), bench::fmt("%.3f", q),
+             "≥ 0.95", bench::verdict(f >= 0.95));
+  return 0;
+}

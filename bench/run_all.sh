@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Runs every benchmark of issue 9 against its peers, in one go, and writes
+# bench/RESULTS.md (date, machine, every figure with its baseline, ratio and
+# target). Builds in Release in its own build directory, compiles the C peers
+# (/work/shared/peers: nng_pingpong.c, spawn.c) with gcc -O2, runs the Python
+# peers with /usr/bin/python3. Each benchmark runs its baseline in the same
+# process tree, repetition by repetition, and prints medians of >= 3 runs.
+# Nothing is pinned: figures are unpinned medians.
+#
+#   bash bench/run_all.sh            # ~6-8 minutes on 2 cores (plus the build)
+#
+# Environment: BUILD_DIR (default build-bench), JOBS (default nproc),
+# BENCH_PEERS (default ../shared/peers next to the repository),
+# BENCH_PYTHON (default /usr/bin/python3), SKIP_BUILD=1 (use the
+# binaries already in BUILD_DIR), ONLY="overhead throughput ..." (a subset).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$(pwd)
+
+build=${BUILD_DIR:-build-bench}
+jobs=${JOBS:-$(nproc)}
+peers=${BENCH_PEERS:-$root/../shared/peers}
+export BENCH_PEERS=$peers
+export BENCH_PEER_BIN=$root/$build/peers
+export BENCH_PYTHON=${BENCH_PYTHON:-/usr/bin/python3}
+out=$root/bench/RESULTS.md
+logdir=$root/$build/bench-logs
+benches=(serialize overhead throughput latency payload startup actors es scale)
+if [[ -n ${ONLY:-} ]]; then read -r -a benches <<<"$ONLY"; fi
+
+t_start=$(date +%s)
+if [[ -z ${SKIP_BUILD:-} ]]; then
+  echo "run_all.sh: building (Release) in $build/ ..."
+  generator=()
+  [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFIBER_BUILD_BENCH=ON >/dev/null || exit 1
+  targets=()
+  for b in "${benches[@]}"; do targets+=("bench_$b"); done
+  # examples/es builds only where MuJoCo and CLI11 are installed.
+  if [[ " ${benches[*]} " == *" es "* && -d $build/examples/es/CMakeFiles/es.dir ]]; then
+    targets+=(es)
+  fi
+  cmake --build "$build" -j "$jobs" --target "${targets[@]}" || exit 1
+fi
+t_built=$(date +%s)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+
+echo "run_all.sh: compiling the C peers from $peers ..."
+mkdir -p "$BENCH_PEER_BIN" "$logdir"
+gcc -O2 -o "$BENCH_PEER_BIN/nng_pingpong" "$peers/nng_pingpong.c" -lnng || echo "run_all.sh: nng_pingpong not built"
+gcc -O2 -o "$BENCH_PEER_BIN/spawn" "$peers/spawn.c" || echo "run_all.sh: spawn not built"
+
+rows=()
+declare -A seconds
+for b in "${benches[@]}"; do
+  exe=$build/bench/bench_$b
+  echo "run_all.sh: bench_$b (load: $(cut -d' ' -f1-3 /proc/loadavg)) ..."
+  t0=$(date +%s)
+  if [[ $b == serialize ]]; then
+    "$exe" >"$logdir/$b.log" 2>&1
+    # bench_serialize (not ours) prints time ratios; the table wants throughput ratios.
+    mapfile -t r < <(awk '
+      /^[^ ]/ { section = $0 }
+      /serialize \+ deserialize/ {
+        for (i = 1; i <= NF; i++) { if ($i == "GB/s" && !f) { f = $(i-1) } else if ($i == "GB/s") { m = $(i-1) } }
+        t = (section ~ /^vector<float>/) ? "≥ 0.7x memcpy" : "-";
+        ratio = f / m;
+        met = (t == "-") ? "-" : (ratio >= 0.7 ? "met" : "missed");
+        sub(/, median of.*|, [0-9]+ round trips.*/, "", section);
+        printf "ROW | serialization: %s | serialize+deserialize GB/s | %.2f | memcpy: %.2f | %.2fx | %s | %s |\n", section, f, m, ratio, t, met;
+        f = ""; m = "" }' "$logdir/$b.log")
+    rows+=("${r[@]}")
+  else
+    "$exe" >"$logdir/$b.log" 2>&1
+    rc=$?
+    mapfile -t r < <(grep '^ROW |' "$logdir/$b.log")
+    rows+=("${r[@]}")
+    if [[ $rc -ne 0 || ${#r[@]} -eq 0 ]]; then
+      rows+=("ROW | bench_$b | (failed: exit status $rc, see its log) | - | - | - | - | - |")
+    fi
+  fi
+  seconds[$b]=$(($(date +%s) - t0))
+  echo "run_all.sh:   ${seconds[$b]} s"
+  grep '^ROW |' "$logdir/$b.log" | sed 's/^ROW //' || true
+done
+t_end=$(date +%s)
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+{
+  echo "# fiber benchmarks against their peers"
+  echo
+  echo "Written by \`bench/run_all.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC')."
+  echo
+  echo "- Machine: $(nproc) CPUs ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
+  echo "- Load average when the runs started / ended: $load_start / $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "- Commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- include bench 2>/dev/null || echo ' (with local changes)')"
+  echo "- Build: Release (\`-O3 -DNDEBUG\`), $build/; peers: $peers (Python: $BENCH_PYTHON, C: gcc -O2)"
+  echo "- Unpinned: no thread or process is pinned; figures are medians of >= 3 runs (latency: of per-run medians),"
+  echo "  each run of fiber next to a run of its baseline. On a shared 2-CPU machine absolute numbers move"
+  echo "  with the load; compare the ratios, taken in the same run."
+  echo "- Time: build $((t_built - t_start)) s, runs $((t_end - t_built)) s ($(for b in "${benches[@]}"; do printf '%s %ss, ' "$b" "${seconds[$b]}"; done | sed 's/, $//'))"
+  echo
+  echo "| bench | figure | fiber | baseline (same run) | ratio | target | |"
+  echo "|---|---|---|---|---|---|---|"
+  for r in "${rows[@]}"; do echo "${r#ROW }"; done
+  echo
+  echo "Logs of this run: \`$build/bench-logs/<bench>.log\`. What each figure means: the comment at the top of"
+  echo "\`bench/bench_<name>.cpp\`."
+} >"$out"
+echo "run_all.sh: wrote $out ($((t_end - t_start)) s in all)"
