@@ -1,6 +1,7 @@
 // Tests for fiber/serialize.hpp: round trips for every supported kind, the
 // wire layout, and that hostile bytes only ever raise serialization_error.
 #include <fiber/serialize.hpp>
+#include <fiber/detail/protocol.hpp>
 
 #include <boost/describe/class.hpp>
 #include <catch2/catch.hpp>
@@ -846,4 +847,63 @@ TEST_CASE("random bytes only ever raise serialization_error", "[serialize][malfo
   CHECK(ok + rejected == 3000 * 8);
   CHECK(ok > 0);        // some short inputs are valid (e.g. int32, small variants)
   CHECK(rejected > 0);
+}
+
+TEST_CASE("protocol: tasks and results frames built around their payload and read in place", "[protocol]") {
+  namespace fd = fiber::detail;
+  using bytes = std::vector<std::byte>;
+  auto payload = [](std::size_t n) {
+    bytes b(n);
+    for (std::size_t i = 0; i < n; ++i) b[i] = std::byte(i * 7 + 1);
+    return b;
+  };
+  for (std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{200}, std::size_t{70000}}) {
+    const bytes args = payload(n);
+    // head + payload is exactly the owning encoding
+    bytes f = fd::tasks_frame_head(42, 7, 3, n);
+    f.insert(f.end(), args.begin(), args.end());
+    CHECK(f == fd::frame(fd::frame_kind::tasks, std::vector<fd::chunk_msg>{{42, 7, 3, args}}));
+    bytes g = fd::results_frame_head(43, 0.25, n);
+    g.insert(g.end(), args.begin(), args.end());
+    CHECK(g == fd::frame(fd::frame_kind::results, std::vector<fd::chunk_result_msg>{{43, 0.25, args}}));
+  }
+  // Views decode what deserialize decodes, and refuse what it refuses.
+  const std::vector<fd::chunk_msg> chunks{{1, 2, 3, payload(10)}, {4, 5, 6, {}}, {7, 8, 9, payload(300)}};
+  const bytes tf = fd::frame(fd::frame_kind::tasks, chunks);
+  auto tv = fd::decode_tasks_view(fd::unframe(tf).second);
+  REQUIRE(tv.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(tv[i].chunk_id == chunks[i].chunk_id);
+    CHECK(tv[i].target_id == chunks[i].target_id);
+    CHECK(tv[i].count == chunks[i].count);
+    CHECK(bytes(tv[i].args.begin(), tv[i].args.end()) == chunks[i].args);
+  }
+  const std::vector<fd::chunk_result_msg> results{{1, 0.5, payload(20)}, {2, 1.5, {}}};
+  const bytes rf = fd::frame(fd::frame_kind::results, results);
+  auto rv = fd::decode_results_view(fd::unframe(rf).second);
+  REQUIRE(rv.size() == 2);
+  CHECK(rv[0].chunk_id == 1);
+  CHECK(rv[1].cpu_seconds == 1.5);
+  CHECK(bytes(rv[0].results.begin(), rv[0].results.end()) == results[0].results);
+  for (const bytes* f : {&tf, &rf}) {
+    const auto body = fd::unframe(*f).second;
+    for (std::size_t cut = 0; cut <= body.size(); ++cut) { // every truncation, and one trailing byte
+      bytes b(body.begin(), body.begin() + std::ptrdiff_t(cut));
+      if (cut == body.size()) b.push_back(std::byte{0});
+      bool owning_ok = true, view_ok = true;
+      try {
+        if (f == &tf) (void)fiber::deserialize<std::vector<fd::chunk_msg>>(b);
+        else (void)fiber::deserialize<std::vector<fd::chunk_result_msg>>(b);
+      } catch (const fiber::serialization_error&) {
+        owning_ok = false;
+      }
+      try {
+        if (f == &tf) (void)fd::decode_tasks_view(b);
+        else (void)fd::decode_results_view(b);
+      } catch (const fiber::serialization_error&) {
+        view_ok = false;
+      }
+      CHECK(owning_ok == view_ok);
+    }
+  }
 }

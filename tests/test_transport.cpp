@@ -341,6 +341,44 @@ TEST_CASE("transport: large messages round trip", "[transport]") {
   });
 }
 
+TEST_CASE("transport: a frame of a message and a shared tail arrives as one message", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("tail.ipc"));
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto [server, client] = co_await connect_pair(l, no_options);
+    auto joined = [](const message& a, const message& b) {
+      message m = a;
+      m.insert(m.end(), b.begin(), b.end());
+      return m;
+    };
+    // Small and large heads and tails, queued together (one batch), order kept.
+    std::vector<std::pair<message, std::shared_ptr<const message>>> sent;
+    for (std::size_t head : {0u, 10u, 70000u})
+      for (std::size_t tail : {0u, 5u, 100000u})
+        sent.emplace_back(make_msg(head, unsigned(head)), std::make_shared<const message>(make_msg(tail, 3)));
+    std::size_t done = 0;
+    for (auto& [h, t] : sent)
+      client.async_send(h, fd::shared_bytes{t, *t}, [&](std::error_code ec) {
+        REQUIRE_FALSE(ec);
+        ++done;
+      });
+    for (auto& [h, t] : sent) {
+      auto got = co_await server.async_recv(asio::use_awaitable);
+      CHECK(got == joined(h, *t));
+    }
+    CHECK(done == sent.size());
+    // The direct writer (another thread): head and tail in one frame.
+    const message h = make_msg(20, 1), t = make_msg(300000, 2);
+    bool ok = false;
+    std::thread writer([&, d = client.direct()] { ok = d.try_send(h, t); }); // blocks until read
+    auto got = co_await server.async_recv(asio::use_awaitable);
+    writer.join();
+    CHECK(ok);
+    CHECK(got == joined(h, t));
+  });
+}
+
 TEST_CASE("transport: oversized frames are refused before allocating", "[transport]") {
   temp_dir dir;
   asio::io_context ctx;

@@ -56,7 +56,7 @@ template <class R>
 struct call_state : pool_job {
   std::mutex m;
   std::condition_variable cv;
-  std::map<std::uint64_t, std::vector<std::byte>> blobs; // seq -> results
+  std::map<std::uint64_t, shared_bytes> blobs;            // seq -> results (in their frame)
   std::map<std::uint64_t, std::exception_ptr> failed;    // seq -> why
   std::deque<std::uint64_t> arrival;                     // completion order
   std::size_t expected = 0;                              // chunks submitted
@@ -141,7 +141,8 @@ public:
     std::lock_guard lk(st_->m);
     if (!st_->complete()) throw std::logic_error("fiber::async_result::successful: not ready");
     if (!st_->failed.empty()) return false;
-    return std::to_integer<int>(st_->blobs.at(0).at(0)) == 0;
+    const auto& b = st_->blobs.at(0).bytes;
+    return !b.empty() && std::to_integer<int>(b[0]) == 0;
   }
 
 private:
@@ -155,7 +156,7 @@ private:
     std::optional<detail::item_result<R>> out;
     std::exception_ptr err;
     detail::decode_results<R>(
-        st_->blobs.at(0), 1, [&](std::size_t, detail::item_result<R>&& v) { out = std::move(v); },
+        st_->blobs.at(0).bytes, 1, [&](std::size_t, detail::item_result<R>&& v) { out = std::move(v); },
         [&](std::size_t, std::exception_ptr e) { err = e; });
     if (err) std::rethrow_exception(err);
     return std::move(*out);
@@ -370,7 +371,7 @@ private:
         }
       };
     }
-    st->on_chunk = [weak](std::uint64_t seq, std::vector<std::byte> blob) {
+    st->on_chunk = [weak](std::uint64_t seq, detail::shared_bytes blob) {
       auto st = weak.lock();
       if (!st) return;
       std::function<void()> done;
@@ -486,7 +487,7 @@ private:
       for (auto& [s, c] : chunks) sizes.push_back(c.count);
       auto base = st->on_chunk;
       auto prog = st->on_progress;
-      st->on_chunk = [base, prog, sizes](std::uint64_t seq, std::vector<std::byte> blob) {
+      st->on_chunk = [base, prog, sizes](std::uint64_t seq, detail::shared_bytes blob) {
         prog(seq < sizes.size() ? sizes[seq] : 1); // before completion wakes the caller
         base(seq, std::move(blob));
       };
@@ -510,7 +511,7 @@ private:
     std::exception_ptr first;
     for (std::size_t seq = 0; seq < counts.size(); ++seq) {
       detail::decode_results<R>(
-          st->blobs.at(seq), counts[seq], [&](std::size_t, result_type&& v) { out.push_back(std::move(v)); },
+          st->blobs.at(seq).bytes, counts[seq], [&](std::size_t, result_type&& v) { out.push_back(std::move(v)); },
           [&](std::size_t, std::exception_ptr e) {
             if (!first) first = e;
             out.emplace_back();
@@ -678,7 +679,7 @@ private:
           lk.unlock();
           // Each item in its place: a task that threw raises at its position.
           detail::decode_results<R>(
-              blob, count, [&](std::size_t, result_type&& v) { ready.emplace_back(std::move(v), nullptr); },
+              blob.bytes, count, [&](std::size_t, result_type&& v) { ready.emplace_back(std::move(v), nullptr); },
               [&](std::size_t, std::exception_ptr e) { ready.emplace_back(std::nullopt, e); });
         }
       }

@@ -21,8 +21,9 @@ namespace fiber::detail {
 /// One map/apply call as the scheduler sees it. Callbacks run on the runtime thread.
 struct pool_job {
   std::uint64_t target_id = 0;
-  /// Chunk `seq` finished: its results blob (per-item status + value).
-  std::function<void(std::uint64_t seq, std::vector<std::byte> results)> on_chunk;
+  /// Chunk `seq` finished: its results blob (per-item status + value), in
+  /// the frame it arrived in.
+  std::function<void(std::uint64_t seq, shared_bytes results)> on_chunk;
   /// Chunk `seq` can never finish (its workers died too often, pool terminated).
   std::function<void(std::uint64_t seq, std::exception_ptr)> on_chunk_failed;
 };
@@ -52,7 +53,14 @@ public:
       c.chunk_id = next_chunk_++;
       c.target_id = job->target_id;
       pending_.push_back(c.chunk_id);
-      chunks_.emplace(c.chunk_id, chunk_rec{job, seq, std::move(c), 0, 0, 0, {}});
+      // Large arguments leave as the tail of a frame of their own, shared
+      // with this record (kept for reruns) instead of copied into the frame.
+      std::shared_ptr<const std::vector<std::byte>> big;
+      if (c.args.size() >= stream_core::copy_threshold) {
+        big = std::make_shared<const std::vector<std::byte>>(std::move(c.args));
+        c.args = {};
+      }
+      chunks_.emplace(c.chunk_id, chunk_rec{job, seq, std::move(c), std::move(big), 0, 0, 0, {}});
     }
     dispatch();
   }
@@ -99,7 +107,8 @@ private:
   struct chunk_rec {
     std::shared_ptr<pool_job> job;
     std::uint64_t seq;
-    chunk_msg msg;
+    chunk_msg msg;                                 // args empty when in big_args
+    std::shared_ptr<const std::vector<std::byte>> big_args;
     int deaths;
     std::uint64_t holder; // worker id, 0 = queued
     std::uint64_t sent;   // dispatch order: a worker runs what it holds in this order
@@ -209,8 +218,8 @@ private:
     failed_starts_ = 0;
     std::weak_ptr<pool_core> weak = shared_from_this();
     l->start(
-        [weak, id](frame_kind k, std::span<const std::byte> body) {
-          if (auto s = weak.lock(); s && k == frame_kind::results) s->on_results(id, body);
+        [weak, id](frame_kind k, std::span<const std::byte> body, message& raw) {
+          if (auto s = weak.lock(); s && k == frame_kind::results) s->on_results(id, body, raw);
         },
         [weak, id](const std::string& reason) {
           if (auto s = weak.lock()) s->on_link_lost(id, reason);
@@ -222,8 +231,10 @@ private:
     dispatch();
   }
 
-  void on_results(std::uint64_t wid, std::span<const std::byte> body) {
-    auto results = deserialize<std::vector<chunk_result_msg>>(body);
+  void on_results(std::uint64_t wid, std::span<const std::byte> body, message& raw) {
+    auto results = decode_results_view(body);
+    // The results stay in the frame they arrived in: callers decode them from there.
+    std::shared_ptr<const message> owner = std::make_shared<const message>(std::move(raw));
     auto wit = workers_.find(wid);
     const auto now = clock::now();
     for (auto& r : results) {
@@ -241,7 +252,7 @@ private:
       }
       auto rec = std::move(it->second);
       chunks_.erase(it);
-      rec.job->on_chunk(rec.seq, std::move(r.results));
+      rec.job->on_chunk(rec.seq, shared_bytes{owner, r.results});
     }
     if (wit != workers_.end() && wit->second.retiring && wit->second.held.empty() && wit->second.link)
       wit->second.link->send(frame(frame_kind::shutdown));
@@ -282,7 +293,7 @@ private:
   // small map spreads over all workers instead of queueing behind one.
   void dispatch() {
     if (pending_.empty()) return;
-    std::map<std::uint64_t, std::vector<const chunk_msg*>> batches;
+    std::map<std::uint64_t, std::vector<const chunk_rec*>> batches;
     unsigned passes = s_.prefetch;
     for (auto& [id, w] : workers_) passes = std::max(passes, window_of(w));
     const auto now = clock::now();
@@ -299,10 +310,27 @@ private:
         it->second.sent = next_dispatch_++;
         it->second.dispatched = now;
         w.held.insert(cid);
-        batches[id].push_back(&it->second.msg); // chunks_ is not modified before the frames are built
+        batches[id].push_back(&it->second); // chunks_ is not modified before the frames are built
       }
     }
-    for (auto& [id, b] : batches) workers_[id].link->send(tasks_frame(b));
+    // In dispatch order: runs of small chunks share a frame; a chunk with
+    // large arguments has a frame of its own, its arguments the frame's tail.
+    for (auto& [id, b] : batches) {
+      auto& link = workers_[id].link;
+      std::vector<const chunk_msg*> small;
+      for (auto* c : b) {
+        if (!c->big_args) {
+          small.push_back(&c->msg);
+          continue;
+        }
+        if (!small.empty()) link->send(tasks_frame(small));
+        small.clear();
+        const auto& a = *c->big_args;
+        link->send(tasks_frame_head(c->msg.chunk_id, c->msg.target_id, c->msg.count, a.size()),
+                   shared_bytes{c->big_args, a});
+      }
+      if (!small.empty()) link->send(tasks_frame(small));
+    }
   }
 
   void on_link_lost(std::uint64_t id, const std::string& reason) {

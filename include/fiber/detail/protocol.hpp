@@ -113,6 +113,79 @@ struct reply_msg {
   std::vector<std::byte> payload;
 };
 
+/// A chunk of a received tasks frame; `args` lies in the frame (no copy).
+struct chunk_view {
+  std::uint64_t chunk_id = 0;
+  std::uint64_t target_id = 0;
+  std::uint32_t count = 0;
+  std::span<const std::byte> args;
+};
+
+/// A chunk result of a received results frame; `results` lies in the frame.
+struct chunk_result_view {
+  std::uint64_t chunk_id = 0;
+  double cpu_seconds = 0;
+  std::span<const std::byte> results;
+};
+
+static_assert(!needs_pad<chunk_msg> && !needs_pad<chunk_result_msg>, "the views below assume no pad bytes");
+
+/// The body of a tasks frame, decoded as deserialize<std::vector<chunk_msg>>
+/// decodes it (same checks, same errors) but without copying arguments.
+inline std::vector<chunk_view> decode_tasks_view(std::span<const std::byte> body) {
+  reader r(body);
+  std::vector<chunk_view> out(r.read_length(min_wire_size<chunk_msg>()));
+  for (auto& c : out) {
+    r.read(c.chunk_id);
+    r.read(c.target_id);
+    r.read(c.count);
+    c.args = r.read_span(r.read_length());
+  }
+  if (!r.empty()) r.fail("trailing bytes after a tasks frame");
+  return out;
+}
+
+/// The body of a results frame, as deserialize<std::vector<chunk_result_msg>>
+/// decodes it, without copying the results.
+inline std::vector<chunk_result_view> decode_results_view(std::span<const std::byte> body) {
+  reader r(body);
+  std::vector<chunk_result_view> out(r.read_length(min_wire_size<chunk_result_msg>()));
+  for (auto& c : out) {
+    r.read(c.chunk_id);
+    r.read(c.cpu_seconds);
+    c.results = r.read_span(r.read_length());
+  }
+  if (!r.empty()) r.fail("trailing bytes after a results frame");
+  return out;
+}
+
+/// The bytes of frame(tasks, std::vector<chunk_msg>{c}) before c.args: sent
+/// with the arguments as the frame's tail, they need not be copied.
+inline std::vector<std::byte> tasks_frame_head(std::uint64_t chunk_id, std::uint64_t target_id, std::uint32_t count,
+                                               std::size_t args_size) {
+  writer w;
+  w.buffer().reserve(40);
+  w.write(static_cast<std::uint8_t>(frame_kind::tasks));
+  w.write_varint(1);
+  w.write(chunk_id);
+  w.write(target_id);
+  w.write(count);
+  w.write_varint(args_size);
+  return w.release();
+}
+
+/// The bytes of frame(results, std::vector<chunk_result_msg>{r}) before r.results.
+inline std::vector<std::byte> results_frame_head(std::uint64_t chunk_id, double cpu_seconds, std::size_t results_size) {
+  writer w;
+  w.buffer().reserve(32);
+  w.write(static_cast<std::uint8_t>(frame_kind::results));
+  w.write_varint(1);
+  w.write(chunk_id);
+  w.write(cpu_seconds);
+  w.write_varint(results_size);
+  return w.release();
+}
+
 template <class Body>
 std::vector<std::byte> frame(frame_kind k, const Body& body) {
   writer w;

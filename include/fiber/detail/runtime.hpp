@@ -98,7 +98,9 @@ struct peer_identity {
 /// loop until close. A peer silent for heartbeat_timeout_ms is closed.
 class peer_link : public std::enable_shared_from_this<peer_link> {
 public:
-  using message_handler = std::function<void(frame_kind, std::span<const std::byte>)>;
+  /// (kind, body, frame): `body` lies in `frame`, which the handler may move
+  /// out to keep the bytes without a copy (a vector's move keeps its buffer).
+  using message_handler = std::function<void(frame_kind, std::span<const std::byte>, message&)>;
   using close_handler = std::function<void(const std::string& reason)>;
 
   peer_link(stream s, peer_identity peer) : stream_(std::move(s)), timer_(stream_.get_executor()), peer_(std::move(peer)) {
@@ -119,12 +121,16 @@ public:
   /// `on_sent` (optional) runs once the frame is written to the connection
   /// or could not be (link closed).
   void send(std::vector<std::byte> f, std::function<void()> on_sent = {}) {
+    send(std::move(f), shared_bytes{}, std::move(on_sent));
+  }
+  /// The frame `f` followed by `tail` (not copied).
+  void send(std::vector<std::byte> f, shared_bytes tail, std::function<void()> on_sent = {}) {
     if (closed_) {
       if (on_sent) on_sent();
       return;
     }
     last_send_ = clock::now();
-    stream_.async_send(std::move(f), [self = shared_from_this(), on_sent = std::move(on_sent)](std::error_code ec) {
+    stream_.async_send(std::move(f), std::move(tail), [self = shared_from_this(), on_sent = std::move(on_sent)](std::error_code ec) {
       if (ec) self->close("send failed: " + ec.message());
       if (on_sent) on_sent();
     });
@@ -156,7 +162,7 @@ private:
       self->last_recv_ = clock::now();
       try {
         auto [k, body] = unframe(m);
-        if (k != frame_kind::heartbeat && self->on_message_) self->on_message_(k, body);
+        if (k != frame_kind::heartbeat && self->on_message_) self->on_message_(k, body, m);
       } catch (const std::exception& e) {
         log(log_level::warning, "dropping malformed frame from ", self->peer_.name, ": ", e.what());
       }
@@ -724,7 +730,7 @@ private:
   void serve_client(std::shared_ptr<peer_link> l) {
     std::weak_ptr<peer_link> weak = l;
     l->start(
-        [this, weak](frame_kind k, std::span<const std::byte> body) {
+        [this, weak](frame_kind k, std::span<const std::byte> body, message&) {
           auto l = weak.lock();
           if (!l || k != frame_kind::request) return;
           auto req = deserialize<request_msg>(body);
@@ -782,7 +788,7 @@ private:
               if (e) return fail_client(url, e);
               c.link = l;
               l->start(
-                  [this, url](frame_kind k, std::span<const std::byte> body) {
+                  [this, url](frame_kind k, std::span<const std::byte> body, message&) {
                     if (k != frame_kind::reply) return;
                     auto r = deserialize<reply_msg>(body);
                     auto& c = clients_[url];

@@ -143,6 +143,14 @@ inline std::error_code make_nng_error(int rv) noexcept {
 
 using message = std::vector<std::byte>;
 
+/// Bytes a frame refers to without a copy of its own: `bytes` stays valid
+/// while `owner` lives (e.g. a Pool chunk's arguments, kept for reruns, or a
+/// received frame that results point into).
+struct shared_bytes {
+  std::shared_ptr<const void> owner;
+  std::span<const std::byte> bytes;
+};
+
 /// Transport limits and TLS material (from fiber's config).
 struct transport_options {
   /// Frames above this fail with asio::error::message_size; the connection
@@ -329,12 +337,12 @@ public:
   }
 
   // ---- send
-  void start_send(message m, completion<std::error_code> done) {
+  void start_send(message m, shared_bytes tail, completion<std::error_code> done) {
     if (dead_) return done(via::post, dead_);
-    if (m.size() > max_) return done(via::post, asio::error::message_size);
+    if (m.size() + tail.bytes.size() > max_) return done(via::post, asio::error::message_size);
     const auto id = ++next_id_;
     install_canceller(done.slot(), id, true);
-    sendq_.push_back({id, std::move(m), std::move(done)});
+    sendq_.push_back({id, std::move(m), std::move(tail), std::move(done)});
     bool direct_busy;
     {
       std::lock_guard lk(wire_mu_);
@@ -346,12 +354,12 @@ public:
     if (!writing_ && !direct_busy) start_write();
   }
 
-  /// Any thread: writes `m` as one frame now and returns true once it is
-  /// written — if nothing is being written or queued on this stream and it is
-  /// open. Otherwise returns false at once, having done nothing (use
-  /// async_send). A failed write closes the stream and returns false.
-  bool try_send_direct(std::span<const std::byte> m) {
-    if (m.size() > max_.load(std::memory_order_relaxed)) return false;
+  /// Any thread: writes `m` followed by `tail` as one frame now and returns
+  /// true once it is written — if nothing is being written or queued on this
+  /// stream and it is open. Otherwise returns false at once, having done
+  /// nothing (use async_send). A failed write closes the stream and returns false.
+  bool try_send_direct(std::span<const std::byte> m, std::span<const std::byte> tail = {}) {
+    if (m.size() + tail.size() > max_.load(std::memory_order_relaxed)) return false;
     {
       std::lock_guard lk(wire_mu_);
       if (exec_busy_ || direct_busy_ || wire_dead_) return false;
@@ -367,16 +375,22 @@ public:
         daio_.reset(a);
       }
     }
-    const auto n = static_cast<std::uint32_t>(m.size());
+    const auto n = static_cast<std::uint32_t>(m.size() + tail.size());
     std::byte hdr[frame_header_size] = {std::byte(n), std::byte(n >> 8), std::byte(n >> 16), std::byte(n >> 24)};
-    const std::size_t total = frame_header_size + m.size();
+    const std::span<const std::byte> parts[3] = {{hdr, frame_header_size}, m, tail};
+    const std::size_t total = frame_header_size + n;
     while (rv == 0 && written < total) { // nng may write part of the iov: go on from there
-      nng_iov iov[2];
+      nng_iov iov[3];
       unsigned k = 0;
-      if (written < frame_header_size) iov[k++] = {hdr + written, frame_header_size - written};
-      const std::size_t body_off = written < frame_header_size ? 0 : written - frame_header_size;
-      if (m.size() > body_off)
-        iov[k++] = {const_cast<std::byte*>(m.data()) + body_off, m.size() - body_off};
+      std::size_t skip = written;
+      for (auto p : parts) {
+        if (skip >= p.size()) {
+          skip -= p.size();
+          continue;
+        }
+        iov[k++] = {const_cast<std::byte*>(p.data()) + skip, p.size() - skip};
+        skip = 0;
+      }
       if ((rv = nng_aio_set_iov(daio_.get(), k, iov)) != 0) break;
       ++calls;
       nng_stream_send(s_.get(), daio_.get());
@@ -457,6 +471,7 @@ private:
   struct send_op {
     std::uint64_t id;
     message msg;
+    shared_bytes tail; // sent right after msg, in the same frame
     completion<std::error_code> done;
   };
   struct recv_op {
@@ -552,8 +567,9 @@ private:
 
   // ---- write path: everything queued while a write is in flight goes out
   // in the next single nng_stream_send. Headers and payloads below
-  // copy_threshold are coalesced into one buffer; larger payloads are
-  // referenced in place (gather iov), so big messages are never copied.
+  // copy_threshold are coalesced into one buffer; larger payloads (a
+  // message and its tail each) are referenced in place (gather iov), so big
+  // messages are never copied.
   void start_write() {
     cancel_write_ = false;
     inflight_.clear();
@@ -566,19 +582,25 @@ private:
       seg = coalesce_.size();
     };
     while (!sendq_.empty()) {
-      auto& m = sendq_.front().msg;
-      const bool copy = m.size() < copy_threshold;
-      const std::size_t add = frame_header_size + (copy ? m.size() : 0);
-      if (!inflight_.empty() && (coalesce_.size() + add > coalesce_limit || iov_.size() + 3 > max_iov))
+      auto& op = sendq_.front();
+      const std::span<const std::byte> parts[2] = {op.msg, op.tail.bytes};
+      std::size_t add = frame_header_size, iovs = 2; // header segment ... closing segment
+      for (auto p : parts) {
+        if (p.size() < copy_threshold) add += p.size();
+        else iovs += 2; // the part, and the segment after it
+      }
+      if (!inflight_.empty() && (coalesce_.size() + add > coalesce_limit || iov_.size() + iovs > max_iov))
         break;
-      const auto n = static_cast<std::uint32_t>(m.size());
+      const auto n = static_cast<std::uint32_t>(parts[0].size() + parts[1].size());
       const std::byte hdr[4] = {std::byte(n), std::byte(n >> 8), std::byte(n >> 16), std::byte(n >> 24)};
       coalesce_.insert(coalesce_.end(), hdr, hdr + 4);
-      if (copy) {
-        coalesce_.insert(coalesce_.end(), m.begin(), m.end());
-      } else {
-        close_segment();
-        iov_.push_back({m.data(), m.size()});
+      for (auto p : parts) {
+        if (p.size() < copy_threshold) {
+          coalesce_.insert(coalesce_.end(), p.begin(), p.end());
+        } else {
+          close_segment();
+          iov_.push_back({const_cast<std::byte*>(p.data()), p.size()});
+        }
       }
       inflight_.push_back(std::move(sendq_.front()));
       sendq_.pop_front();
@@ -794,11 +816,13 @@ private:
 class direct_writer {
 public:
   direct_writer() noexcept = default;
-  /// True once `m` is written as one frame. False, having done nothing,
+  /// True once `m`, then `tail`, are written as one frame. False, having done nothing,
   /// while the stream is writing or has messages queued, once it is closed,
   /// and for an empty writer; false too if the write failed (the stream is
   /// then closed, as when an async_send fails).
-  bool try_send(std::span<const std::byte> m) const { return core_ && core_->try_send_direct(m); }
+  bool try_send(std::span<const std::byte> m, std::span<const std::byte> tail = {}) const {
+    return core_ && core_->try_send_direct(m, tail);
+  }
   explicit operator bool() const noexcept { return core_ != nullptr; }
 
 private:
@@ -840,13 +864,20 @@ public:
   /// Messages above max_message_size fail with asio::error::message_size.
   template <asio::completion_token_for<void(std::error_code)> Token>
   auto async_send(message m, Token&& token) {
+    return async_send(std::move(m), shared_bytes{}, std::forward<Token>(token));
+  }
+
+  /// As above, for the frame `m` followed by `tail` (not copied: `tail.owner`
+  /// is held until the frame is written or has failed).
+  template <asio::completion_token_for<void(std::error_code)> Token>
+  auto async_send(message m, shared_bytes tail, Token&& token) {
     return asio::async_initiate<Token, void(std::error_code)>(
-        [core = core_](auto handler, message m) {
+        [core = core_](auto handler, message m, shared_bytes tail) {
           if (!core) return post_error(std::move(handler), asio::error::bad_descriptor);
           completion<std::error_code> c(std::move(handler), core->executor());
-          core->start_send(std::move(m), std::move(c));
+          core->start_send(std::move(m), std::move(tail), std::move(c));
         },
-        token, std::move(m));
+        token, std::move(m), std::move(tail));
   }
 
   /// Completes with void(std::error_code, message): the next whole message.

@@ -83,7 +83,7 @@ inline double thread_cpu_seconds() {
 }
 
 /// Runs one chunk: per item, status byte then the result or the error.
-inline chunk_result_msg run_chunk(const chunk_msg& c) {
+inline chunk_result_msg run_chunk(const chunk_view& c) {
   chunk_result_msg out{c.chunk_id, 0, {}};
   double t0 = thread_cpu_seconds();
   writer w;
@@ -192,7 +192,7 @@ inline std::string own_listen_base(const std::string& master_url) {
                  }
                  std::weak_ptr<peer_link> weak = l;
                  l->start(
-                     [weak, direct = l->direct()](frame_kind k, std::span<const std::byte> body) {
+                     [weak, direct = l->direct()](frame_kind k, std::span<const std::byte> body, message& raw) {
                        switch (k) {
                        case frame_kind::run: {
                          auto r = deserialize<run_msg>(body);
@@ -219,8 +219,10 @@ inline std::string own_listen_base(const std::string& master_url) {
                          break;
                        }
                        case frame_kind::tasks: {
-                         auto chunks = deserialize<std::vector<chunk_msg>>(body);
-                         loop.push([weak, direct, chunks = std::move(chunks)] {
+                         // The arguments are read where they arrived (no copy).
+                         auto chunks = decode_tasks_view(body);
+                         auto owner = std::make_shared<const message>(std::move(raw));
+                         loop.push([weak, direct, owner, chunks = std::move(chunks)] {
                            // Each result leaves as soon as it is ready, and the next
                            // chunk starts only once it is written: should that chunk
                            // crash this worker, the master knows which one it was (the
@@ -232,12 +234,16 @@ inline std::string own_listen_base(const std::string& master_url) {
                            for (auto& c : chunks) {
                              if (previous.valid()) previous.wait();
                              previous = {};
-                             auto f = frame(frame_kind::results, std::vector<chunk_result_msg>{run_chunk(c)});
-                             if (direct.try_send(f)) continue;
+                             // The frame is its head and the results as they are (no copy).
+                             auto r = run_chunk(c);
+                             auto head = results_frame_head(r.chunk_id, r.cpu_seconds, r.results.size());
+                             if (direct.try_send(head, r.results)) continue;
+                             auto results = std::make_shared<const message>(std::move(r.results));
                              auto sent = std::make_shared<std::promise<void>>();
                              previous = sent->get_future();
-                             asio::post(runtime::instance().executor(), [weak, sent, f = std::move(f)]() mutable {
-                               if (auto l = weak.lock()) l->send(std::move(f), [sent] { sent->set_value(); });
+                             asio::post(runtime::instance().executor(), [weak, sent, head = std::move(head), results]() mutable {
+                               if (auto l = weak.lock())
+                                 l->send(std::move(head), shared_bytes{results, *results}, [sent] { sent->set_value(); });
                                else sent->set_value();
                              });
                            }
