@@ -379,6 +379,28 @@ TEST_CASE("transport: a frame of a message and a shared tail arrives as one mess
   });
 }
 
+TEST_CASE("transport: buffer_cache hands large storage back out, bounded", "[transport]") {
+  auto& cache = fd::buffer_cache::instance();
+  const std::size_t n = (3u << 20) + 17; // a size no other test leaves in the (process-wide) cache
+  auto a = cache.take(n);
+  CHECK(a.empty());
+  CHECK(a.capacity() >= n);
+  a.resize(n);
+  const auto* storage = a.data();
+  cache.give(std::move(a));
+  auto b = cache.take(n - 100); // a few bytes smaller: the same storage serves
+  CHECK(b.data() == storage);
+  CHECK(b.empty());
+  auto c = cache.take(64); // small: plain allocation, never a cached megabyte
+  CHECK(c.capacity() < fd::buffer_cache::min_capacity);
+  message small(100);
+  cache.give(std::move(small)); // ignored, freed as usual
+  auto shared = fd::share_recycled(std::move(b));
+  shared.reset(); // back to the cache
+  auto d = cache.take(n);
+  CHECK(d.data() == storage);
+}
+
 TEST_CASE("transport: oversized frames are refused before allocating", "[transport]") {
   temp_dir dir;
   asio::io_context ctx;

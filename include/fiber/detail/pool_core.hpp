@@ -57,7 +57,7 @@ public:
       // with this record (kept for reruns) instead of copied into the frame.
       std::shared_ptr<const std::vector<std::byte>> big;
       if (c.args.size() >= stream_core::copy_threshold) {
-        big = std::make_shared<const std::vector<std::byte>>(std::move(c.args));
+        big = share_recycled(std::move(c.args));
         c.args = {};
       }
       chunks_.emplace(c.chunk_id, chunk_rec{job, seq, std::move(c), std::move(big), 0, 0, 0, {}});
@@ -234,7 +234,7 @@ private:
   void on_results(std::uint64_t wid, std::span<const std::byte> body, message& raw) {
     auto results = decode_results_view(body);
     // The results stay in the frame they arrived in: callers decode them from there.
-    std::shared_ptr<const message> owner = std::make_shared<const message>(std::move(raw));
+    std::shared_ptr<const message> owner = share_recycled(std::move(raw));
     auto wit = workers_.find(wid);
     const auto now = clock::now();
     for (auto& r : results) {

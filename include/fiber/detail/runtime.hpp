@@ -166,6 +166,7 @@ private:
       } catch (const std::exception& e) {
         log(log_level::warning, "dropping malformed frame from ", self->peer_.name, ": ", e.what());
       }
+      buffer_cache::instance().give(std::move(m)); // unless the handler kept it
       if (!self->closed_) self->read();
     });
   }

@@ -318,6 +318,80 @@ struct stream_stats {
 class stream;
 class listener;
 
+/// Recycles the storage of large byte buffers (received frames, results)
+/// within a process. glibc returns large blocks to the kernel when they are
+/// freed (munmap, or a heap trim), so every fresh 1 MiB frame costs 256
+/// page faults and the zeroing of 256 pages — more than copying it. A few
+/// buffers (at most max_buffers, max_bytes in all) are kept instead; take()
+/// hands out the smallest that fits. Thread-safe.
+class buffer_cache {
+public:
+  static constexpr std::size_t min_capacity = 64 * 1024; ///< smaller ones: malloc does well
+  static constexpr std::size_t max_buffers = 4;
+  static constexpr std::size_t max_bytes = 16u << 20;
+
+  /// Never destroyed: usable from any thread until the process ends.
+  static buffer_cache& instance() {
+    static buffer_cache* c = new buffer_cache;
+    return *c;
+  }
+
+  /// An empty message with capacity for at least `n` bytes.
+  message take(std::size_t n) {
+    message m;
+    if (n >= min_capacity) {
+      std::lock_guard lk(m_);
+      std::size_t best = bufs_.size();
+      for (std::size_t i = 0; i < bufs_.size(); ++i) {
+        const std::size_t c = bufs_[i].capacity();
+        if (c >= n && c / 4 <= n && (best == bufs_.size() || c < bufs_[best].capacity())) best = i;
+      }
+      if (best != bufs_.size()) {
+        m = std::move(bufs_[best]);
+        bufs_.erase(bufs_.begin() + std::ptrdiff_t(best));
+        bytes_ -= m.capacity();
+        return m;
+      }
+    }
+    // Rounded up, so that buffers for sizes a few bytes apart (a frame and
+    // the results in it) can stand in for each other.
+    m.reserve(n < min_capacity ? n : (n + min_capacity - 1) / min_capacity * min_capacity);
+    return m;
+  }
+
+  /// Keeps `m`'s storage for a later take() if it is large and there is
+  /// room; otherwise it is freed as usual.
+  void give(message&& m) {
+    const std::size_t c = m.capacity();
+    if (c < min_capacity || c > max_bytes) return;
+    message keep = std::move(m);
+    keep.clear();
+    std::lock_guard lk(m_);
+    if (bufs_.size() < max_buffers && bytes_ + c <= max_bytes) {
+      bytes_ += c;
+      bufs_.push_back(std::move(keep));
+    } else if (!bufs_.empty() && bufs_.front().capacity() < c) {
+      bytes_ += c - bufs_.front().capacity(); // replace the oldest
+      bufs_.front() = std::move(keep);
+    }
+  }
+
+private:
+  buffer_cache() = default;
+  std::mutex m_;
+  std::vector<message> bufs_;
+  std::size_t bytes_ = 0;
+};
+
+/// `m` shared read-only; its storage goes back to the buffer_cache when the
+/// last owner lets go.
+inline std::shared_ptr<const message> share_recycled(message&& m) {
+  return std::shared_ptr<const message>(new message(std::move(m)), [](const message* p) {
+    buffer_cache::instance().give(std::move(*const_cast<message*>(p)));
+    delete p;
+  });
+}
+
 /// A stream's state. Shared so that completions posted from nng threads
 /// (which hold a reference while an nng operation is in flight) stay valid
 /// after the `stream` handle moved or died. Touched only on `ex`.
@@ -650,7 +724,10 @@ private:
         stats_.messages_sent += done.size();
         if (!sendq_.empty() && !dead_) start_write(); // queue behind, then notify
         publish_busy();
-        for (auto& op : done) op.done(via::dispatch, {});
+        for (auto& op : done) {
+          op.done(via::dispatch, {});
+          buffer_cache::instance().give(std::move(op.msg));
+        }
         return;
       }
       if (!dead_ && !cancel_write_) return submit_write();
@@ -730,7 +807,8 @@ private:
       return true;
     }
     if (frame_header_size + len > read_buffer_size && !reading_) {
-      big_.emplace(len); // bounded by max_ above
+      big_.emplace(buffer_cache::instance().take(len)); // bounded by max_ above
+      big_->resize(len);
       big_fill_ = avail - frame_header_size;
       std::memcpy(big_->data(), p + frame_header_size, big_fill_);
       rpos_ = rend_ = 0;

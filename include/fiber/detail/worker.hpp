@@ -86,8 +86,7 @@ inline double thread_cpu_seconds() {
 inline chunk_result_msg run_chunk(const chunk_view& c) {
   chunk_result_msg out{c.chunk_id, 0, {}};
   double t0 = thread_cpu_seconds();
-  writer w;
-  w.buffer().reserve(c.args.size() + c.count);
+  writer w(buffer_cache::instance().take(c.args.size() + c.count));
   const target_info* t = registry::instance().find(c.target_id);
   reader in(c.args);
   for (std::uint32_t i = 0; i < c.count; ++i) {
@@ -221,7 +220,7 @@ inline std::string own_listen_base(const std::string& master_url) {
                        case frame_kind::tasks: {
                          // The arguments are read where they arrived (no copy).
                          auto chunks = decode_tasks_view(body);
-                         auto owner = std::make_shared<const message>(std::move(raw));
+                         auto owner = share_recycled(std::move(raw));
                          loop.push([weak, direct, owner, chunks = std::move(chunks)] {
                            // Each result leaves as soon as it is ready, and the next
                            // chunk starts only once it is written: should that chunk
@@ -237,8 +236,11 @@ inline std::string own_listen_base(const std::string& master_url) {
                              // The frame is its head and the results as they are (no copy).
                              auto r = run_chunk(c);
                              auto head = results_frame_head(r.chunk_id, r.cpu_seconds, r.results.size());
-                             if (direct.try_send(head, r.results)) continue;
-                             auto results = std::make_shared<const message>(std::move(r.results));
+                             if (direct.try_send(head, r.results)) {
+                               buffer_cache::instance().give(std::move(r.results));
+                               continue;
+                             }
+                             auto results = share_recycled(std::move(r.results));
                              auto sent = std::make_shared<std::promise<void>>();
                              previous = sent->get_future();
                              asio::post(runtime::instance().executor(), [weak, sent, head = std::move(head), results]() mutable {
