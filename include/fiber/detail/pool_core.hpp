@@ -15,6 +15,7 @@
 #include <deque>
 #include <map>
 #include <set>
+#include <thread>
 
 namespace fiber::detail {
 
@@ -126,21 +127,47 @@ private:
     std::unique_ptr<asio::steady_timer> start_timer;
   };
 
+  // Local workers start a few at a time: a starting worker is CPU-bound
+  // (exec, dynamic linking, static initialisation, the handshake), so more
+  // of them than there are cores only share the cores and all connect later
+  // — and a Pool's first result waits for the first of them. The next ones
+  // start as these connect (or exit); should none connect for stagger, as
+  // many again start anyway (a slow start must not hold the others back).
+  static constexpr auto stagger = std::chrono::milliseconds(20);
+  bool paced() const { return launcher_->name() == "local"; }
+  unsigned starting() const {
+    unsigned n = 0;
+    for (auto& [id, w] : workers_) n += !w.link && !w.exited && !w.retiring;
+    return n;
+  }
+
   void grow() {
     unsigned active = 0;
     for (auto& [id, w] : workers_) active += w.retiring ? 0 : 1;
     if (active >= s_.processes) return;
     auto& rt = runtime::instance();
+    const unsigned missing = s_.processes - active;
+    unsigned n = missing;
+    if (paced()) {
+      const unsigned st = starting(), cap = start_window_ + start_extra_;
+      n = std::min(missing, cap > st ? cap - st : 0u);
+      if (n < missing) arm_stagger();
+      if (n == 0) return;
+    }
     // Each worker costs this process its link and, locally, a pidfd (+1 spare
-    // for a connection still in its handshake).
-    runtime::reserve_fds(std::size_t(s_.processes - active) * 3,
-                         "fiber::Pool " + s_.name + " (" + std::string(launcher_->name()) + " backend, " +
-                             std::to_string(s_.processes - active) + " workers)");
+    // for a connection still in its handshake). Checked once for all missing.
+    if (missing > fds_reserved_) {
+      runtime::reserve_fds(std::size_t(missing) * 3, "fiber::Pool " + s_.name + " (" +
+                                                        std::string(launcher_->name()) + " backend, " +
+                                                        std::to_string(missing) + " workers)");
+      fds_reserved_ = missing;
+    }
+    fds_reserved_ -= n;
     std::vector<backend::job_spec> specs;
     std::vector<backend::exit_handler> handlers;
     std::vector<std::uint64_t> ids;
     std::weak_ptr<pool_core> weak = shared_from_this();
-    for (unsigned i = active; i < s_.processes; ++i) {
+    for (unsigned i = 0; i < n; ++i) {
       auto id = rt.new_worker_id();
       auto name = s_.name + "-w" + std::to_string(next_worker_index_++);
       ids.push_back(id);
@@ -185,6 +212,25 @@ private:
     }
   }
 
+  void arm_stagger() {
+    if (stagger_timer_) return;
+    stagger_timer_ = std::make_unique<asio::steady_timer>(runtime::instance().executor(), stagger);
+    std::weak_ptr<pool_core> weak = shared_from_this();
+    stagger_timer_->async_wait([weak](std::error_code ec) {
+      auto s = weak.lock();
+      if (ec || !s) return;
+      s->stagger_timer_.reset();
+      if (s->closing_ || s->terminated_) return;
+      if (!std::exchange(s->connected_since_stagger_, false)) s->start_extra_ += s->start_window_;
+      try {
+        s->grow();
+      } catch (...) {
+        s->fail_all(std::current_exception());
+        s->maybe_finish();
+      }
+    });
+  }
+
   void shrink() {
     unsigned active = 0;
     for (auto& [id, w] : workers_) active += w.retiring ? 0 : 1;
@@ -216,6 +262,15 @@ private:
     w.start_timer.reset();
     w.link = l;
     failed_starts_ = 0;
+    connected_since_stagger_ = true;
+    if (!closing_ && !terminated_) {
+      if (starting() == 0) start_extra_ = 0;
+      try {
+        grow(); // the next workers, if they were held back
+      } catch (...) {
+        fail_all(std::current_exception());
+      }
+    }
     std::weak_ptr<pool_core> weak = shared_from_this();
     l->start(
         [weak, id](frame_kind k, std::span<const std::byte> body, message& raw) {
@@ -434,6 +489,11 @@ private:
   std::uint64_t next_chunk_ = 1, next_dispatch_ = 1;
   unsigned next_worker_index_ = 1;
   unsigned failed_starts_ = 0;
+  unsigned fds_reserved_ = 0; // launches the last reserve_fds covered
+  const unsigned start_window_ = std::max(2u, std::thread::hardware_concurrency());
+  unsigned start_extra_ = 0;  // more allowed to start, after stagger periods without a connection
+  bool connected_since_stagger_ = false;
+  std::unique_ptr<asio::steady_timer> stagger_timer_;
   std::string last_start_failure_;
   bool closing_ = false, terminated_ = false;
   std::function<void()> on_all_exited_;
