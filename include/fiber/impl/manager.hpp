@@ -466,6 +466,12 @@ public:
     actor_pool::instance().schedule(shared_from_this()); // fairness: others' turn
   }
 
+  /// No task waits behind the one running now.
+  bool nothing_queued() {
+    std::lock_guard lk(m_);
+    return box_.empty();
+  }
+
 private:
   std::mutex m_;
   std::deque<std::function<void()>> box_;
@@ -502,7 +508,7 @@ public:
 
   /// Runtime thread: one `frame_kind::object` frame from the master.
   void on_frame(const std::shared_ptr<peer_link>& master, std::span<const std::byte> body) {
-    link_ = master;
+    if (link_.link.lock() != master) link_ = reply_to{master, master->direct()};
     auto msg = deserialize<object_msg>(body);
     switch (msg.op) {
     case object_op::make: return make(std::move(msg));
@@ -520,12 +526,25 @@ private:
     std::shared_ptr<actor> act = std::make_shared<actor>();
   };
 
-  // Any thread: the frame is built here, sent from the runtime thread.
-  static void reply(const std::weak_ptr<peer_link>& link, std::uint64_t call_id, std::uint8_t status,
-                    std::vector<std::byte> payload) {
+  /// Where replies go: the master's link, and its direct writer.
+  struct reply_to {
+    std::weak_ptr<peer_link> link;
+    direct_writer direct;
+  };
+
+  // Any thread: the frame is built here and sent from the runtime thread,
+  // where replies that pile up leave together. `direct`: an actor thread
+  // with no more calls queued writes it itself if the link has nothing
+  // queued either (no hop to the runtime thread and back, as a Pool worker
+  // sends its results) — never the runtime thread, which must not block on
+  // a full socket.
+  static void reply(const reply_to& to, std::uint64_t call_id, std::uint8_t status, std::vector<std::byte> payload,
+                    bool direct = false) {
     if (call_id == 0) return;
     auto f = frame(frame_kind::object_reply, reply_msg{call_id, status, std::move(payload)});
-    asio::post(runtime::instance().executor(), [link, f = std::move(f)]() mutable {
+    auto& rt = runtime::instance();
+    if (direct && !rt.on_runtime_thread() && to.direct.try_send(f)) return;
+    asio::post(rt.executor(), [link = to.link, f = std::move(f)]() mutable {
       if (auto l = link.lock()) l->send(std::move(f));
     });
   }
@@ -579,7 +598,7 @@ private:
       } catch (...) {
         return reply(link, msg.call_id, status_remote_error, current_exception_payload());
       }
-      reply(link, msg.call_id, status_ok, out.release());
+      reply(link, msg.call_id, status_ok, out.release(), h->act->nothing_queued());
     });
   }
 
@@ -618,7 +637,7 @@ private:
     if (!exiting_.exchange(true)) worker_exit(0);
   }
 
-  std::weak_ptr<peer_link> link_;                                    // runtime thread
+  reply_to link_;                                                    // runtime thread
   std::unordered_map<std::uint64_t, std::shared_ptr<hosted>> objects_; // runtime thread
   std::atomic<std::size_t> live_{0};  // objects constructed or being constructed, not yet destroyed
   std::atomic<bool> quitting_{false}, exiting_{false};
