@@ -11,7 +11,7 @@
 // in the same run, 1/RTT of raw nng REQ/REP over ipc (nng_pingpong.c).
 // Targets: sync ≥ 0.8x 1/RTT(nng); async ≥ 3x Ray's 8.8k/s.
 //
-//   bench_actors [--reps 3] [--sync 2000] [--async 20000] [--n 2] [--smoke]
+//   bench_actors [--reps 3] [--sync 5000] [--async 20000] [--n 2] [--smoke]
 #include "bench_util.hpp"
 
 #include <fiber/fiber.hpp>
@@ -28,7 +28,7 @@ BOOST_DESCRIBE_STRUCT(Counter, (), (add))
 int main(int argc, char** argv) {
   fiber::init(argc, argv);
   auto a = bench::parse_common(argc, argv);
-  const int n_sync = a.smoke ? 50 : std::atoi(bench::opt(a, "--sync").value_or("2000").c_str());
+  const int n_sync = a.smoke ? 50 : std::atoi(bench::opt(a, "--sync").value_or("5000").c_str());
   const int n_async = a.smoke ? 200 : std::atoi(bench::opt(a, "--async").value_or("20000").c_str());
   const unsigned N = a.smoke ? 2 : unsigned(std::atoi(bench::opt(a, "--n").value_or("2").c_str()));
   bench::header("bench_actors: Remote<T> calls");

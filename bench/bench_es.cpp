@@ -3,14 +3,15 @@
 // per generation, efficiency = (Σ rollout CPU seconds of its tasks / W) /
 // generation wall seconds: the share of the workers' time spent simulating.
 // Baseline in the same run: the same program with --threads (rollouts on W
-// threads of one process, no messaging), which sees the same machine load.
-// Runs alternate (fiber, threads) for --rounds rounds of --generations counted
-// generations each (the first generation of a run, with its start-up, is not
-// counted). Same seed: generation k is the same work in both. Figures: the
-// medians over all counted generations, and the median of the per-generation
-// ratio fiber/threads. Target (issue 9): fiber ≥ 0.95.
+// threads of one process, no messaging), under the same machine load. Runs
+// alternate (fiber, threads), --rounds rounds of --generations counted
+// generations each; the first generation of a run (start-up) is not counted.
+// Short runs, many rounds: other programs' load on a shared machine changes
+// within seconds. Same seed: generation k is the same work in both modes.
+// Figures: medians over all counted generations, and the median of the
+// per-generation ratio fiber/threads. Target (issue 9): fiber ≥ 0.95.
 //
-//   bench_es [--workers 2] [--rounds 3] [--generations 5] [--es PATH] [--smoke]
+//   bench_es [--workers 2] [--rounds 6] [--generations 3] [--es PATH] [--smoke]
 // --smoke: CartPole, linear policy, population 64, one round of 3 generations.
 // Without an es binary (examples/es needs MuJoCo and CLI11) it says so and exits 0.
 #include "bench_util.hpp"
@@ -41,8 +42,8 @@ std::vector<double> efficiencies(const std::string& out) {
 int main(int argc, char** argv) {
   auto a = bench::parse_common(argc, argv);
   const std::string es = bench::opt(a, "--es").value_or(std::string(FIBER_BENCH_BINARY_DIR) + "/examples/es/es");
-  const int gens = a.smoke ? 3 : std::atoi(bench::opt(a, "--generations").value_or("5").c_str());
-  const int rounds = a.smoke ? 1 : std::atoi(bench::opt(a, "--rounds").value_or("3").c_str());
+  const int gens = a.smoke ? 3 : std::atoi(bench::opt(a, "--generations").value_or("3").c_str());
+  const int rounds = a.smoke ? 1 : std::atoi(bench::opt(a, "--rounds").value_or("6").c_str());
   const std::string env = a.smoke ? "cartpole" : "humanoid";
   const std::string pop = a.smoke ? "64" : "256";
   bench::header("bench_es: ES generation efficiency (examples/es), fiber::Pool vs threads");

@@ -84,6 +84,8 @@ for b in "${benches[@]}"; do
   grep '^ROW |' "$logdir/$b.log" | sed 's/^ROW //' || true
 done
 t_end=$(date +%s)
+left=$(pgrep -af "$root/$build/(bench|examples)/" || true)
+[[ -n $left ]] && echo "run_all.sh: WARNING: processes left behind:" && echo "$left"
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 {
