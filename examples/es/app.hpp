@@ -53,6 +53,9 @@ struct app_options {
   std::uint32_t final_episodes = 8;
   bool threads = false;
   std::uint32_t start_states = 0;
+  std::int32_t policy_inputs = 0;
+  std::string fitness = "ranks";
+  std::string optimizer = "adam";
 };
 
 /// Declares every flag on `cli`, bound to `o`.
@@ -65,7 +68,7 @@ inline void add_options(CLI::App& cli, app_options& o) {
   cli.add_option("--generations", o.generations, "stop after N generations (0: no limit)");
   cli.add_option("--time-budget", o.time_budget, "stop before a generation would end past SECONDS (0: no limit)");
   cli.add_option("--sigma", o.sigma, "perturbation scale")->capture_default_str();
-  cli.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str();
+  cli.add_option("--lr", o.lr, "learning rate (Adam or SGD step size)")->capture_default_str();
   cli.add_option("--l2", o.l2, "L2 weight decay coefficient")->capture_default_str();
   cli.add_option("--workers", o.workers, "Pool processes (default: fiber::cpu_count())");
   cli.add_option("--seed", o.seed, "run seed: same seed, same parameters, whatever --workers")->capture_default_str();
@@ -85,6 +88,13 @@ inline void add_options(CLI::App& cli, app_options& o) {
       ->capture_default_str();
   cli.add_option("--start-states", o.start_states,
                  "initial states shared by all pairs of a generation (0: one per pair)")->capture_default_str();
+  cli.add_option("--policy-inputs", o.policy_inputs,
+                 "the policy reads the first N observation entries (0: all; humanoid: 53 = qpos[2:], qvel)")
+      ->capture_default_str();
+  cli.add_option("--fitness", o.fitness, "fitness shaping: centred ranks (OpenAI es) or returns / their std (ARS)")
+      ->check(CLI::IsMember({"ranks", "returns"}))->capture_default_str();
+  cli.add_option("--optimizer", o.optimizer, "adam (OpenAI es) or sgd (ARS's plain step)")
+      ->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
   cli.add_flag("--threads", o.threads, "run rollouts on threads of this process instead of a fiber::Pool (baseline)");
 }
 
@@ -118,6 +128,9 @@ inline es_config make_config(const app_options& o, unsigned workers) {
   c.obs_sample_prob = o.obs_prob;
   c.normalize_obs = !o.no_obs_norm;
   c.start_states = o.start_states;
+  c.policy_inputs = o.policy_inputs;
+  c.fitness = o.fitness == "returns" ? es_config::shaping::returns : es_config::shaping::ranks;
+  c.optimizer = o.optimizer == "sgd" ? es_config::optimizer_kind::sgd : es_config::optimizer_kind::adam;
   return c;
 }
 

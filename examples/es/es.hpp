@@ -239,10 +239,13 @@ inline std::pair<int, int> env_dims(const env_config& c) {
   return detail::with_env(c, [](auto& env) { return std::pair{env.obs_dim(), env.act_dim()}; });
 }
 /// A policy spec fitted to an environment (sizes and ctrlrange).
-inline policy_spec make_policy_spec(const env_config& c, policy_kind kind, std::vector<std::int32_t> hidden) {
+inline policy_spec make_policy_spec(const env_config& c, policy_kind kind, std::vector<std::int32_t> hidden,
+                                    std::int32_t inputs = 0) {
   return detail::with_env(c, [&](auto& env) {
+    if (inputs < 0 || inputs > env.obs_dim())
+      throw std::invalid_argument("policy inputs must be in [0, " + std::to_string(env.obs_dim()) + "]");
     return policy_spec{kind, env.obs_dim(), env.act_dim(), kind == policy_kind::mlp ? hidden : std::vector<std::int32_t>{},
-                       env.act_low(), env.act_high()};
+                       env.act_low(), env.act_high(), inputs};
   });
 }
 
@@ -322,6 +325,21 @@ inline std::vector<double> centered_ranks(std::span<const double> x) {
   return y;
 }
 
+/// Returns divided by their standard deviation (ARS V2's σ_R; the mean
+/// cancels in the mirrored differences). All equal: zeros (no step).
+inline std::vector<double> scaled_returns(std::span<const double> x) {
+  const double n = double(x.size());
+  double mean = 0, sq = 0;
+  for (double v : x) mean += v;
+  mean /= n;
+  for (double v : x) sq += (v - mean) * (v - mean);
+  const double sd = std::sqrt(sq / n);
+  std::vector<double> y(x.size(), 0.0);
+  if (sd > 0)
+    for (std::size_t k = 0; k < x.size(); ++k) y[k] = (x[k] - mean) / sd;
+  return y;
+}
+
 /// Adam (Kingma & Ba 2015) exactly as OpenAI es's `optimizers.Adam`: minimises,
 /// i.e. θ ← θ − a·m/(√v + ε) with a = lr·√(1−β2^t)/(1−β1^t).
 struct adam {
@@ -365,6 +383,14 @@ struct es_config {
   float obs_clip = 5.f;             ///< OpenAI es clips normalised observations to ±5
   bool normalize_obs = true;
   std::uint32_t start_states = 0;   ///< see task::start_states
+  std::int32_t policy_inputs = 0;   ///< see policy_spec::inputs
+  /// Fitness shaping. ranks: centred ranks (OpenAI es). returns: returns
+  /// divided by their standard deviation over the generation (ARS, Mania,
+  /// Guy & Recht 2018, "Simple random search provides a competitive approach
+  /// to reinforcement learning", arXiv 1803.07055, Algorithm 2 V2).
+  enum class shaping : std::uint8_t { ranks, returns } fitness = shaping::ranks;
+  /// adam: OpenAI es's Adam. sgd: θ ← θ − lr·(−g + l2·θ), ARS's plain step.
+  enum class optimizer_kind : std::uint8_t { adam, sgd } optimizer = optimizer_kind::adam;
 };
 
 /// Pairs per task when the user gives none. A humanoid rollout takes
@@ -392,7 +418,7 @@ struct es_state {
 
 inline es_state make_state(const es_config& c) {
   es_state s;
-  s.spec = make_policy_spec(c.env, c.policy, c.hidden);
+  s.spec = make_policy_spec(c.env, c.policy, c.hidden, c.policy_inputs);
   s.theta = init_params(s.spec, c.seed);
   s.optimizer.lr = c.lr;
   return s;
@@ -483,7 +509,7 @@ generation_report es_generation(const es_config& c, es_state& s, Pool& pool) {
 
   // Fitness shaping over all 2n returns, then g = Σ_i (F_i⁺ − F_i⁻) ε_i / (2n),
   // as OpenAI es (σ is folded into the learning rate), summed in index order.
-  const std::vector<double> f = centered_ranks(ret);
+  const std::vector<double> f = c.fitness == es_config::shaping::ranks ? centered_ranks(ret) : scaled_returns(ret);
   const std::size_t dim = s.theta.size();
   const noise_table& noise = noise_table::get(c.noise_seed, c.noise_size);
   std::vector<double> g(dim, 0.0);
@@ -495,7 +521,17 @@ generation_report es_generation(const es_config& c, es_state& s, Pool& pool) {
   }
   // Adam minimises: feed it −g + l2·θ (OpenAI es: `optimizer.update(-g + l2coeff * theta)`).
   for (std::size_t j = 0; j < dim; ++j) g[j] = -g[j] / double(2 * pairs) + c.l2 * s.theta[j];
-  rep.update_norm = s.optimizer.step(s.theta, g);
+  if (c.optimizer == es_config::optimizer_kind::adam) {
+    rep.update_norm = s.optimizer.step(s.theta, g);
+  } else {
+    double norm = 0;
+    for (std::size_t j = 0; j < dim; ++j) {
+      const double step = -c.lr * g[j];
+      s.theta[j] = float(s.theta[j] + step);
+      norm += step * step;
+    }
+    rep.update_norm = std::sqrt(norm);
+  }
   double tn = 0;
   for (float x : s.theta) tn += double(x) * x;
   rep.theta_norm = std::sqrt(tn);

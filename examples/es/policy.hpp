@@ -28,11 +28,14 @@ struct policy_spec {
   std::vector<std::int32_t> hidden;  ///< hidden widths (mlp only), e.g. {64, 64}
   std::vector<float> act_low;        ///< [act_dim] actuator ctrlrange: outputs are clipped to it
   std::vector<float> act_high;       ///< [act_dim]
+  /// The policy reads observation entries [0, inputs) (0: all obs_dim). The
+  /// humanoid's first 53 are qpos[2:] and qvel, the proprioceptive state.
+  std::int32_t inputs = 0;
 };
 
 /// Layer widths from input to output: obs_dim, hidden..., act_dim.
 inline std::vector<std::int32_t> layer_sizes(const policy_spec& s) {
-  std::vector<std::int32_t> sizes{s.obs_dim};
+  std::vector<std::int32_t> sizes{s.inputs > 0 ? std::min(s.inputs, s.obs_dim) : s.obs_dim};
   if (s.kind == policy_kind::mlp) sizes.insert(sizes.end(), s.hidden.begin(), s.hidden.end());
   sizes.push_back(s.act_dim);
   return sizes;

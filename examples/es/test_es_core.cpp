@@ -257,6 +257,52 @@ TEST_CASE("antithetic ES with centred ranks and Adam converges on a quadratic", 
   CHECK(dist() < 0.05);
 }
 
+TEST_CASE("ARS-style shaping (returns / std) with plain SGD converges on the quadratic", "[es]") {
+  const auto z = scaled_returns(std::vector<double>{1, 3});
+  CHECK(z == std::vector<double>{-1.0, 1.0});
+  CHECK(scaled_returns(std::vector<double>{2, 2, 2}) == std::vector<double>{0, 0, 0});
+  es_config c;
+  c.population = 40;
+  c.sigma = 0.05f;
+  c.lr = 0.1;
+  c.l2 = 0;
+  c.noise_size = 1 << 20;
+  c.fitness = es_config::shaping::returns;
+  c.optimizer = es_config::optimizer_kind::sgd;
+  es_state s;
+  s.spec = policy_spec{policy_kind::linear, 9, 1, {}, {-1.f}, {1.f}};
+  s.theta.assign(num_params(s.spec), 0.f);
+  serial_pool<&quadratic_batch> pool;
+  auto dist = [&] {
+    double d = 0;
+    for (std::size_t j = 0; j < s.theta.size(); ++j) d += (s.theta[j] - x_star[j]) * (s.theta[j] - x_star[j]);
+    return std::sqrt(d);
+  };
+  const double d0 = dist();
+  for (int g = 0; g < 300; ++g) es_generation(c, s, pool);
+  CHECK(s.optimizer.t == 0);  // Adam untouched
+  CHECK(dist() < 0.1 * d0);
+}
+
+TEST_CASE("policy inputs: the policy reads only the first N observation entries", "[policy]") {
+  policy_spec all{policy_kind::linear, 4, 1, {}, {-10.f}, {10.f}};
+  policy_spec two = all;
+  two.inputs = 2;
+  CHECK(num_params(all) == 5);
+  CHECK(num_params(two) == 3);
+  const std::vector<float> theta{1.f, 1.f, 0.5f};  // W = [1, 1], b = 0.5
+  policy_workspace ws;
+  float a = 0;
+  const float obs1[4] = {1, 2, 100, -100}, obs2[4] = {1, 2, -7, 3};
+  policy_act(two, theta.data(), obs1, &a, ws);
+  CHECK(a == 3.5f);
+  policy_act(two, theta.data(), obs2, &a, ws);
+  CHECK(a == 3.5f);
+  const env_config h{env_kind::humanoid, default_humanoid_model, 0};
+  CHECK(num_params(make_policy_spec(h, policy_kind::linear, {}, 53)) == 53 * 21 + 21);
+  CHECK_THROWS_AS(make_policy_spec(h, policy_kind::linear, {}, 455), std::invalid_argument);
+}
+
 TEST_CASE("same seed, same parameters: 1 vs 3 workers, any batching and completion order", "[es][repro]") {
   // CartPole, 5 generations (the test), plus a short humanoid run (MuJoCo in threads).
   for (const env_kind kind : {env_kind::cartpole, env_kind::humanoid}) {
