@@ -304,6 +304,11 @@ TEST_CASE("progress callback sees every item", "[pool]") {
   pool.map(iota(100));
   CHECK(last.load() == 100);
   CHECK(total.load() == 100);
+  // imap submits chunk by chunk: each chunk's items are counted once
+  std::size_t seen = 0;
+  for ([[maybe_unused]] auto& v : pool.imap(iota(50), 5)) ++seen;
+  CHECK(seen == 50);
+  CHECK(last.load() == 50);
 }
 
 TEST_CASE("work starts with the first worker; the pool default is cpu_count", "[pool]") {

@@ -371,9 +371,10 @@ private:
         }
       };
     }
-    st->on_chunk = [weak](std::uint64_t seq, detail::shared_bytes blob) {
+    st->on_chunk = [weak](std::uint64_t seq, std::uint32_t items, detail::shared_bytes blob) {
       auto st = weak.lock();
       if (!st) return;
+      if (st->on_progress) st->on_progress(items); // before completion wakes the caller
       std::function<void()> done;
       {
         std::lock_guard lk(st->m);
@@ -417,16 +418,28 @@ private:
     std::size_t n = detail::size_hint(inputs);
     if (chunksize == 0) chunksize = std::ranges::sized_range<In> ? auto_chunksize(n) : 1;
     auto st = new_state(n);
+    // Chunks leave in batches of about stream_bytes of arguments while the
+    // rest are serialized, so workers start on a large map at once (a map
+    // that throws part way lets the chunks already sent run; their results
+    // are dropped).
+    constexpr std::size_t stream_bytes = 256 * 1024;
     std::vector<std::pair<std::uint64_t, detail::chunk_msg>> chunks;
     std::vector<std::uint32_t> counts;
+    std::uint64_t next_seq = 0;
+    std::size_t unsent = 0;
     writer w;
     std::uint32_t count = 0;
     auto flush = [&] {
       if (!count) return;
-      chunks.push_back({chunks.size(), detail::chunk_msg{0, target::id, count, w.release()}});
+      unsent += w.size();
+      chunks.push_back({next_seq++, detail::chunk_msg{0, target::id, count, w.release()}});
       counts.push_back(count);
       w = writer();
       count = 0;
+      if (unsent >= stream_bytes) {
+        send(st, std::exchange(chunks, {}));
+        unsent = 0;
+      }
     };
     for (auto&& x : inputs) {
       if constexpr (Star) write_tuple(w, x);
@@ -436,11 +449,11 @@ private:
     flush();
     {
       std::lock_guard lk(st->m);
-      st->expected = chunks.size();
+      st->expected = next_seq;
       st->input_done = true;
       st->counts = std::move(counts);
     }
-    send(st, std::move(chunks));
+    if (!chunks.empty()) send(st, std::move(chunks));
     return st;
   }
 
@@ -482,16 +495,6 @@ private:
 
   void send(const std::shared_ptr<state>& st, std::vector<std::pair<std::uint64_t, detail::chunk_msg>> chunks) {
     auto core = core_;
-    if (st->on_progress) {
-      std::vector<std::uint32_t> sizes;
-      for (auto& [s, c] : chunks) sizes.push_back(c.count);
-      auto base = st->on_chunk;
-      auto prog = st->on_progress;
-      st->on_chunk = [base, prog, sizes](std::uint64_t seq, detail::shared_bytes blob) {
-        prog(seq < sizes.size() ? sizes[seq] : 1); // before completion wakes the caller
-        base(seq, std::move(blob));
-      };
-    }
     asio::post(detail::runtime::instance().executor(),
                [core, st, chunks = std::move(chunks)]() mutable { core->submit(st, std::move(chunks)); });
   }

@@ -22,9 +22,9 @@ namespace fiber::detail {
 /// One map/apply call as the scheduler sees it. Callbacks run on the runtime thread.
 struct pool_job {
   std::uint64_t target_id = 0;
-  /// Chunk `seq` finished: its results blob (per-item status + value), in
-  /// the frame it arrived in.
-  std::function<void(std::uint64_t seq, shared_bytes results)> on_chunk;
+  /// Chunk `seq` of `items` inputs finished: its results blob (per-item
+  /// status + value), in the frame it arrived in.
+  std::function<void(std::uint64_t seq, std::uint32_t items, shared_bytes results)> on_chunk;
   /// Chunk `seq` can never finish (its workers died too often, pool terminated).
   std::function<void(std::uint64_t seq, std::exception_ptr)> on_chunk_failed;
 };
@@ -307,7 +307,7 @@ private:
       }
       auto rec = std::move(it->second);
       chunks_.erase(it);
-      rec.job->on_chunk(rec.seq, shared_bytes{owner, r.results});
+      rec.job->on_chunk(rec.seq, rec.msg.count, shared_bytes{owner, r.results});
     }
     if (wit != workers_.end() && wit->second.retiring && wit->second.held.empty() && wit->second.link)
       wit->second.link->send(frame(frame_kind::shutdown));
