@@ -5,7 +5,7 @@
 // multiprocessing.Pool.apply (throughput.py). Targets: median ≤ 1.2x raw nng
 // and ≤ mp.Pool.apply.
 //
-//   bench_latency [--workers 2] [--reps 3] [--trips 2000] [--smoke]
+//   bench_latency [--workers 2] [--reps 5] [--trips 2000] [--smoke]
 #include "bench_util.hpp"
 
 #include <fiber/fiber.hpp>
@@ -17,6 +17,7 @@ int f(int x) { return x + 1; }
 int main(int argc, char** argv) {
   fiber::init(argc, argv);
   auto a = bench::parse_common(argc, argv);
+  if (!a.reps_given && !a.smoke) a.reps = 5; // vCPU placement decides a run: more of them
   const unsigned W = a.workers;
   const int trips = a.smoke ? 100 : std::atoi(bench::opt(a, "--trips").value_or("2000").c_str());
   bench::header("bench_latency: one apply round trip");
