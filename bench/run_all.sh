@@ -108,5 +108,29 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo
   echo "Logs of this run: \`$build/bench-logs/<bench>.log\`. What each figure means: the comment at the top of"
   echo "\`bench/bench_<name>.cpp\`."
+  cat <<'NOTES'
+
+## Reading the table
+
+- **latency** (vs `mp.Pool.apply`): one `apply` wakes 9 threads in turn — the caller, the
+  master's runtime thread; in the worker nng's poller, nng's callback thread, the runtime
+  thread, the main thread; in the master the poller, the callback thread, the runtime thread,
+  the caller again — where `mp.Pool.apply` wakes 4 (caller, task-handler thread, worker,
+  result-handler thread). On this VM a round trip across vCPUs costs ~40 µs and one on the
+  same vCPU ~7 µs (`shared/peers/README.md`), so where the threads land decides a run:
+  fiber's median moved between ~55 and ~120 µs from run to run, `mp.Pool.apply`'s between
+  ~40 and ~125 µs, and the ratio changes sides. fiber stayed below raw nng REQ/REP.
+- **ES**: es's default sends one pair of episodes per task, so a generation is 128 tasks
+  that each carry θ (35k floats, 139 kB) for ~7 ms of simulation early in training (episodes
+  of 25–35 steps). Moving and decoding θ and the thread wake-ups per task cost fiber 4–5%
+  against the same rollouts on threads of one process (`perf`: kernel time 3.5% vs 0.4% of
+  all samples; memset/memcpy of the arguments). With `--batch 2` (half the tasks) fiber
+  reaches the target; longer episodes later in training do the same. Efficiency also falls
+  with other programs' load on the machine, in both modes: compare the ratio.
+- **payload**: a Pool of one worker is two processes, like nng_pingpong's PUSH/PULL; the
+  figure counts arguments and results (both cross between the processes).
+- **actors sync** and **latency** are one process pair each: vCPU placement moves them
+  most; the spread between runs is in the logs.
+NOTES
 } >"$out"
 echo "run_all.sh: wrote $out ($((t_end - t_start)) s in all)"
