@@ -7,7 +7,7 @@
 // processes (nng_pingpong.c), MiB/s moved one way. Target ≥ 0.8x. Also shown,
 // without a target: the same stream on --workers W (default 2) workers.
 //
-//   bench_payload [--workers 2] [--reps 3] [--tasks 300] [--smoke]
+//   bench_payload [--workers 2] [--reps 5] [--tasks 300] [--smoke]
 #include "bench_util.hpp"
 
 #include <fiber/fiber.hpp>
@@ -39,6 +39,7 @@ double run(unsigned workers, int tasks, const std::vector<float>& v) {
 int main(int argc, char** argv) {
   fiber::init(argc, argv);
   auto a = bench::parse_common(argc, argv);
+  if (!a.reps_given && !a.smoke) a.reps = 5; // cheap, and it swings with the load: more runs
   const unsigned W = a.workers;
   const int tasks = a.smoke ? 8 : std::atoi(bench::opt(a, "--tasks").value_or("300").c_str());
   bench::header("bench_payload: 1 MiB vector<float> argument and result");

@@ -125,8 +125,11 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   of 25–35 steps). Moving and decoding θ and the thread wake-ups per task cost fiber 4–5%
   against the same rollouts on threads of one process (`perf`: kernel time 3.5% vs 0.4% of
   all samples; memset/memcpy of the arguments). With `--batch 2` (half the tasks) fiber
-  reaches the target; longer episodes later in training do the same. Efficiency also falls
-  with other programs' load on the machine, in both modes: compare the ratio.
+  reaches the target; longer episodes later in training do the same. Efficiency falls with
+  other programs' load on the machine, and not alike in both modes: under load, `--threads`
+  read 0.49 in every generation (`perf stat`: ~0.96 CPUs used) while the fiber runs around it
+  read ~0.9 (1.4–1.5 CPUs), so a ratio above 1 means the baseline was starved, not that fiber
+  beats shared memory. Only a quiet machine gives this row a meaning.
 - **payload**: a Pool of one worker is two processes, like nng_pingpong's PUSH/PULL; the
   figure counts arguments and results (both cross between the processes).
 - **actors sync** and **latency** are one process pair each: vCPU placement moves them
