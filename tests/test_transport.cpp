@@ -380,8 +380,8 @@ TEST_CASE("transport: a frame of a message and a shared tail arrives as one mess
 }
 
 TEST_CASE("transport: buffer_cache hands large storage back out, bounded", "[transport]") {
-  auto& cache = fd::buffer_cache::instance();
-  const std::size_t n = (3u << 20) + 17; // a size no other test leaves in the (process-wide) cache
+  fd::buffer_cache cache; // not the process-wide one: other tests' frames leave buffers there
+  const std::size_t n = (3u << 20) + 17;
   auto a = cache.take(n);
   CHECK(a.empty());
   CHECK(a.capacity() >= n);
@@ -395,7 +395,7 @@ TEST_CASE("transport: buffer_cache hands large storage back out, bounded", "[tra
   CHECK(c.capacity() < fd::buffer_cache::min_capacity);
   message small(100);
   cache.give(std::move(small)); // ignored, freed as usual
-  auto shared = fd::share_recycled(std::move(b));
+  auto shared = fd::share_recycled(std::move(b), cache);
   shared.reset(); // back to the cache
   auto d = cache.take(n);
   CHECK(d.data() == storage);

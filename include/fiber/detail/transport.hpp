@@ -330,6 +330,9 @@ public:
   static constexpr std::size_t max_buffers = 4;
   static constexpr std::size_t max_bytes = 16u << 20;
 
+  /// An empty cache (tests); fiber itself uses instance().
+  buffer_cache() = default;
+
   /// Never destroyed: usable from any thread until the process ends.
   static buffer_cache& instance() {
     static buffer_cache* c = new buffer_cache;
@@ -377,17 +380,16 @@ public:
   }
 
 private:
-  buffer_cache() = default;
   std::mutex m_;
   std::vector<message> bufs_;
   std::size_t bytes_ = 0;
 };
 
-/// `m` shared read-only; its storage goes back to the buffer_cache when the
-/// last owner lets go.
-inline std::shared_ptr<const message> share_recycled(message&& m) {
-  return std::shared_ptr<const message>(new message(std::move(m)), [](const message* p) {
-    buffer_cache::instance().give(std::move(*const_cast<message*>(p)));
+/// `m` shared read-only; its storage goes back to `cache` (which must outlive
+/// every copy) when the last owner lets go.
+inline std::shared_ptr<const message> share_recycled(message&& m, buffer_cache& cache = buffer_cache::instance()) {
+  return std::shared_ptr<const message>(new message(std::move(m)), [&cache](const message* p) {
+    cache.give(std::move(*const_cast<message*>(p)));
     delete p;
   });
 }
