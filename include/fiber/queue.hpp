@@ -39,8 +39,9 @@ namespace fiber {
 /// must keep at least one handle while others use it. If it exits, the items
 /// are lost and every other process gets fiber::worker_lost from its next
 /// operation (and from operations waiting at that moment). If its last handle
-/// is destroyed, the broker shuts down: waiting and later operations
-/// elsewhere throw fiber::error.
+/// is destroyed, the broker shuts down: operations waiting at that moment
+/// get fiber::worker_lost too (so a creator that drops its last handle as it
+/// exits gives one answer), later ones fiber::error (no such queue).
 ///
 /// **Delivery.** A blocking `get` waits at the broker; a timed get's timeout
 /// is the broker's, so an item is never taken and then dropped. An item
@@ -55,8 +56,9 @@ namespace fiber {
 /// **Errors.** A stored item that does not decode as T (a handle of another
 /// type naming the same queue) throws fiber::serialization_error from the
 /// get that received it; that item is dropped and the queue keeps working.
-/// fiber::worker_lost: the creating process is unreachable. fiber::error:
-/// the queue was shut down. std::logic_error: a blocking call on fiber's
+/// fiber::worker_lost: the creating process is unreachable, or dropped its
+/// last handle while this operation waited. fiber::error: the queue was shut
+/// down. std::logic_error: a blocking call on fiber's
 /// runtime thread (e.g. inside a completion handler running there; use the
 /// async_ forms).
 ///

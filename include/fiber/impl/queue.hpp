@@ -74,6 +74,7 @@ enum class give_tag : std::uint8_t { stored = 0, full = 1, cancelled = 2 };
 
 inline constexpr std::uint8_t status_error = 2; // → fiber::error at the caller
 inline constexpr std::uint8_t status_eof = 3;   // → fiber::eof_error at the caller
+inline constexpr std::uint8_t status_lost = 4;  // → fiber::worker_lost at the caller
 
 inline void reply_text(const reply_fn& reply, std::uint8_t status, const std::string& msg) {
   writer w;
@@ -191,14 +192,18 @@ public:
   }
 
   /// The owner dropped the queue: everyone still waiting gets fiber::error.
+  /// The owner is gone: every waiter, and every later call, fails with
+  /// worker_lost — the same as when the creating process's link is lost, so
+  /// a creator that drops its last handle as it exits gives one answer
+  /// whether or not this reply leaves before the process does.
   void shutdown(const std::string& why) {
     dead_ = true;
-    dead_status_ = status_error;
+    dead_status_ = status_lost;
     dead_why_ = why;
     items_.clear();
     in_flight_.clear();
     for (auto* l : {&putters_, &getters_, &pollers_})
-      for (auto& w : std::exchange(*l, {})) reply_text(w.reply, status_error, why);
+      for (auto& w : std::exchange(*l, {})) reply_text(w.reply, status_lost, why);
   }
 
 private:
@@ -303,7 +308,7 @@ private:
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::uint64_t, std::vector<std::byte>>> in_flight_;
   std::uint64_t next_seq_ = 0;
   bool eof_ = false, dead_ = false;
-  std::uint8_t dead_status_ = status_eof; // pipes: broken pipe; a shut-down queue: fiber::error
+  std::uint8_t dead_status_ = status_eof; // pipes: broken pipe; a shut-down queue: worker_lost
   std::string eof_why_, dead_why_;
 };
 
