@@ -232,6 +232,12 @@ batch_result quadratic_batch(const task& t) {
   }
   return r;
 }
+/// Euclidean distance from θ to the quadratic's minimum x_star.
+double distance_to_x_star(const std::vector<float>& theta) {
+  double d = 0;
+  for (std::size_t j = 0; j < theta.size(); ++j) d += (theta[j] - x_star[j]) * (theta[j] - x_star[j]);
+  return std::sqrt(d);
+}
 }  // namespace
 
 TEST_CASE("antithetic ES with centred ranks and Adam converges on a quadratic", "[es]") {
@@ -246,11 +252,7 @@ TEST_CASE("antithetic ES with centred ranks and Adam converges on a quadratic", 
   s.theta.assign(num_params(s.spec), 0.f);
   s.optimizer.lr = c.lr;
   serial_pool<&quadratic_batch> pool;
-  auto dist = [&] {
-    double d = 0;
-    for (std::size_t j = 0; j < s.theta.size(); ++j) d += (s.theta[j] - x_star[j]) * (s.theta[j] - x_star[j]);
-    return std::sqrt(d);
-  };
+  auto dist = [&] { return distance_to_x_star(s.theta); };
   const double d0 = dist();
   for (int g = 0; g < 300; ++g) es_generation(c, s, pool);
   CHECK(d0 > 1.4);
@@ -273,11 +275,7 @@ TEST_CASE("ARS-style shaping (returns / std) with plain SGD converges on the qua
   s.spec = policy_spec{policy_kind::linear, 9, 1, {}, {-1.f}, {1.f}};
   s.theta.assign(num_params(s.spec), 0.f);
   serial_pool<&quadratic_batch> pool;
-  auto dist = [&] {
-    double d = 0;
-    for (std::size_t j = 0; j < s.theta.size(); ++j) d += (s.theta[j] - x_star[j]) * (s.theta[j] - x_star[j]);
-    return std::sqrt(d);
-  };
+  auto dist = [&] { return distance_to_x_star(s.theta); };
   const double d0 = dist();
   for (int g = 0; g < 300; ++g) es_generation(c, s, pool);
   CHECK(s.optimizer.t == 0);  // Adam untouched
