@@ -863,9 +863,9 @@ TEST_CASE("protocol: tasks and results frames built around their payload and rea
     bytes f = fd::tasks_frame_head(42, 7, 3, n);
     f.insert(f.end(), args.begin(), args.end());
     CHECK(f == fd::frame(fd::frame_kind::tasks, std::vector<fd::chunk_msg>{{42, 7, 3, args}}));
-    bytes g = fd::results_frame_head(43, 0.25, n);
+    bytes g = fd::results_frame_head(43, n);
     g.insert(g.end(), args.begin(), args.end());
-    CHECK(g == fd::frame(fd::frame_kind::results, std::vector<fd::chunk_result_msg>{{43, 0.25, args}}));
+    CHECK(g == fd::frame(fd::frame_kind::results, std::vector<fd::chunk_result_msg>{{43, args}}));
   }
   // Views decode what deserialize decodes, and refuse what it refuses.
   const std::vector<fd::chunk_msg> chunks{{1, 2, 3, payload(10)}, {4, 5, 6, {}}, {7, 8, 9, payload(300)}};
@@ -878,12 +878,13 @@ TEST_CASE("protocol: tasks and results frames built around their payload and rea
     CHECK(tv[i].count == chunks[i].count);
     CHECK(bytes(tv[i].args.begin(), tv[i].args.end()) == chunks[i].args);
   }
-  const std::vector<fd::chunk_result_msg> results{{1, 0.5, payload(20)}, {2, 1.5, {}}};
+  const std::vector<fd::chunk_result_msg> results{{1, payload(20)}, {2, {}}};
   const bytes rf = fd::frame(fd::frame_kind::results, results);
   auto rv = fd::decode_results_view(fd::unframe(rf).second);
   REQUIRE(rv.size() == 2);
   CHECK(rv[0].chunk_id == 1);
-  CHECK(rv[1].cpu_seconds == 1.5);
+  CHECK(rv[1].chunk_id == 2);
+  CHECK(rv[1].results.empty());
   CHECK(bytes(rv[0].results.begin(), rv[0].results.end()) == results[0].results);
   for (const bytes* f : {&tf, &rf}) {
     const auto body = fd::unframe(*f).second;

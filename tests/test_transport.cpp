@@ -921,3 +921,122 @@ TEST_CASE("transport: streams on strands of a multi-threaded io_context", "[tran
   fa.get();
   fb.get();
 } // (no thread runs ctx any more: destroying l here is race-free)
+
+namespace {
+// Runs f on ctx's thread and returns what it returns.
+template <class F>
+auto on_ctx(asio::io_context& ctx, F f) {
+  std::packaged_task<decltype(f())()> task(std::move(f));
+  auto fut = task.get_future();
+  asio::post(ctx, [&task] { task(); });
+  return fut.get();
+}
+} // namespace
+
+TEST_CASE("transport: the read side lent to a blocking thread, and taken back", "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  auto work = asio::make_work_guard(ctx);
+  std::thread t([&] { ctx.run(); });
+  fd::listener l(ctx.get_executor(), dir.ipc("lend.ipc"));
+  auto p = asio::co_spawn(ctx, connect_pair(l, no_options), asio::use_future).get();
+  auto& server = p.server;
+  auto& client = p.client;
+  auto recv_on_ctx = [&] {
+    auto pr = std::make_shared<std::promise<std::pair<std::error_code, message>>>();
+    on_ctx(ctx, [&, pr] {
+      server.async_recv([pr](std::error_code ec, message m) { pr->set_value({ec, std::move(m)}); });
+      return 0;
+    });
+    return pr->get_future();
+  };
+  // Catch is not thread-safe: handlers on ctx's thread only count failures.
+  std::atomic<int> send_errors{0};
+  auto send = [&](message m) {
+    on_ctx(ctx, [&, m = std::move(m)]() mutable {
+      client.async_send(std::move(m), [&](std::error_code ec) { send_errors += bool(ec); });
+      return 0;
+    });
+  };
+  auto lend = [&] {
+    auto pr = std::make_shared<std::promise<fd::lent_reader>>();
+    on_ctx(ctx, [&, pr] {
+      server.lend_reader([pr](fd::lent_reader r) { pr->set_value(r); });
+      return 0;
+    });
+    return pr->get_future().get();
+  };
+
+  // Read on the executor first, then lend while its nng read is in flight
+  // (it is cancelled): a receive pending on the executor just waits.
+  auto a = recv_on_ctx();
+  send(str_msg("a"));
+  CHECK(msg_str(a.get().second) == "a");
+  auto b = recv_on_ctx();
+  auto r = lend();
+  REQUIRE(r);
+
+  // The borrower gets every frame, small and larger than the read buffer, in order.
+  const message big = make_msg(300 * 1024, 3);
+  send(str_msg("b"));
+  send(big);
+  send(str_msg("c"));
+  message m;
+  REQUIRE_FALSE(r.recv(m));
+  CHECK(msg_str(m) == "b");
+  REQUIRE_FALSE(r.recv(m));
+  CHECK(m == big);
+  REQUIRE_FALSE(r.recv(m));
+  CHECK(msg_str(m) == "c");
+  CHECK(b.wait_for(0s) == std::future_status::timeout);
+
+  // Three frames in one write: the borrower takes one; taken back while it
+  // is not reading, the other two (already buffered) go to the executor's
+  // receivers in order, and the borrower is told it lost the read side.
+  on_ctx(ctx, [&] {
+    for (const char* s : {"d", "e", "f"}) client.async_send(str_msg(s), [&](std::error_code ec) { send_errors += bool(ec); });
+    return 0;
+  });
+  REQUIRE_FALSE(r.recv(m));
+  CHECK(msg_str(m) == "d");
+  CHECK(on_ctx(ctx, [&] { return server.take_back_reader(); }));
+  CHECK_FALSE(on_ctx(ctx, [&] { return server.take_back_reader(); })); // not lent any more
+  CHECK(msg_str(b.get().second) == "e");
+  CHECK(msg_str(recv_on_ctx().get().second) == "f");
+  CHECK(r.recv(m) == asio::error::already_started);
+  r.give_back(); // no-op once taken back
+  send(str_msg("g"));
+  CHECK(msg_str(recv_on_ctx().get().second) == "g");
+  CHECK(send_errors == 0);
+
+  // Lent again (no nng read in flight now that nothing waits? one always is:
+  // cancelled again); the peer goes away while the borrower blocks: it gets
+  // the error, gives the read side back with it, the stream is closed, and
+  // the executor's pending receive fails.
+  auto c = recv_on_ctx();
+  auto r2 = lend();
+  std::error_code borrower_ec;
+  std::thread borrower([&] {
+    message x;
+    borrower_ec = r2.recv(x);
+    r2.give_back(borrower_ec);
+  });
+  on_ctx(ctx, [&] {
+    client.close();
+    return 0;
+  });
+  borrower.join();
+  CHECK(borrower_ec);
+  auto [cec, cm] = c.get();
+  CHECK(cec);
+  CHECK_FALSE(on_ctx(ctx, [&] { return server.is_open(); }));
+  CHECK(on_ctx(ctx, [&] { return server.stats().messages_received; }) == 8);
+
+  on_ctx(ctx, [&] {
+    server.close();
+    l.close();
+    return 0;
+  });
+  work.reset();
+  t.join();
+}

@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
        fd::frame(K::tasks, std::vector<fd::chunk_msg>{{1, 77, 2, bytes({1, 0, 0, 0, 2, 0, 0, 0})},
                                                       {2, 77, 1, bytes({3, 0, 0, 0})}}));
   seed(dir, "results",
-       fd::frame(K::results, std::vector<fd::chunk_result_msg>{{1, 0.25, bytes({0, 1, 0, 0, 0, 0, 4, 0, 0, 0})},
-                                                               {2, 0.0, bytes({1, 3, 'e', 'r', 'r', 1, 'x'})}}));
+       fd::frame(K::results, std::vector<fd::chunk_result_msg>{{1, bytes({0, 1, 0, 0, 0, 0, 4, 0, 0, 0})},
+                                                               {2, bytes({1, 3, 'e', 'r', 'r', 1, 'x'})}}));
   seed(dir, "request", fd::frame(K::request, fd::request_msg{9, 2, 1, bytes({1, 2, 3})}));
   seed(dir, "reply-ok", fd::frame(K::reply, fd::reply_msg{9, 0, bytes({7})}));
   seed(dir, "reply-error", fd::frame(K::reply, fd::reply_msg{10, 1, bytes({3, 'e', 'r', 'r', 2, 'n', 'o'})}));

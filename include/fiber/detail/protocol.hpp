@@ -91,7 +91,6 @@ struct chunk_msg {
 /// Per item: u8 status (0 ok, 1 error) then the value or (type, message).
 struct chunk_result_msg {
   std::uint64_t chunk_id = 0;
-  double cpu_seconds = 0;
   std::vector<std::byte> results;
 };
 
@@ -124,7 +123,6 @@ struct chunk_view {
 /// A chunk result of a received results frame; `results` lies in the frame.
 struct chunk_result_view {
   std::uint64_t chunk_id = 0;
-  double cpu_seconds = 0;
   std::span<const std::byte> results;
 };
 
@@ -152,7 +150,6 @@ inline std::vector<chunk_result_view> decode_results_view(std::span<const std::b
   std::vector<chunk_result_view> out(r.read_length(min_wire_size<chunk_result_msg>()));
   for (auto& c : out) {
     r.read(c.chunk_id);
-    r.read(c.cpu_seconds);
     c.results = r.read_span(r.read_length());
   }
   if (!r.empty()) r.fail("trailing bytes after a results frame");
@@ -175,13 +172,12 @@ inline std::vector<std::byte> tasks_frame_head(std::uint64_t chunk_id, std::uint
 }
 
 /// The bytes of frame(results, std::vector<chunk_result_msg>{r}) before r.results.
-inline std::vector<std::byte> results_frame_head(std::uint64_t chunk_id, double cpu_seconds, std::size_t results_size) {
+inline std::vector<std::byte> results_frame_head(std::uint64_t chunk_id, std::size_t results_size) {
   writer w;
-  w.buffer().reserve(32);
+  w.buffer().reserve(24);
   w.write(static_cast<std::uint8_t>(frame_kind::results));
   w.write_varint(1);
   w.write(chunk_id);
-  w.write(cpu_seconds);
   w.write_varint(results_size);
   return w.release();
 }

@@ -147,6 +147,25 @@ public:
   }
 
   bool closed() const noexcept { return closed_; }
+
+  /// Lends the link's read side to a thread that blocks on it (a worker's
+  /// main thread waiting for work; see transport's lent_reader). `granted`
+  /// runs on the executor. The borrower calls note_received() for every
+  /// frame, hands the frames it does not handle to deliver(), and gives the
+  /// reader back before it blocks elsewhere for long; while it is busy (not
+  /// in recv), the heartbeat tick takes the read side back. Executor only.
+  void lend_reader(std::function<void(lent_reader)> granted) {
+    if (!closed_) stream_.lend_reader(std::move(granted));
+  }
+  /// Any thread: a frame arrived (for the heartbeat timeout).
+  void note_received() noexcept { last_recv_.store(clock::now(), std::memory_order_relaxed); }
+  /// Any thread: handle `m` (a whole frame) on the executor as if read there.
+  void deliver(message m) {
+    asio::post(stream_.get_executor(), [self = shared_from_this(), m = std::move(m)]() mutable {
+      if (!self->closed_) self->handle(m);
+    });
+  }
+
   /// For synchronous sends from other threads while the link has nothing
   /// queued (see transport's direct_writer); heartbeats go on as before.
   direct_writer direct() const noexcept { return stream_.direct(); }
@@ -159,16 +178,20 @@ private:
     stream_.async_recv([self = shared_from_this()](std::error_code ec, message m) {
       if (self->closed_) return;
       if (ec) return self->close(ec == asio::error::eof ? "connection closed" : "receive failed: " + ec.message());
-      self->last_recv_ = clock::now();
-      try {
-        auto [k, body] = unframe(m);
-        if (k != frame_kind::heartbeat && self->on_message_) self->on_message_(k, body, m);
-      } catch (const std::exception& e) {
-        log(log_level::warning, "dropping malformed frame from ", self->peer_.name, ": ", e.what());
-      }
-      buffer_cache::instance().give(std::move(m)); // unless the handler kept it
+      self->note_received();
+      self->handle(m);
       if (!self->closed_) self->read();
     });
+  }
+
+  void handle(message& m) {
+    try {
+      auto [k, body] = unframe(m);
+      if (k != frame_kind::heartbeat && on_message_) on_message_(k, body, m);
+    } catch (const std::exception& e) {
+      log(log_level::warning, "dropping malformed frame from ", peer_.name, ": ", e.what());
+    }
+    buffer_cache::instance().give(std::move(m)); // unless the handler kept it
   }
 
   void tick() {
@@ -176,7 +199,11 @@ private:
     timer_.async_wait([self = shared_from_this()](std::error_code ec) {
       if (ec || self->closed_) return;
       auto now = clock::now();
-      if (now - self->last_recv_ > self->timeout_) return self->close("heartbeat missed");
+      // A borrower busy elsewhere reads nothing: read here again, and count
+      // silence from now on.
+      if (self->stream_.take_back_reader()) self->note_received();
+      if (now - self->last_recv_.load(std::memory_order_relaxed) > self->timeout_)
+        return self->close("heartbeat missed");
       if (now - self->last_send_ >= self->interval_) self->send(frame(frame_kind::heartbeat));
       self->tick();
     });
@@ -189,7 +216,8 @@ private:
   message_handler on_message_;
   close_handler on_close_;
   clock::duration interval_{}, timeout_{};
-  clock::time_point last_recv_, last_send_;
+  std::atomic<clock::time_point> last_recv_;
+  clock::time_point last_send_;
   bool closed_ = false;
 };
 

@@ -540,6 +540,8 @@ public:
     std::lock_guard lk(wire_mu_);
     s.messages_sent += direct_sent_;
     s.nng_sends += direct_nng_sends_;
+    std::lock_guard lk2(lend_mu_);
+    s.messages_received += lent_received_;
     return s;
   }
 
@@ -634,6 +636,7 @@ private:
   // whole frames are delivered. Idempotent.
   void shutdown(std::error_code ec, via v) {
     mark_dead(ec);
+    lend_to_ = nullptr; // never granted now (it holds a reference to this core)
     auto q = std::move(sendq_);
     sendq_.clear();
     publish_busy();
@@ -758,7 +761,8 @@ private:
     pumping_ = true;
     while (!recvq_.empty()) {
       message m;
-      if (next_frame(m, v)) {
+      if (lent_ && !dead_) break; // the borrower owns the buffer
+      if (!lent_ && next_frame(m, v)) {
         ++stats_.messages_received;
         auto op = std::move(recvq_.front());
         recvq_.pop_front();
@@ -776,7 +780,9 @@ private:
   }
 
   void read_more() {
-    if (reading_ || dead_) return;
+    if (reading_ || lent_) return;
+    if (lend_to_ && !dead_) return finish_lend();
+    if (dead_) return;
     if (big_) {
       if (big_fill_ < big_->size()) start_read();
     } else if (rend_ - rpos_ < read_buffer_size) {
@@ -788,25 +794,33 @@ private:
   // region [rend_, end) belongs to nng: only consume, never move data.
   bool next_frame(message& m, via v) {
     if (closed_) return false;
+    switch (parse_frame(m)) {
+    case parsed::frame: return true;
+    case parsed::too_big: shutdown(asio::error::message_size, v); return false;
+    default: return false;
+    }
+  }
+
+  enum class parsed { frame, more, too_big };
+  // The read side's buffer: whoever holds it (the executor, or a thread it
+  // was lent to) calls this.
+  parsed parse_frame(message& m) {
     if (big_) {
-      if (big_fill_ < big_->size()) return false;
+      if (big_fill_ < big_->size()) return parsed::more;
       m = std::move(*big_);
       big_.reset();
-      return true;
+      return parsed::frame;
     }
     const std::size_t avail = rend_ - rpos_;
-    if (avail < frame_header_size) return false;
+    if (avail < frame_header_size) return parsed::more;
     const std::byte* p = rbuf_.get() + rpos_;
     const std::size_t len = std::size_t(p[0]) | std::size_t(p[1]) << 8 | std::size_t(p[2]) << 16 |
                             std::size_t(p[3]) << 24;
-    if (len > max_) { // refuse before allocating anything
-      shutdown(asio::error::message_size, v);
-      return false;
-    }
+    if (len > max_) return parsed::too_big; // refuse before allocating anything
     if (avail - frame_header_size >= len) {
       m.assign(p + frame_header_size, p + frame_header_size + len);
       rpos_ += frame_header_size + len;
-      return true;
+      return parsed::frame;
     }
     if (frame_header_size + len > read_buffer_size && !reading_) {
       big_.emplace(buffer_cache::instance().take(len)); // bounded by max_ above
@@ -815,26 +829,29 @@ private:
       std::memcpy(big_->data(), p + frame_header_size, big_fill_);
       rpos_ = rend_ = 0;
     }
-    return false;
+    return parsed::more;
+  }
+
+  // Where the next read lands: the rest of a big frame, or the buffer's free tail.
+  nng_iov read_iov() {
+    if (big_) {
+      read_big_ = true;
+      return {big_->data() + big_fill_, big_->size() - big_fill_};
+    }
+    if (!rbuf_) rbuf_ = std::make_unique<std::byte[]>(read_buffer_size);
+    if (rpos_ == rend_) {
+      rpos_ = rend_ = 0;
+    } else if (read_buffer_size - rend_ < read_buffer_size / 4) { // tail short: move the rest down
+      std::memmove(rbuf_.get(), rbuf_.get() + rpos_, rend_ - rpos_);
+      rend_ -= rpos_;
+      rpos_ = 0;
+    }
+    read_big_ = false;
+    return {rbuf_.get() + rend_, read_buffer_size - rend_};
   }
 
   void start_read() {
-    nng_iov iov;
-    if (big_) {
-      iov = {big_->data() + big_fill_, big_->size() - big_fill_};
-      read_big_ = true;
-    } else {
-      if (!rbuf_) rbuf_ = std::make_unique<std::byte[]>(read_buffer_size);
-      if (rpos_ == rend_) {
-        rpos_ = rend_ = 0;
-      } else if (read_buffer_size - rend_ < read_buffer_size / 4) { // tail short: move the rest down
-        std::memmove(rbuf_.get(), rbuf_.get() + rpos_, rend_ - rpos_);
-        rend_ -= rpos_;
-        rpos_ = 0;
-      }
-      iov = {rbuf_.get() + rend_, read_buffer_size - rend_};
-      read_big_ = false;
-    }
+    nng_iov iov = read_iov();
     nng_aio_set_iov(raio_.get(), 1, &iov); // n <= 4 cannot fail
     reading_ = true;
     rkeep_ = shared_from_this();
@@ -854,10 +871,110 @@ private:
     reading_ = false;
     if (rv == 0 && n > 0)
       (read_big_ ? big_fill_ : rend_) += n;
-    else
+    else if (!(rv == NNG_ECANCELED && lend_to_)) // cancelled to lend the read side: no error
       shutdown(rv == 0 ? std::error_code(asio::error::eof) : make_nng_error(rv), via::dispatch);
     pump_recv(via::dispatch);
   }
+
+public:
+  // ---- lending the read side: the executor lends it; the borrower reads
+  // with its own callback-less aio (nng completes it on the poller thread
+  // and wakes the borrower: no hop through nng's callback thread and the
+  // executor). lent_ is the executor's view; lend_state_ (under lend_mu_) is
+  // shared with the borrower, who may be reading or not.
+  enum class lend_state { home, lent_idle, lent_reading };
+
+  void lend(std::function<void()> granted) {
+    if (dead_ || lent_) return; // dead: the close path reports it
+    lend_to_ = std::move(granted);
+    if (reading_) nng_aio_cancel(raio_.get()); // on_recv → pump_recv → finish_lend
+    else pump_recv(via::dispatch);
+  }
+
+  // Called by read_more once buffered whole frames went to waiting receivers.
+  void finish_lend() {
+    auto granted = std::move(lend_to_);
+    lend_to_ = nullptr;
+    lent_ = true;
+    {
+      std::lock_guard lk(lend_mu_);
+      lend_state_ = lend_state::lent_idle;
+    }
+    granted();
+  }
+
+  /// Borrower: the next frame, or an error: lost_read_side (taken back
+  /// while the borrower was not reading: ask again), or the stream's error
+  /// (the read side is then returned and the executor closes the stream).
+  std::error_code recv_lent(message& m) {
+    {
+      std::lock_guard lk(lend_mu_);
+      if (lend_state_ != lend_state::lent_idle) return asio::error::already_started;
+      lend_state_ = lend_state::lent_reading;
+    }
+    std::error_code ec;
+    for (;;) {
+      auto p = parse_frame(m);
+      if (p == parsed::frame) break;
+      if (p == parsed::too_big) {
+        ec = asio::error::message_size;
+        break;
+      }
+      if (!draio_) {
+        nng_aio* a = nullptr;
+        if (int rv = nng_aio_alloc(&a, nullptr, nullptr)) { // no callback: completes on nng's thread, wakes us
+          ec = make_nng_error(rv);
+          break;
+        }
+        draio_.reset(a);
+      }
+      nng_iov iov = read_iov();
+      nng_aio_set_iov(draio_.get(), 1, &iov);
+      nng_stream_recv(s_.get(), draio_.get());
+      nng_aio_wait(draio_.get());
+      const int rv = nng_aio_result(draio_.get());
+      const std::size_t n = nng_aio_count(draio_.get());
+      if (rv != 0 || n == 0) {
+        ec = rv == 0 ? std::error_code(asio::error::eof) : make_nng_error(rv);
+        break;
+      }
+      (read_big_ ? big_fill_ : rend_) += n;
+    }
+    std::lock_guard lk(lend_mu_);
+    lend_state_ = lend_state::lent_idle;
+    if (!ec) ++lent_received_;
+    return ec;
+  }
+
+  /// Borrower: hands the read side back (with the error that ended it, if any).
+  void give_back(std::error_code ec) {
+    {
+      std::lock_guard lk(lend_mu_);
+      if (lend_state_ == lend_state::home) return; // taken back already
+      lend_state_ = lend_state::home;
+    }
+    asio::post(ex_, [self = shared_from_this(), ec] {
+      self->lent_ = false;
+      if (ec) self->shutdown(ec, via::dispatch);
+      else self->pump_recv(via::dispatch);
+    });
+  }
+
+  /// Executor: takes the read side back if the borrower is not reading (it
+  /// is busy elsewhere). Buffered frames then go to waiting receivers.
+  bool take_back() {
+    if (!lent_) return false;
+    {
+      std::lock_guard lk(lend_mu_);
+      if (lend_state_ != lend_state::lent_idle) return false;
+      lend_state_ = lend_state::home;
+    }
+    lent_ = false;
+    pump_recv(via::dispatch);
+    return true;
+  }
+
+private:
 
   asio::any_io_executor ex_;
   stream_ptr s_; // declared before the aios: freed after they are stopped
@@ -888,6 +1005,13 @@ private:
   std::optional<message> big_;
   std::size_t big_fill_ = 0;
   bool reading_ = false, read_big_ = false, pumping_ = false;
+
+  std::function<void()> lend_to_; // a lend in progress (executor)
+  bool lent_ = false;             // executor's view: the borrower owns the read side
+  aio_ptr draio_;                 // the borrower's reads
+  mutable std::mutex lend_mu_;
+  lend_state lend_state_ = lend_state::home;
+  std::uint64_t lent_received_ = 0;
 };
 
 /// Writes whole frames on a stream from any thread, synchronously, while
@@ -908,6 +1032,31 @@ public:
 private:
   friend class stream;
   explicit direct_writer(std::shared_ptr<stream_core> c) noexcept : core_(std::move(c)) {}
+  std::shared_ptr<stream_core> core_;
+};
+
+/// The read side of a stream, lent to one thread that blocks on it (a
+/// worker's main thread waiting for work): frames then reach that thread
+/// straight from nng's poller, without the hops through nng's callback
+/// thread and the executor. Lent with stream::lend_reader, on the executor;
+/// meanwhile async_recv waits. Copyable (all copies are one borrower: use
+/// them from one thread at a time); keeps the stream's state alive.
+class lent_reader {
+public:
+  lent_reader() noexcept = default;
+  /// Blocks for the next frame. Errors: asio::error::already_started when
+  /// the executor took the read side back (stream::take_back_reader) while
+  /// this thread was not in recv: ask for it again; otherwise the stream's
+  /// error (eof, message_size, ...): call give_back(ec), the stream closes.
+  std::error_code recv(message& m) const { return core_->recv_lent(m); }
+  /// Returns the read side: async_recv is served again (buffered frames
+  /// first). With an error, the stream is closed with it. No-op once taken back.
+  void give_back(std::error_code ec = {}) const { core_->give_back(ec); }
+  explicit operator bool() const noexcept { return core_ != nullptr; }
+
+private:
+  friend class stream;
+  explicit lent_reader(std::shared_ptr<stream_core> c) noexcept : core_(std::move(c)) {}
   std::shared_ptr<stream_core> core_;
 };
 
@@ -980,6 +1129,17 @@ public:
   }
   /// A writer other threads may use for synchronous sends (see direct_writer).
   direct_writer direct() const noexcept { return direct_writer(core_); }
+  /// Lends the read side (see lent_reader): once whole buffered frames have
+  /// gone to pending async_recv operations and no nng read is in flight (one
+  /// is cancelled; bytes it got are kept), `granted(reader)` runs on the
+  /// executor. Never runs if the stream closes first. Executor only.
+  void lend_reader(std::function<void(lent_reader)> granted) {
+    if (!core_) return;
+    core_->lend([core = core_, granted = std::move(granted)] { granted(lent_reader(core)); });
+  }
+  /// Takes the read side back if it is lent and its borrower is not blocked
+  /// in recv; true if it did. Executor only.
+  bool take_back_reader() { return core_ && core_->take_back(); }
   /// False after close(), after the peer went away, or for an empty stream.
   bool is_open() const noexcept { return core_ && core_->is_open(); }
   /// Best effort, for logs ("tcp://1.2.3.4:5678", "ipc:///run/x.ipc (pid 42)").

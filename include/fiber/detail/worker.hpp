@@ -3,7 +3,8 @@
 /// The worker side of fiber::init: dial the master, authenticate, then run
 /// what it sends — one `run` (a Process: exit with its code) or `tasks`
 /// chunks (a Pool worker) — on the main thread, while the runtime thread keeps
-/// the link and its heartbeats alive. A vanished or silent master ends the
+/// the link and its heartbeats alive. An idle main thread reads the link
+/// itself (see worker_main). A vanished or silent master ends the
 /// process at once (std::_Exit: nothing of the user's must outlive it).
 
 #include <fiber/detail/runtime.hpp>
@@ -57,17 +58,15 @@ public:
     }
     cv_.notify_one();
   }
-  [[noreturn]] void run() {
-    for (;;) {
-      std::function<void()> f;
-      {
-        std::unique_lock lk(m_);
-        cv_.wait(lk, [&] { return !q_.empty(); });
-        f = std::move(q_.front());
-        q_.pop_front();
-      }
-      f();
+  void run_one() {
+    std::function<void()> f;
+    {
+      std::unique_lock lk(m_);
+      cv_.wait(lk, [&] { return !q_.empty(); });
+      f = std::move(q_.front());
+      q_.pop_front();
     }
+    f();
   }
 
 private:
@@ -76,16 +75,9 @@ private:
   std::deque<std::function<void()>> q_;
 };
 
-inline double thread_cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
-}
-
 /// Runs one chunk: per item, status byte then the result or the error.
 inline chunk_result_msg run_chunk(const chunk_view& c) {
-  chunk_result_msg out{c.chunk_id, 0, {}};
-  double t0 = thread_cpu_seconds();
+  chunk_result_msg out{c.chunk_id, {}};
   writer w(buffer_cache::instance().take(c.args.size() + c.count));
   const target_info* t = registry::instance().find(c.target_id);
   reader in(c.args);
@@ -103,7 +95,6 @@ inline chunk_result_msg run_chunk(const chunk_view& c) {
     }
   }
   out.results = w.release();
-  out.cpu_seconds = thread_cpu_seconds() - t0;
   return out;
 }
 
@@ -149,6 +140,174 @@ inline std::string own_listen_base(const std::string& master_url) {
   return scheme + local + ":0";
 }
 
+/// Runs a Process's target on the main thread and exits with its code.
+[[noreturn]] inline void run_process_target(const run_msg& r) {
+  int code = 0;
+  const target_info* t = registry::instance().find(r.target_id);
+  try {
+    if (!t) throw error("fiber: target not registered in this worker");
+    reader in(r.args);
+    writer out;
+    t->invoke(in, out);
+  } catch (...) {
+    auto p = current_exception_payload();
+    reader pr(p);
+    auto type = pr.read<std::string>();
+    auto msg = pr.read<std::string>();
+    std::fprintf(stderr, "fiber[%s]: target %s threw %s: %s\n", runtime::instance().process_name().c_str(),
+                 t ? std::string(t->name).c_str() : "?", type.c_str(), msg.c_str());
+    code = 1;
+  }
+  worker_exit(code);
+}
+
+/// Runs the chunks of one `tasks` frame on the main thread; `owner` keeps
+/// the bytes the chunks' arguments lie in. Each result leaves as soon as it
+/// is ready, and the next chunk starts only once it is written: should that
+/// chunk crash this worker, the master knows which one it was (the oldest it
+/// holds) and reruns the others without counting it. The main thread writes
+/// it itself when the link has nothing else queued (no hop to the runtime
+/// thread and back); otherwise it is queued there and the next chunk waits
+/// until it is written.
+inline void run_tasks(const std::weak_ptr<peer_link>& weak, const direct_writer& direct,
+                      const std::vector<chunk_view>& chunks) {
+  static std::future<void> previous; // main thread only
+  for (auto& c : chunks) {
+    if (previous.valid()) previous.wait();
+    previous = {};
+    // The frame is its head and the results as they are (no copy).
+    auto r = run_chunk(c);
+    auto head = results_frame_head(r.chunk_id, r.results.size());
+    if (direct.try_send(head, r.results)) {
+      buffer_cache::instance().give(std::move(r.results));
+      continue;
+    }
+    auto results = share_recycled(std::move(r.results));
+    auto sent = std::make_shared<std::promise<void>>();
+    previous = sent->get_future();
+    asio::post(runtime::instance().executor(), [weak, sent, head = std::move(head), results]() mutable {
+      if (auto l = weak.lock())
+        l->send(std::move(head), shared_bytes{results, *results}, [sent] { sent->set_value(); });
+      else sent->set_value();
+    });
+  }
+}
+
+/// The worker's main thread and its master link. While idle, the main
+/// thread borrows the link's read side and blocks on it: a task reaches it
+/// from nng's poller directly (no hops through nng's callback thread and
+/// the runtime thread), and tasks the master sent ahead are read without
+/// waking any thread. Frames for others (remote objects) go to the runtime
+/// thread. While a task runs, the runtime thread's heartbeat tick takes the
+/// read side back (so heartbeats and other frames are read); the main
+/// thread asks for it again once the task is done.
+class worker_main {
+public:
+  static worker_main& instance() {
+    static worker_main w;
+    return w;
+  }
+
+  void set_link(std::shared_ptr<peer_link> l) {
+    link_ = l;
+    direct_ = l->direct();
+  }
+
+  /// Main thread, between work items: borrow the reader unless already asked.
+  void want_reader() {
+    if (asked_ || !reads_) return;
+    asked_ = true;
+    auto l = link_.lock();
+    if (!l) return;
+    asio::post(runtime::instance().executor(), [l, this] {
+      l->lend_reader([this](lent_reader r) {
+        if (reads_) loop_.push([this, r] { read_loop(r); });
+        else r.give_back(); // a Process target runs: the runtime thread reads
+      });
+    });
+  }
+
+  void push(std::function<void()> f) { loop_.push(std::move(f)); }
+
+  /// Runs a `tasks` frame that the runtime thread read.
+  void run_tasks_frame(std::vector<chunk_view> chunks, std::shared_ptr<const message> owner) {
+    loop_.push([this, chunks = std::move(chunks), owner] { run_tasks(link_, direct_, chunks); });
+  }
+
+  /// A Process's target: runs for its lifetime; the runtime thread reads.
+  void run_process(run_msg r) {
+    reads_ = false;
+    loop_.push([r = std::move(r)] { run_process_target(r); });
+  }
+
+  [[noreturn]] void run() {
+    for (;;) {
+      want_reader();
+      loop_.run_one();
+    }
+  }
+
+private:
+  // Main thread, holding the read side: reads and runs frames until the
+  // read side was taken back or the link failed.
+  void read_loop(lent_reader r) {
+    asked_ = false;
+    auto l = link_.lock();
+    if (!l) return;
+    for (;;) {
+      message m;
+      if (auto ec = r.recv(m)) {
+        if (ec != asio::error::already_started) r.give_back(ec); // the link closes: exit follows
+        return;                                                  // else taken back: ask again
+      }
+      l->note_received();
+      frame_kind k;
+      std::span<const std::byte> body;
+      try {
+        std::tie(k, body) = unframe(m);
+      } catch (const std::exception& e) {
+        log(log_level::warning, "dropping malformed frame from the master: ", e.what());
+        continue;
+      }
+      switch (k) {
+      case frame_kind::heartbeat: break;
+      case frame_kind::tasks: {
+        std::vector<chunk_view> chunks;
+        try {
+          chunks = decode_tasks_view(body);
+        } catch (const std::exception& e) {
+          log(log_level::warning, "dropping malformed frame from the master: ", e.what());
+          break;
+        }
+        auto owner = share_recycled(std::move(m));
+        run_tasks(link_, direct_, chunks);
+        break;
+      }
+      case frame_kind::run: {
+        run_msg msg;
+        try {
+          msg = deserialize<run_msg>(body);
+        } catch (const std::exception& e) {
+          log(log_level::warning, "dropping malformed frame from the master: ", e.what());
+          break;
+        }
+        reads_ = false;
+        r.give_back();
+        run_process_target(msg);
+      }
+      case frame_kind::shutdown: worker_exit(0);
+      default: l->deliver(std::move(m)); break;
+      }
+    }
+  }
+
+  worker_loop loop_;
+  std::weak_ptr<peer_link> link_;
+  direct_writer direct_;
+  bool asked_ = false;             // main thread only
+  std::atomic<bool> reads_{true}; // false once a Process target runs
+};
+
 [[noreturn]] inline void run_worker() {
   if (std::getenv("FIBER_INTERNAL_PDEATHSIG")) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   const std::string url = std::getenv("FIBER_INTERNAL_MASTER");
@@ -162,11 +321,11 @@ inline std::string own_listen_base(const std::string& master_url) {
   // scheme (tcp://, tls+tcp://) and host with an ephemeral port.
   rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : own_listen_base(url));
 
-  static worker_loop loop;
+  auto& main = worker_main::instance();
   // A target that calls std::exit(n) ends the job with n (as in Python's
-  // multiprocessing). Registered after the runtime and the loop, this runs
-  // before their destructors, which would tear the runtime down under its own
-  // threads (nng callbacks, the runtime thread): flush and leave at once.
+  // multiprocessing). Registered after the runtime and the main loop, this
+  // runs before their destructors, which would tear the runtime down under
+  // its own threads (nng callbacks, the runtime thread): flush and leave at once.
   ::on_exit([](int status, void*) { worker_exit(status); }, nullptr);
   std::promise<void> connected;
   asio::post(rt.executor(), [&] {
@@ -189,67 +348,18 @@ inline std::string own_listen_base(const std::string& master_url) {
                    } catch (const config_error&) {
                    }
                  }
+                 main.set_link(l);
                  std::weak_ptr<peer_link> weak = l;
+                 // Frames read on the runtime thread (the main thread is busy,
+                 // or has not borrowed the read side yet).
                  l->start(
-                     [weak, direct = l->direct()](frame_kind k, std::span<const std::byte> body, message& raw) {
+                     [weak, &main](frame_kind k, std::span<const std::byte> body, message& raw) {
                        switch (k) {
-                       case frame_kind::run: {
-                         auto r = deserialize<run_msg>(body);
-                         loop.push([r = std::move(r)] {
-                           int code = 0;
-                           const target_info* t = registry::instance().find(r.target_id);
-                           try {
-                             if (!t) throw error("fiber: target not registered in this worker");
-                             reader in(r.args);
-                             writer out;
-                             t->invoke(in, out);
-                           } catch (...) {
-                             auto p = current_exception_payload();
-                             reader pr(p);
-                             auto type = pr.read<std::string>();
-                             auto msg = pr.read<std::string>();
-                             std::fprintf(stderr, "fiber[%s]: target %s threw %s: %s\n",
-                                          runtime::instance().process_name().c_str(),
-                                          t ? std::string(t->name).c_str() : "?", type.c_str(), msg.c_str());
-                             code = 1;
-                           }
-                           worker_exit(code);
-                         });
-                         break;
-                       }
+                       case frame_kind::run: main.run_process(deserialize<run_msg>(body)); break;
                        case frame_kind::tasks: {
                          // The arguments are read where they arrived (no copy).
                          auto chunks = decode_tasks_view(body);
-                         auto owner = share_recycled(std::move(raw));
-                         loop.push([weak, direct, owner, chunks = std::move(chunks)] {
-                           // Each result leaves as soon as it is ready, and the next
-                           // chunk starts only once it is written: should that chunk
-                           // crash this worker, the master knows which one it was (the
-                           // oldest it holds) and reruns the others without counting it.
-                           // This thread writes it itself when the link has nothing else
-                           // queued (no hop to the runtime thread and back); otherwise it
-                           // is queued there and the next chunk waits until it is written.
-                           static std::future<void> previous; // main thread only
-                           for (auto& c : chunks) {
-                             if (previous.valid()) previous.wait();
-                             previous = {};
-                             // The frame is its head and the results as they are (no copy).
-                             auto r = run_chunk(c);
-                             auto head = results_frame_head(r.chunk_id, r.cpu_seconds, r.results.size());
-                             if (direct.try_send(head, r.results)) {
-                               buffer_cache::instance().give(std::move(r.results));
-                               continue;
-                             }
-                             auto results = share_recycled(std::move(r.results));
-                             auto sent = std::make_shared<std::promise<void>>();
-                             previous = sent->get_future();
-                             asio::post(runtime::instance().executor(), [weak, sent, head = std::move(head), results]() mutable {
-                               if (auto l = weak.lock())
-                                 l->send(std::move(head), shared_bytes{results, *results}, [sent] { sent->set_value(); });
-                               else sent->set_value();
-                             });
-                           }
-                         });
+                         main.run_tasks_frame(std::move(chunks), share_recycled(std::move(raw)));
                          break;
                        }
                        case frame_kind::shutdown: worker_exit(0);
@@ -267,7 +377,7 @@ inline std::string own_listen_base(const std::string& master_url) {
                });
   });
   connected.get_future().wait();
-  loop.run();
+  main.run();
 }
 
 } // namespace fiber::detail
