@@ -9,8 +9,9 @@
 # Environment: ES_TIME_BUDGET (seconds, default 480), ES_WORKERS (default 2),
 #              ES_POPULATION (default 256), ES_OUT (default es-out),
 #              ES_HIDDEN (MLP widths, default 16,16: the best plateau we measured),
-#              ES_BATCH (mirrored pairs per Pool task, default 2: half the tasks,
-#              each carrying θ, lifts efficiency from ~0.93 to ~0.95; bench_es),
+#              ES_BATCH (mirrored pairs per Pool task, default 0: automatic, i.e.
+#              2 here: half the tasks, each carrying θ, lifts efficiency from
+#              ~0.93 to ~0.95; bench_es),
 #              BUILD_DIR (default build-release), JOBS (default 1).
 # What to expect: README.md in examples/es ("What to expect").
 set -euo pipefail
@@ -23,7 +24,7 @@ workers=${ES_WORKERS:-2}
 population=${ES_POPULATION:-256}
 out=${ES_OUT:-es-out}
 hidden=${ES_HIDDEN:-16,16}
-batch=${ES_BATCH:-2}
+batch=${ES_BATCH:-0}
 
 generator=()
 if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then
