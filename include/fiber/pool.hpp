@@ -61,6 +61,7 @@ struct call_state : pool_job {
   std::deque<std::uint64_t> arrival;                     // completion order
   std::size_t expected = 0;                              // chunks submitted
   std::size_t finished = 0;
+  std::size_t chunk_waiters = 0; // imap consumers waiting for the next chunk (others wait for completion)
   bool input_done = false;
   std::function<void()> on_complete;                     // runtime thread, once
   std::function<void(std::size_t)> on_progress;          // chunks' items done
@@ -376,28 +377,36 @@ private:
       if (!st) return;
       if (st->on_progress) st->on_progress(items); // before completion wakes the caller
       std::function<void()> done;
+      bool wake = false;
       {
         std::lock_guard lk(st->m);
         st->blobs.emplace(seq, std::move(blob));
         st->arrival.push_back(seq);
         ++st->finished;
+        // A map's caller waits for the whole call: waking it for every chunk
+        // would cost a context switch per task.
+        wake = st->complete() || st->chunk_waiters > 0;
         if (st->complete()) done = std::move(st->on_complete);
       }
-      st->cv.notify_all();
+      if (wake) st->cv.notify_all();
       if (done) done();
     };
     st->on_chunk_failed = [weak](std::uint64_t seq, std::exception_ptr e) {
       auto st = weak.lock();
       if (!st) return;
       std::function<void()> done;
+      bool wake = false;
       {
         std::lock_guard lk(st->m);
         st->failed.emplace(seq, e);
         st->arrival.push_back(seq);
         ++st->finished;
+        // A map's caller waits for the whole call: waking it for every chunk
+        // would cost a context switch per task.
+        wake = st->complete() || st->chunk_waiters > 0;
         if (st->complete()) done = std::move(st->on_complete);
       }
-      st->cv.notify_all();
+      if (wake) st->cv.notify_all();
       if (done) done();
     };
     return st;
@@ -656,6 +665,7 @@ private:
           std::unique_lock lk(st->m);
           std::uint64_t seq = 0;
           bool have = false;
+          ++st->chunk_waiters;
           st->cv.wait(lk, [&] {
             if constexpr (Ordered) {
               have = st->blobs.count(next_seq) || st->failed.count(next_seq);
@@ -666,6 +676,7 @@ private:
             }
             return have || (st->input_done && consumed == st->expected);
           });
+          --st->chunk_waiters;
           if (!have) return std::nullopt;
           if constexpr (!Ordered) st->arrival.pop_front();
           ++next_seq;

@@ -403,6 +403,7 @@ public:
   static constexpr std::size_t copy_threshold = 16 * 1024;   // smaller payloads are coalesced
   static constexpr std::size_t coalesce_limit = 256 * 1024;  // copied bytes per write
   static constexpr std::size_t max_iov = 8;                  // iov entries per write
+  static constexpr std::size_t inline_write_limit = 64 * 1024; // batches up to this are written inline
 
   stream_core(asio::any_io_executor ex, stream_ptr s, const transport_options& opt)
       : ex_(std::move(ex)), s_(std::move(s)),
@@ -410,6 +411,8 @@ public:
         saio_(make_aio(&stream_core::on_send_cb, this)),
         raio_(make_aio(&stream_core::on_recv_cb, this)) {
     coalesce_.reserve(coalesce_limit); // never reallocated: iov entries point into it
+    bool verified = false; // only TLS streams know this option
+    tls_ = nng_stream_get_bool(s_.get(), NNG_OPT_TLS_VERIFIED, &verified) == 0;
   }
 
   // ---- send
@@ -427,7 +430,7 @@ public:
     }
     // While a direct write owns the wire, the message waits: the direct
     // writer posts kick() when it is done.
-    if (!writing_ && !direct_busy) start_write();
+    if (!writing_ && !direct_busy) schedule_write();
   }
 
   /// Any thread: writes `m` followed by `tail` as one frame now and returns
@@ -644,6 +647,23 @@ private:
     pump_recv(v);
   }
 
+  // The write starts once the current handler returns: what it queues after
+  // this message leaves in the same write.
+  void schedule_write() {
+    if (write_scheduled_) return;
+    write_scheduled_ = true;
+    asio::post(ex_, [self = shared_from_this()] {
+      self->write_scheduled_ = false;
+      bool direct_busy;
+      {
+        std::lock_guard lk(self->wire_mu_);
+        direct_busy = self->direct_busy_;
+      }
+      if (!self->writing_ && !self->sendq_.empty() && !self->dead_ && !direct_busy) self->start_write();
+      else self->publish_busy();
+    });
+  }
+
   // ---- write path: everything queued while a write is in flight goes out
   // in the next single nng_stream_send. Headers and payloads below
   // copy_threshold are coalesced into one buffer; larger payloads (a
@@ -651,6 +671,7 @@ private:
   // messages are never copied.
   void start_write() {
     cancel_write_ = false;
+    inline_tried_ = false;
     inflight_.clear();
     iov_.clear();
     iov_pos_ = 0;
@@ -690,6 +711,7 @@ private:
 
   void submit_write() {
     writing_ = true;
+    if (try_inline_write()) return;
     if (int rv = nng_aio_set_iov(saio_.get(), unsigned(iov_.size() - iov_pos_), iov_.data() + iov_pos_)) {
       // Fail through the normal completion path, never inline.
       asio::post(ex_, [self = shared_from_this(), rv] { self->on_send(rv, 0); });
@@ -698,6 +720,39 @@ private:
     skeep_ = shared_from_this();
     ++stats_.nng_sends;
     nng_stream_send(s_.get(), saio_.get());
+  }
+
+  // A small batch is written here, with a callback-less aio: nng's ipc and
+  // tcp streams write at once when the socket has room (a send completes
+  // once some bytes are written), so the completion needs no hop through
+  // nng's callback thread and back to the executor. If the socket has no
+  // room at all, the send is still pending when nng_stream_send returns: it
+  // is cancelled (nothing was written, or the poller wrote some bytes first
+  // and completed it: both under nng's lock) and the batch goes the asynchronous
+  // way. No timeout: one would wake nng's expire thread on every write.
+  // Not for TLS (its engine completes on nng's threads anyway).
+  bool try_inline_write() {
+    if (tls_ || inline_tried_ || iov_pos_ != 0) return false;
+    inline_tried_ = true;
+    std::size_t bytes = 0;
+    for (auto& v : iov_) bytes += v.iov_len;
+    if (bytes > inline_write_limit) return false;
+    if (!xaio_) {
+      nng_aio* a = nullptr;
+      if (nng_aio_alloc(&a, nullptr, nullptr) != 0) return false;
+      nng_aio_set_timeout(a, NNG_DURATION_INFINITE);
+      xaio_.reset(a);
+    }
+    if (nng_aio_set_iov(xaio_.get(), unsigned(iov_.size()), iov_.data()) != 0) return false;
+    ++stats_.nng_sends;
+    nng_stream_send(s_.get(), xaio_.get());
+    nng_aio_cancel(xaio_.get()); // no effect if it completed; pending: there was no room
+    nng_aio_wait(xaio_.get());
+    const int rv = nng_aio_result(xaio_.get());
+    const std::size_t n = nng_aio_count(xaio_.get());
+    if (rv == NNG_ECANCELED && n == 0) return false; // wait asynchronously
+    on_send(rv, n, via::post); // handlers never run inside this call
+    return true;
   }
 
   // nng thread: only hand the result over to the executor. Moving the keep
@@ -712,7 +767,7 @@ private:
     asio::post(ex, [keep = std::move(self->skeep_), rv, n] { keep->on_send(rv, n); });
   }
 
-  void on_send(int rv, std::size_t n) {
+  void on_send(int rv, std::size_t n, via v = via::dispatch) {
     writing_ = false;
     if (rv == 0) {
       while (n > 0) { // nng may write part of the iov: advance and go on
@@ -730,7 +785,7 @@ private:
         if (!sendq_.empty() && !dead_) start_write(); // queue behind, then notify
         publish_busy();
         for (auto& op : done) {
-          op.done(via::dispatch, {});
+          op.done(v, {});
           buffer_cache::instance().give(std::move(op.msg));
         }
         return;
@@ -744,8 +799,8 @@ private:
     const std::error_code ec = dead_;
     auto done = std::move(inflight_);
     inflight_.clear();
-    for (auto& op : done) op.done(via::dispatch, ec);
-    shutdown(ec, via::dispatch); // then what was queued behind, in order
+    for (auto& op : done) op.done(v, ec);
+    shutdown(ec, v); // then what was queued behind, in order
   }
 
   // ---- read path: reads land in a 64 KiB buffer, so several small frames
@@ -885,7 +940,10 @@ public:
   enum class lend_state { home, lent_idle, lent_reading };
 
   void lend(std::function<void()> granted) {
-    if (dead_ || lent_) return; // dead: the close path reports it
+    // dead: the close path reports it. TLS: with nng 1.5.2, TLS links whose
+    // receive was cancelled for a lend went silent now and then (test_security's
+    // TLS Pool): their read side stays with the executor.
+    if (dead_ || lent_ || tls_) return;
     lend_to_ = std::move(granted);
     if (reading_) nng_aio_cancel(raio_.get()); // on_recv → pump_recv → finish_lend
     else pump_recv(via::dispatch);
@@ -981,6 +1039,8 @@ private:
   std::atomic<std::size_t> max_;
   aio_ptr saio_, raio_;
   aio_ptr daio_; // direct writes: used only by the thread holding direct_busy_
+  aio_ptr xaio_; // inline writes (executor)
+  bool tls_ = false, inline_tried_ = false, write_scheduled_ = false;
   // Shared with direct writers (any thread), under wire_mu_: who owns the
   // write side. Only one of exec_busy_ / direct_busy_ is set when a write starts.
   mutable std::mutex wire_mu_;
@@ -1132,7 +1192,8 @@ public:
   /// Lends the read side (see lent_reader): once whole buffered frames have
   /// gone to pending async_recv operations and no nng read is in flight (one
   /// is cancelled; bytes it got are kept), `granted(reader)` runs on the
-  /// executor. Never runs if the stream closes first. Executor only.
+  /// executor. Never runs if the stream closes first, nor for a TLS
+  /// stream (its read side stays with the executor). Executor only.
   void lend_reader(std::function<void(lent_reader)> granted) {
     if (!core_) return;
     core_->lend([core = core_, granted = std::move(granted)] { granted(lent_reader(core)); });
