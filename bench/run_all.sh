@@ -112,24 +112,32 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 
 ## Reading the table
 
-- **latency** (vs `mp.Pool.apply`): one `apply` wakes 9 threads in turn — the caller, the
-  master's runtime thread; in the worker nng's poller, nng's callback thread, the runtime
-  thread, the main thread; in the master the poller, the callback thread, the runtime thread,
-  the caller again — where `mp.Pool.apply` wakes 4 (caller, task-handler thread, worker,
-  result-handler thread). On this VM a round trip across vCPUs costs ~40 µs and one on the
-  same vCPU ~7 µs (`shared/peers/README.md`), so where the threads land decides a run:
-  fiber's median moved between ~55 and ~120 µs from run to run, `mp.Pool.apply`'s between
-  ~40 and ~125 µs, and the ratio changes sides. fiber stayed below raw nng REQ/REP.
-- **ES**: es's default sends one pair of episodes per task, so a generation is 128 tasks
-  that each carry θ (35k floats, 139 kB) for ~7 ms of simulation early in training (episodes
-  of 25–35 steps). Moving and decoding θ and the thread wake-ups per task cost fiber 4–5%
-  against the same rollouts on threads of one process (`perf`: kernel time 3.5% vs 0.4% of
-  all samples; memset/memcpy of the arguments). With `--batch 2` (half the tasks) fiber
-  reaches the target; longer episodes later in training do the same. Efficiency falls with
-  other programs' load on the machine, and not alike in both modes: under load, `--threads`
-  read 0.49 in every generation (`perf stat`: ~0.96 CPUs used) while the fiber runs around it
-  read ~0.9 (1.4–1.5 CPUs), so a ratio above 1 means the baseline was starved, not that fiber
-  beats shared memory. Only a quiet machine gives this row a meaning.
+- **overhead, 1 ms tasks** (target ≤ 10 µs above the control; missed, 12.9–17.1 µs in
+  today's runs, 4.5–10.5 earlier): a worker's loop between two tasks is one `sendmsg` (the
+  result) and one `readv` (the next chunk, already there: the credit window sends it ahead),
+  yet with a single worker its tasks still take ~26 µs longer each than back-to-back
+  sleeps in one thread. The master's switches per task went from 10.3 to 5.5 (`perf`
+  sched_switch) without moving this figure; where the rest goes is not established (the
+  master's receive chain — nng's poller, callback thread, runtime thread — running on the
+  worker's vCPU right after its `sendmsg` is the suspect). The control itself overshoots each
+  1 ms sleep by 40–150 µs on this VM, depending on the hour.
+- **latency** (vs `mp.Pool.apply`): an idle worker's main thread reads its link itself, so
+  an `apply` wakes 7 threads in turn — the caller and the master's runtime thread; in the
+  worker nng's poller and the main thread; in the master the poller, nng's callback thread,
+  the runtime thread and the caller — where `mp.Pool.apply` wakes 4 (caller, task-handler
+  thread, worker, result-handler thread). On this VM a round trip across vCPUs costs ~40 µs
+  and one on the same vCPU ~7 µs (`shared/peers/README.md`): before the worker read its link
+  itself (9 threads), the ratio changed sides from run to run (0.84–1.80x); since, 0.63–0.74x.
+- **ES**: es's default (automatic `--batch`) sends two pairs of episodes per task, 64 tasks
+  per generation that each carry θ (35k floats, 139 kB) for ~14 ms of simulation early in
+  training. With one pair per task (`--batch 1`) moving and decoding θ and the wake-ups cost
+  fiber 4–5% against the same rollouts on threads of one process (`perf`: kernel time 3.5%
+  vs 0.4% of all samples; memset/memcpy of the arguments), and efficiency reads 0.93–0.94.
+  Efficiency falls with other programs' load on the machine, and not alike in both modes:
+  under load, `--threads` read 0.49 in every generation (`perf stat`: ~0.96 CPUs used) while
+  the fiber runs around it read ~0.9 (1.4–1.5 CPUs), so a ratio above 1 means the baseline
+  was starved, not that fiber beats shared memory. Only a quiet machine gives this row a
+  meaning.
 - **payload**: a Pool of one worker is two processes, like nng_pingpong's PUSH/PULL; the
   figure counts arguments and results (both cross between the processes).
 - **actors sync** and **latency** are one process pair each: vCPU placement moves them
