@@ -117,10 +117,10 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   result) and one `readv` (the next chunk, already there: the credit window sends it ahead),
   yet with a single worker its tasks still take ~26 µs longer each than back-to-back
   sleeps in one thread. The master's switches per task went from 10.3 to 5.5 (`perf`
-  sched_switch) without moving this figure; where the rest goes is not established (the
-  master's receive chain — nng's poller, callback thread, runtime thread — running on the
-  worker's vCPU right after its `sendmsg` is the suspect). The control itself overshoots each
-  1 ms sleep by 40–150 µs on this VM, depending on the hour.
+  sched_switch) without moving this figure. `perf sched`: the worker's `sendmsg` wakes the
+  master's nng poller thread on the worker's own vCPU (wake-affine), which preempts the
+  worker for ~50 µs before it starts its next sleep, in a part of the cycles. The control
+  itself overshoots each 1 ms sleep by 40–150 µs on this VM, depending on the hour.
 - **latency** (vs `mp.Pool.apply`): an idle worker's main thread reads its link itself, so
   an `apply` wakes 7 threads in turn — the caller and the master's runtime thread; in the
   worker nng's poller and the main thread; in the master the poller, nng's callback thread,
