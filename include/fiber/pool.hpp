@@ -68,6 +68,17 @@ struct call_state : pool_job {
   std::vector<std::uint32_t> counts;                     // items per chunk, by seq
 
   bool complete() const { return input_done && finished == expected; }
+  /// Under m: chunk `seq` has finished (its result or failure is stored).
+  /// True if waiters must be woken — a map's caller waits for the whole
+  /// call, and waking it per chunk would cost a context switch per task.
+  /// Moves on_complete into `done` once the call is complete.
+  bool chunk_finished_locked(std::uint64_t seq, std::function<void()>& done) {
+    arrival.push_back(seq);
+    ++finished;
+    if (!complete()) return chunk_waiters > 0;
+    done = std::move(on_complete);
+    return true;
+  }
 };
 
 template <class R>
@@ -381,12 +392,7 @@ private:
       {
         std::lock_guard lk(st->m);
         st->blobs.emplace(seq, std::move(blob));
-        st->arrival.push_back(seq);
-        ++st->finished;
-        // A map's caller waits for the whole call: waking it for every chunk
-        // would cost a context switch per task.
-        wake = st->complete() || st->chunk_waiters > 0;
-        if (st->complete()) done = std::move(st->on_complete);
+        wake = st->chunk_finished_locked(seq, done);
       }
       if (wake) st->cv.notify_all();
       if (done) done();
@@ -399,12 +405,7 @@ private:
       {
         std::lock_guard lk(st->m);
         st->failed.emplace(seq, e);
-        st->arrival.push_back(seq);
-        ++st->finished;
-        // A map's caller waits for the whole call: waking it for every chunk
-        // would cost a context switch per task.
-        wake = st->complete() || st->chunk_waiters > 0;
-        if (st->complete()) done = std::move(st->on_complete);
+        wake = st->chunk_finished_locked(seq, done);
       }
       if (wake) st->cv.notify_all();
       if (done) done();

@@ -190,6 +190,18 @@ inline aio_ptr make_aio(void (*cb)(void*), void* arg) {
   return aio_ptr(a);
 }
 
+/// Allocates `a` on first use: an aio without a callback, which nng
+/// completes on its own thread and nng_aio_wait() then returns — no hop
+/// through nng's callback thread. Returns nng's error, 0 once allocated.
+inline int lazy_sync_aio(aio_ptr& a) {
+  if (a) return 0;
+  nng_aio* p = nullptr;
+  if (int rv = nng_aio_alloc(&p, nullptr, nullptr)) return rv;
+  nng_aio_set_timeout(p, NNG_DURATION_INFINITE);
+  a.reset(p);
+  return 0;
+}
+
 // ---------------------------------------------------------------- completion
 
 /// How a stored handler is completed: `dispatch` when we are running on the
@@ -444,16 +456,8 @@ public:
       if (exec_busy_ || direct_busy_ || wire_dead_) return false;
       direct_busy_ = true;
     }
-    int rv = 0;
+    int rv = lazy_sync_aio(daio_);
     std::size_t written = 0, calls = 0;
-    if (!daio_) {
-      nng_aio* a = nullptr;
-      rv = nng_aio_alloc(&a, nullptr, nullptr); // no callback: completes without a thread hop
-      if (rv == 0) {
-        nng_aio_set_timeout(a, NNG_DURATION_INFINITE);
-        daio_.reset(a);
-      }
-    }
     const auto n = static_cast<std::uint32_t>(m.size() + tail.size());
     std::byte hdr[frame_header_size] = {std::byte(n), std::byte(n >> 8), std::byte(n >> 16), std::byte(n >> 24)};
     const std::span<const std::byte> parts[3] = {{hdr, frame_header_size}, m, tail};
@@ -625,7 +629,8 @@ private:
     exec_busy_ = writing_ || !sendq_.empty();
   }
 
-  // A direct write has ended while messages were queued behind it.
+  // A direct write has ended while messages were queued behind it, or a
+  // scheduled write is due: start it unless the wire is busy.
   void kick() {
     bool direct_busy;
     {
@@ -654,13 +659,7 @@ private:
     write_scheduled_ = true;
     asio::post(ex_, [self = shared_from_this()] {
       self->write_scheduled_ = false;
-      bool direct_busy;
-      {
-        std::lock_guard lk(self->wire_mu_);
-        direct_busy = self->direct_busy_;
-      }
-      if (!self->writing_ && !self->sendq_.empty() && !self->dead_ && !direct_busy) self->start_write();
-      else self->publish_busy();
+      self->kick();
     });
   }
 
@@ -736,13 +735,7 @@ private:
     inline_tried_ = true;
     std::size_t bytes = 0;
     for (auto& v : iov_) bytes += v.iov_len;
-    if (bytes > inline_write_limit) return false;
-    if (!xaio_) {
-      nng_aio* a = nullptr;
-      if (nng_aio_alloc(&a, nullptr, nullptr) != 0) return false;
-      nng_aio_set_timeout(a, NNG_DURATION_INFINITE);
-      xaio_.reset(a);
-    }
+    if (bytes > inline_write_limit || lazy_sync_aio(xaio_) != 0) return false;
     if (nng_aio_set_iov(xaio_.get(), unsigned(iov_.size()), iov_.data()) != 0) return false;
     ++stats_.nng_sends;
     nng_stream_send(s_.get(), xaio_.get());
@@ -961,9 +954,9 @@ public:
     granted();
   }
 
-  /// Borrower: the next frame, or an error: lost_read_side (taken back
+  /// Borrower: the next frame, or an error: already_started (taken back
   /// while the borrower was not reading: ask again), or the stream's error
-  /// (the read side is then returned and the executor closes the stream).
+  /// (hand it to give_back: the executor then closes the stream).
   std::error_code recv_lent(message& m) {
     {
       std::lock_guard lk(lend_mu_);
@@ -978,13 +971,9 @@ public:
         ec = asio::error::message_size;
         break;
       }
-      if (!draio_) {
-        nng_aio* a = nullptr;
-        if (int rv = nng_aio_alloc(&a, nullptr, nullptr)) { // no callback: completes on nng's thread, wakes us
-          ec = make_nng_error(rv);
-          break;
-        }
-        draio_.reset(a);
+      if (int rv = lazy_sync_aio(draio_)) {
+        ec = make_nng_error(rv);
+        break;
       }
       nng_iov iov = read_iov();
       nng_aio_set_iov(draio_.get(), 1, &iov);

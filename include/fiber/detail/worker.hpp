@@ -227,8 +227,6 @@ public:
     });
   }
 
-  void push(std::function<void()> f) { loop_.push(std::move(f)); }
-
   /// Runs a `tasks` frame that the runtime thread read.
   void run_tasks_frame(std::vector<chunk_view> chunks, std::shared_ptr<const message> owner) {
     loop_.push([this, chunks = std::move(chunks), owner] { run_tasks(link_, direct_, chunks); });
@@ -261,42 +259,25 @@ private:
         return;                                                  // else taken back: ask again
       }
       l->note_received();
-      frame_kind k;
-      std::span<const std::byte> body;
-      try {
-        std::tie(k, body) = unframe(m);
+      try { // as peer_link's own reads do
+        auto [k, body] = unframe(m);
+        switch (k) {
+        case frame_kind::heartbeat: break;
+        case frame_kind::tasks:
+          run_tasks(link_, direct_, decode_tasks_view(body)); // the arguments stay in m
+          buffer_cache::instance().give(std::move(m));
+          break;
+        case frame_kind::run: {
+          auto msg = deserialize<run_msg>(body);
+          reads_ = false;
+          r.give_back();
+          run_process_target(msg);
+        }
+        case frame_kind::shutdown: worker_exit(0);
+        default: l->deliver(std::move(m)); break;
+        }
       } catch (const std::exception& e) {
         log(log_level::warning, "dropping malformed frame from the master: ", e.what());
-        continue;
-      }
-      switch (k) {
-      case frame_kind::heartbeat: break;
-      case frame_kind::tasks: {
-        std::vector<chunk_view> chunks;
-        try {
-          chunks = decode_tasks_view(body);
-        } catch (const std::exception& e) {
-          log(log_level::warning, "dropping malformed frame from the master: ", e.what());
-          break;
-        }
-        auto owner = share_recycled(std::move(m));
-        run_tasks(link_, direct_, chunks);
-        break;
-      }
-      case frame_kind::run: {
-        run_msg msg;
-        try {
-          msg = deserialize<run_msg>(body);
-        } catch (const std::exception& e) {
-          log(log_level::warning, "dropping malformed frame from the master: ", e.what());
-          break;
-        }
-        reads_ = false;
-        r.give_back();
-        run_process_target(msg);
-      }
-      case frame_kind::shutdown: worker_exit(0);
-      default: l->deliver(std::move(m)); break;
       }
     }
   }
