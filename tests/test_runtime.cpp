@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <dirent.h>
+#include <sched.h>
 #include <cstdlib>
 #include <fstream>
 #include <sys/wait.h>
@@ -24,6 +26,31 @@ void nested_master(std::string pid_file) {
   std::ofstream(pid_file + ".tmp") << pids.at(0) << "\n";
   std::rename((pid_file + ".tmp").c_str(), pid_file.c_str());
   std::this_thread::sleep_for(std::chrono::minutes(5));
+}
+
+// Threads of this process by scheduling policy.
+struct policy_count {
+  int batch = 0, other = 0;
+};
+policy_count count_policies() {
+  policy_count c;
+  DIR* d = ::opendir("/proc/self/task"); // no REQUIRE: also runs in a worker
+  if (!d) return c;
+  while (dirent* e = ::readdir(d)) {
+    int tid = std::atoi(e->d_name);
+    if (tid <= 0) continue;
+    int p = ::sched_getscheduler(tid);
+    if (p == SCHED_BATCH) ++c.batch;
+    else if (p == SCHED_OTHER) ++c.other;
+  }
+  ::closedir(d);
+  return c;
+}
+
+// Exit status: 10 × (main thread is SCHED_OTHER) + min(batch threads, 9).
+void report_policies() {
+  auto c = count_policies();
+  std::exit(10 * (::sched_getscheduler(0) == SCHED_OTHER) + std::min(c.batch, 9));
 }
 
 } // namespace
@@ -120,5 +147,33 @@ TEST_CASE("a worker whose master is SIGKILLed exits within 5 seconds", "[runtime
   CHECK(fiber_test::process_gone(worker, std::chrono::seconds(5)));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
   std::filesystem::remove_all(dir);
+  fiber_test::require_no_children();
+}
+
+TEST_CASE("fiber's I/O threads run as SCHED_BATCH, the caller's thread keeps its policy", "[runtime][sched]") {
+  // This process's runtime started with the default (io_threads_batch = true):
+  // the runtime thread and nng's (poller, task queues, timers, resolver).
+  (void)fiber::detail::runtime::instance();
+  auto c = count_policies();
+  CHECK(::sched_getscheduler(0) == SCHED_OTHER);
+  CHECK(c.batch >= 2);
+
+  SECTION("in a worker too") {
+    fiber::Process p{fiber::target<&report_policies>};
+    p.start();
+    p.join();
+    REQUIRE(p.exitcode());
+    CHECK(*p.exitcode() / 10 == 1);
+    CHECK(*p.exitcode() % 10 >= 2);
+  }
+  SECTION("off with FIBER_IO_THREADS_BATCH=false") {
+    ::setenv("FIBER_IO_THREADS_BATCH", "false", 1);
+    fiber::Process p{fiber::target<&report_policies>};
+    p.start();
+    p.join();
+    ::unsetenv("FIBER_IO_THREADS_BATCH");
+    REQUIRE(p.exitcode());
+    CHECK(*p.exitcode() == 10);
+  }
   fiber_test::require_no_children();
 }

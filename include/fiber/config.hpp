@@ -62,6 +62,8 @@ inline constexpr config_key config_keys[] = {
     {"tls_cert", "FIBER_TLS_CERT", "", "PEM certificate: enables TLS for TCP transports"},
     {"tls_key", "FIBER_TLS_KEY", "", "PEM private key of tls_cert"},
     {"tls_ca", "FIBER_TLS_CA", "", "PEM CA bundle peers are verified against"},
+    {"io_threads_batch", "FIBER_IO_THREADS_BATCH", "true",
+     "fiber's and nng's I/O threads run as SCHED_BATCH (Linux), so an arriving message does not preempt a running task"},
     {"progress", "FIBER_PROGRESS", "false", "draw a progress line for long Pool maps on a terminal"},
     {"slurm.partition", "FIBER_SLURM_PARTITION", "", "sbatch --partition"},
     {"slurm.account", "FIBER_SLURM_ACCOUNT", "", "sbatch --account"},

@@ -9,6 +9,7 @@
 /// directory, so other users cannot reach the master.
 
 #include <fiber/backend/launcher.hpp>
+#include <fiber/detail/sched.hpp>
 #include <fiber/log.hpp>
 
 #include <asio/posix/stream_descriptor.hpp>
@@ -116,7 +117,9 @@ private:
     sigaddset(&defaults, SIGINT);
     sigaddset(&defaults, SIGPIPE);
     posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+    detail::set_spawn_policy(attr, flags);
+    posix_spawnattr_setflags(&attr, flags);
     pid_t pid = 0;
     int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);

@@ -104,6 +104,7 @@
 
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
+#include <fiber/detail/sched.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
 
@@ -332,6 +333,7 @@ inline spawned spawn(const spawn_request& r) {
   sigdelset(&all, SIGSTOP);
   posix_spawnattr_setsigmask(&at, &none);
   posix_spawnattr_setsigdefault(&at, &all);
+  detail::set_spawn_policy(at, flags);
   posix_spawnattr_setflags(&at, flags);
 
   if (r.stdin_fd >= 0) posix_spawn_file_actions_adddup2(&fa, r.stdin_fd, 0);

@@ -10,6 +10,7 @@
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/detail/protocol.hpp>
+#include <fiber/detail/sched.hpp>
 #include <fiber/detail/transport.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
@@ -559,6 +560,10 @@ private:
     exe_ = self_exe_path();
     if (argv_.empty()) argv_.push_back(exe_);
     if (!std::getenv("FIBER_INTERNAL_MASTER")) make_run_dir();
+    // nng starts its threads (poller, task queues, timers, resolver) on first
+    // use: make that happen here, with the runtime thread, under SCHED_BATCH.
+    batch_policy_scope batch{config_bool("io_threads_batch")};
+    if (nng_aio* a = nullptr; nng_aio_alloc(&a, nullptr, nullptr) == 0) nng_aio_free(a);
     thread_ = std::thread([this] {
       thread_id_ = std::this_thread::get_id();
       for (;;) {

@@ -1,0 +1,64 @@
+#pragma once
+/// @file detail/sched.hpp
+/// Scheduling policy of fiber's I/O threads (Linux).
+///
+/// fiber's runtime thread and nng's threads (poller, task queues, timers,
+/// resolver) run as SCHED_BATCH unless `io_threads_batch` is false. Linux's
+/// wake-up preemption skips woken tasks whose policy is not SCHED_NORMAL
+/// (kernel/sched/fair.c, check_preempt_wakeup_fair: batch tasks "do not
+/// preempt non-idle tasks"). A worker's result wakes the master's I/O threads,
+/// often on the worker's own core (wake-affine); as normal threads they
+/// preempted the worker for ~50 µs before its next task in about one 1 ms task
+/// of five (bench_overhead, perf sched); as batch threads they run on an idle
+/// core, or when the running task blocks or its slice ends. Processes fiber
+/// starts get the policy of the thread that started the runtime, not the I/O
+/// thread's.
+
+#include <atomic>
+#include <sched.h>
+#include <spawn.h>
+
+namespace fiber::detail {
+
+/// SCHED_OTHER when the runtime moved its threads to SCHED_BATCH; -1 when it
+/// did not (children then inherit the spawning thread's policy unchanged).
+inline std::atomic<int>& spawn_policy() {
+  static std::atomic<int> p{-1};
+  return p;
+}
+
+/// While alive, the calling thread runs as SCHED_BATCH, so that the threads it
+/// creates inherit that policy; the destructor restores SCHED_OTHER. Does
+/// nothing when the thread is not SCHED_OTHER (real-time, idle or already
+/// batch: the user chose) or when `enabled` is false. Not thread-safe: one
+/// scope per thread at a time.
+class batch_policy_scope {
+public:
+  explicit batch_policy_scope(bool enabled) {
+    sched_param p{};
+    active_ = enabled && ::sched_getscheduler(0) == SCHED_OTHER && ::sched_setscheduler(0, SCHED_BATCH, &p) == 0;
+    if (active_) spawn_policy() = SCHED_OTHER;
+  }
+  ~batch_policy_scope() {
+    sched_param p{};
+    if (active_) ::sched_setscheduler(0, SCHED_OTHER, &p);
+  }
+  batch_policy_scope(const batch_policy_scope&) = delete;
+  batch_policy_scope& operator=(const batch_policy_scope&) = delete;
+
+private:
+  bool active_ = false;
+};
+
+/// Adds to `attr` (and `flags`, for posix_spawnattr_setflags) what makes a
+/// child spawned from an I/O thread start with the user's policy.
+inline void set_spawn_policy(posix_spawnattr_t& attr, short& flags) {
+  int policy = spawn_policy();
+  if (policy < 0 || ::sched_getscheduler(0) == policy) return;
+  sched_param p{};
+  posix_spawnattr_setschedpolicy(&attr, policy);
+  posix_spawnattr_setschedparam(&attr, &p);
+  flags |= POSIX_SPAWN_SETSCHEDULER;
+}
+
+} // namespace fiber::detail
