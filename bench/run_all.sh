@@ -112,15 +112,16 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 
 ## Reading the table
 
-- **overhead, 1 ms tasks** (target ≤ 10 µs above the control; missed, 12.9–17.1 µs in
-  today's runs, 4.5–10.5 earlier): a worker's loop between two tasks is one `sendmsg` (the
-  result) and one `readv` (the next chunk, already there: the credit window sends it ahead),
-  yet with a single worker its tasks still take ~26 µs longer each than back-to-back
-  sleeps in one thread. The master's switches per task went from 10.3 to 5.5 (`perf`
-  sched_switch) without moving this figure. `perf sched`: the worker's `sendmsg` wakes the
-  master's nng poller thread on the worker's own vCPU (wake-affine), which preempts the
-  worker for ~50 µs before it starts its next sleep, in a part of the cycles. The control
-  itself overshoots each 1 ms sleep by 40–150 µs on this VM, depending on the hour.
+- **overhead, 1 ms tasks** (target ≤ 10 µs above the control): a worker's loop between two
+  tasks is one `sendmsg` (the result) and one `readv` (the next chunk, already there: the
+  credit window sends it ahead). Until fiber's I/O threads ran as `SCHED_BATCH` this row
+  read 12.9–17.1 µs: `perf sched` showed the worker's `sendmsg` waking the master's nng
+  poller on the worker's own vCPU (wake-affine), which preempted the worker for ~50 µs
+  before its next sleep in about one task of five (~600–1100 involuntary switches per
+  4000 tasks). Batch threads are never preempting wake-ups (kernel/sched/fair.c), so they
+  wait for an idle vCPU or for the worker to sleep: ~20 involuntary switches per 4000
+  tasks, 7.2–7.6 µs here (`FIBER_IO_THREADS_BATCH=false` gives the old figure). The
+  control itself overshoots each 1 ms sleep by 40–150 µs on this VM, depending on the hour.
 - **latency** (vs `mp.Pool.apply`): an idle worker's main thread reads its link itself, so
   an `apply` wakes 7 threads in turn — the caller and the master's runtime thread; in the
   worker nng's poller and the main thread; in the master the poller, nng's callback thread,
