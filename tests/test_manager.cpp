@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <sched.h>
 #include <unistd.h>
 #include <vector>
 
@@ -59,13 +60,14 @@ struct Recorder {
   }
   int alive_now() const { return alive.load(); } // Recorders alive in this process
   void reset() { seen_.clear(); }                 // void result
+  int policy() const { return ::sched_getscheduler(0); }
 
   static inline std::atomic<int> alive{0};
 
   std::string name_;
   std::vector<int> seen_;
 };
-BOOST_DESCRIBE_STRUCT(Recorder, (), (push, seen, name, pid, slow, fail, alive_now, reset))
+BOOST_DESCRIBE_STRUCT(Recorder, (), (push, seen, name, pid, slow, fail, alive_now, reset, policy))
 
 /// Throws from its constructor when asked to.
 struct Fragile {
@@ -133,6 +135,12 @@ TEST_CASE("an object lives in a manager process; make forwards constructor argum
   auto plain = m.make();
   CHECK(plain.call<&Recorder::name>().empty());
   CHECK(m.objects() == 2);
+}
+
+TEST_CASE("methods run with the user's scheduling policy, not the I/O threads' SCHED_BATCH", "[manager][sched]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1}};
+  auto r = m.make("p");
+  CHECK(r.call<&Recorder::policy>() == SCHED_OTHER);
 }
 
 TEST_CASE("50 async calls on one object run in the order they were made", "[manager]") {

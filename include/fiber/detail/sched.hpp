@@ -12,7 +12,7 @@
 /// of five (bench_overhead, perf sched); as batch threads they run on an idle
 /// core, or when the running task blocks or its slice ends. Processes fiber
 /// starts get the policy of the thread that started the runtime, not the I/O
-/// thread's.
+/// thread's, and so do the actor threads a manager starts.
 
 #include <atomic>
 #include <sched.h>
@@ -49,6 +49,16 @@ public:
 private:
   bool active_ = false;
 };
+
+/// Gives the calling thread the user's policy when the runtime moved its
+/// threads to SCHED_BATCH: for threads that an I/O thread starts and that run
+/// user code (a manager's actor threads).
+inline void use_user_policy() {
+  int policy = spawn_policy();
+  if (policy < 0 || ::sched_getscheduler(0) == policy) return;
+  sched_param p{};
+  ::sched_setscheduler(0, policy, &p);
+}
 
 /// Adds to `attr` (and `flags`, for posix_spawnattr_setflags) what makes a
 /// child spawned from an I/O thread start with the user's policy.

@@ -479,6 +479,7 @@ private:
 };
 
 inline void actor_pool::run() {
+  use_user_policy(); // started from the runtime thread; methods are user code
   std::unique_lock lk(m_);
   for (;;) {
     if (ready_.empty()) {
