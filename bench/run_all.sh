@@ -120,8 +120,11 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   before its next sleep in about one task of five (~600–1100 involuntary switches per
   4000 tasks). Batch threads are never preempting wake-ups (kernel/sched/fair.c), so they
   wait for an idle vCPU or for the worker to sleep: ~20 involuntary switches per 4000
-  tasks, 7.2–7.6 µs here (`FIBER_IO_THREADS_BATCH=false` gives the old figure). The
-  control itself overshoots each 1 ms sleep by 40–150 µs on this VM, depending on the hour.
+  tasks; 6.3–15.4 µs in eleven runs since, median 7.9 (`FIBER_IO_THREADS_BATCH=false`
+  gives the old figure). What is left per task: the worker's two syscalls, whose
+  `sendmsg` also wakes the master's poller on the other vCPU (an IPI, a VM exit here).
+  The control itself overshoots each 1 ms sleep by 40–150 µs on this VM, depending on
+  the hour, and some periods are slow for every repetition.
 - **latency** (vs `mp.Pool.apply`): an idle worker's main thread reads its link itself, so
   an `apply` wakes 7 threads in turn — the caller and the master's runtime thread; in the
   worker nng's poller and the main thread; in the master the poller, nng's callback thread,
