@@ -20,11 +20,19 @@
 
 namespace fiber::detail {
 
-/// SCHED_OTHER when the runtime moved its threads to SCHED_BATCH; -1 when it
-/// did not (children then inherit the spawning thread's policy unchanged).
-inline std::atomic<int>& spawn_policy() {
+/// The user's policy (SCHED_OTHER) once the runtime moved its threads to
+/// SCHED_BATCH; -1 when it did not (children and actor threads then inherit
+/// the policy of the thread that starts them, unchanged).
+inline std::atomic<int>& user_policy() {
   static std::atomic<int> p{-1};
   return p;
+}
+
+/// The user's policy when the calling thread runs another one (an I/O
+/// thread); -1 when there is nothing to restore.
+inline int user_policy_to_restore() {
+  int policy = user_policy();
+  return policy >= 0 && ::sched_getscheduler(0) != policy ? policy : -1;
 }
 
 /// While alive, the calling thread runs as SCHED_BATCH, so that the threads it
@@ -37,7 +45,7 @@ public:
   explicit batch_policy_scope(bool enabled) {
     sched_param p{};
     active_ = enabled && ::sched_getscheduler(0) == SCHED_OTHER && ::sched_setscheduler(0, SCHED_BATCH, &p) == 0;
-    if (active_) spawn_policy() = SCHED_OTHER;
+    if (active_) user_policy() = SCHED_OTHER;
   }
   ~batch_policy_scope() {
     sched_param p{};
@@ -54,17 +62,15 @@ private:
 /// threads to SCHED_BATCH: for threads that an I/O thread starts and that run
 /// user code (a manager's actor threads).
 inline void use_user_policy() {
-  int policy = spawn_policy();
-  if (policy < 0 || ::sched_getscheduler(0) == policy) return;
   sched_param p{};
-  ::sched_setscheduler(0, policy, &p);
+  if (int policy = user_policy_to_restore(); policy >= 0) ::sched_setscheduler(0, policy, &p);
 }
 
 /// Adds to `attr` (and `flags`, for posix_spawnattr_setflags) what makes a
 /// child spawned from an I/O thread start with the user's policy.
 inline void set_spawn_policy(posix_spawnattr_t& attr, short& flags) {
-  int policy = spawn_policy();
-  if (policy < 0 || ::sched_getscheduler(0) == policy) return;
+  const int policy = user_policy_to_restore();
+  if (policy < 0) return;
   sched_param p{};
   posix_spawnattr_setschedpolicy(&attr, policy);
   posix_spawnattr_setschedparam(&attr, &p);
