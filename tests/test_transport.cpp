@@ -122,6 +122,17 @@ struct pair {
 };
 // g++ 12 bug: a prvalue class argument to a by-value coroutine parameter
 // inside co_await is destroyed twice (`co_await f(T{})`): pass lvalues.
+// Waits on the executor, `step` at a time, until `done()` or `turns` turns
+// have passed (bounded: the caller's CHECK then reports what is missing).
+template <class F>
+asio::awaitable<void> poll_until(F done, std::chrono::milliseconds step, int turns) {
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  for (int i = 0; i < turns && !done(); ++i) {
+    t.expires_after(step);
+    co_await t.async_wait(asio::use_awaitable);
+  }
+}
+
 asio::awaitable<pair> connect_pair(fd::listener& l, fd::transport_options copt) {
   auto ex = co_await asio::this_coro::executor;
   using namespace asio::experimental::awaitable_operators;
@@ -330,11 +341,7 @@ TEST_CASE("transport: small writes to a peer that does not read wait, in order",
       auto m = co_await server.async_recv(asio::use_awaitable);
       REQUIRE(m == make_msg(4096, i));
     }
-    asio::steady_timer t(ex);
-    for (int k = 0; k < 1000 && done < n; ++k) {
-      t.expires_after(1ms);
-      co_await t.async_wait(asio::use_awaitable);
-    }
+    co_await poll_until([&] { return done >= n; }, 1ms, 1000);
     CHECK(done == n);
   });
 }
@@ -403,11 +410,7 @@ TEST_CASE("transport: a frame of a message and a shared tail arrives as one mess
     }
     // The last write's completion may reach the client after the server
     // read it; the direct writer below needs the stream idle.
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    for (int i = 0; i < 5000 && done < sent.size(); ++i) {
-      timer.expires_after(1ms);
-      co_await timer.async_wait(asio::use_awaitable);
-    }
+    co_await poll_until([&] { return done >= sent.size(); }, 1ms, 5000);
     CHECK(done == sent.size());
     // The direct writer (another thread): head and tail in one frame.
     const message h = make_msg(20, 1), t = make_msg(300000, 2);
@@ -672,11 +675,7 @@ TEST_CASE("transport: a SIGKILLed peer process fails the pending recv", "[transp
     std::optional<std::error_code> result;
     server.async_recv([&](std::error_code ec, message) { result = ec; });
     REQUIRE(::kill(pid, SIGKILL) == 0);
-    asio::steady_timer t(co_await asio::this_coro::executor);
-    for (int i = 0; i < 1000 && !result; ++i) { // bounded; each turn waits for the executor
-      t.expires_after(10ms);
-      co_await t.async_wait(asio::use_awaitable);
-    }
+    co_await poll_until([&] { return bool(result); }, 10ms, 1000);
     REQUIRE(result);
     CHECK(is_peer_gone(*result));
   });
@@ -695,11 +694,7 @@ TEST_CASE("transport: close() aborts pending operations", "[transport]") {
     client.async_send(str_msg("queued"), [&](std::error_code ec) { queued_ec = ec; });
     client.close();
     CHECK_FALSE(recv_ec); // never inline
-    asio::steady_timer t(co_await asio::this_coro::executor);
-    for (int i = 0; i < 1000 && !(recv_ec && send_ec && queued_ec); ++i) {
-      t.expires_after(10ms);
-      co_await t.async_wait(asio::use_awaitable);
-    }
+    co_await poll_until([&] { return recv_ec && send_ec && queued_ec; }, 10ms, 1000);
     REQUIRE(recv_ec);
     REQUIRE(send_ec);
     REQUIRE(queued_ec);
@@ -811,10 +806,7 @@ TEST_CASE("transport: accept cancellation and listener close", "[transport]") {
     std::optional<std::error_code> ec;
     l.async_accept([&](std::error_code e, fd::stream) { ec = e; });
     l.close();
-    for (int i = 0; i < 100 && !ec; ++i) {
-      timer.expires_after(10ms);
-      co_await timer.async_wait(asio::use_awaitable);
-    }
+    co_await poll_until([&] { return bool(ec); }, 10ms, 100);
     REQUIRE(ec);
     CHECK(*ec == asio::error::operation_aborted);
   });
