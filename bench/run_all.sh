@@ -123,8 +123,15 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   tasks; 6.3–15.4 µs in eleven runs since, median 7.9 (`FIBER_IO_THREADS_BATCH=false`
   gives the old figure). What is left per task: the worker's two syscalls, whose
   `sendmsg` also wakes the master's poller on the other vCPU (an IPI, a VM exit here).
-  The control itself overshoots each 1 ms sleep by 40–150 µs on this VM, depending on
-  the hour, and some periods are slow for every repetition.
+  The row below it measures that part alone, free of the sleeps' timer noise: each task
+  returns CLOCK_MONOTONIC at entry and exit, and a worker's gap between two tasks is
+  9–14 µs (median; mean/W, its share of the excess per task, 5–8 µs). A bare C
+  `sendmsg` to a SCHED_BATCH reader asleep in `epoll_wait` costs the sender ~4–6 µs
+  after a 1 ms sleep and ~23 µs after a 10 ms one (waking a halted vCPU), which is why
+  the gap grows to ~50–60 µs for 10 and 100 ms tasks. The control itself overshoots
+  each 1 ms sleep by 40–150 µs on this VM, depending on the hour, and moves by ±15 ms
+  per 2 s between back-to-back runs (±4 µs per task): the excess row inherits that
+  noise, and some periods are slow for every repetition.
 - **latency** (vs `mp.Pool.apply`): an idle worker's main thread reads its link itself, so
   an `apply` wakes 7 threads in turn — the caller and the master's runtime thread; in the
   worker nng's poller and the main thread; in the master the poller, nng's callback thread,
