@@ -168,10 +168,21 @@ TEST_CASE("fiber's I/O threads run as SCHED_BATCH, the caller's thread keeps its
   }
   SECTION("off with FIBER_IO_THREADS_BATCH=false") {
     ::setenv("FIBER_IO_THREADS_BATCH", "false", 1);
+    fiber::detail::config_table::instance().reload(); // as if set before fiber started
     fiber::Process p{fiber::target<&report_policies>};
     p.start();
     p.join();
     ::unsetenv("FIBER_IO_THREADS_BATCH");
+    fiber::detail::config_table::instance().reload();
+    REQUIRE(p.exitcode());
+    CHECK(*p.exitcode() == 10);
+  }
+  SECTION("off in workers with set_config, although their runtime starts before the handshake") {
+    fiber::set_config("io_threads_batch", "false");
+    fiber::Process p{fiber::target<&report_policies>};
+    p.start();
+    p.join();
+    fiber::set_config("io_threads_batch", "true"); // the default
     REQUIRE(p.exitcode());
     CHECK(*p.exitcode() == 10);
   }

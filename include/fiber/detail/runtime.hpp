@@ -442,6 +442,11 @@ public:
       for (const char* key : {"tls_cert", "tls_key", "tls_ca"})
         if (auto v = config_string(key); !v.empty())
           s.env.emplace_back(std::string(find_config_key(key)->env), v);
+    // Read when a process starts (runtime constructor), before the handshake
+    // brings the master's configuration: pass the master's value, also when
+    // it was set in code.
+    s.env.emplace_back(std::string(find_config_key("io_threads_batch")->env),
+                       config_bool("io_threads_batch") ? "true" : "false");
     if (auto dir = config_string("worker_output_dir"); !dir.empty()) {
       ::mkdir(dir.c_str(), 0700);
       s.stdout_path = dir + "/" + name + ".out";
