@@ -95,7 +95,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo
   echo "- Machine: $(nproc) CPUs ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "- Load average when the runs started / ended: $load_start / $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "- Commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- include bench 2>/dev/null || echo ' (with local changes)')"
+  echo "- Commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- include bench ':!bench/RESULTS.md' 2>/dev/null || echo ' (with local changes)')"
   echo "- Build: Release (\`-O3 -DNDEBUG\`), $build/; peers: $peers (Python: $BENCH_PYTHON, C: gcc -O2)"
   echo "- Unpinned: no thread or process is pinned; figures are medians of >= 3 runs (latency: of per-run medians),"
   echo "  each run of fiber next to a run of its baseline. On a shared 2-CPU machine absolute numbers move"
@@ -128,7 +128,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   9–14 µs (median; mean/W, its share of the excess per task, 5–8 µs). A bare C
   `sendmsg` to a SCHED_BATCH reader asleep in `epoll_wait` costs the sender ~4–6 µs
   after a 1 ms sleep and ~23 µs after a 10 ms one (waking a halted vCPU), which is why
-  the gap grows to ~50–60 µs for 10 and 100 ms tasks. The control itself overshoots
+  the gap grows to ~35–60 µs for 10 and 100 ms tasks. The control itself overshoots
   each 1 ms sleep by 40–150 µs on this VM, depending on the hour, and moves by ±15 ms
   per 2 s between back-to-back runs (±4 µs per task): the excess row inherits that
   noise, and some periods are slow for every repetition.
