@@ -1,5 +1,8 @@
 #include <fiber/process.hpp>
 
+#include <fiber/backend/local.hpp>
+#include <fiber/backend/slurm.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <csignal>
@@ -19,6 +22,36 @@ void returns_normally(std::string s, std::vector<int> v) {
   if (s != "hello" || v.size() != 3) std::exit(9);
 }
 int pid_in_worker() { return ::getpid(); }
+
+// The local backend, with exits reported as an srun step reports them: one
+// exit status, 128+n for a task killed by signal n, mapped by the Slurm
+// backend's own srun_exit.
+class srun_like_launcher : public fiber::backend::launcher {
+public:
+  explicit srun_like_launcher(asio::any_io_executor ex) : local_(fiber::backend::local::make(std::move(ex))) {}
+  std::string_view name() const noexcept override { return local_->name(); }
+  std::string listen_url() override { return local_->listen_url(); }
+  std::vector<fiber::backend::job> launch(const std::vector<fiber::backend::job_spec>& specs,
+                                          std::vector<fiber::backend::exit_handler> on_exit) override {
+    for (auto& h : on_exit)
+      h = [h](const fiber::backend::job_exit& ex) {
+        const bool signalled = ex.how == fiber::backend::job_exit::kind::signalled;
+        const int srun_status = signalled ? 128 + ex.code : ex.code;
+        h(fiber::detail::slurm_impl::srun_exit(srun_status << 8, 0)); // as waitpid gives it
+      };
+    return local_->launch(specs, std::move(on_exit));
+  }
+  void cancel(const fiber::backend::job& j, int signal) override { local_->cancel(j, signal); }
+
+private:
+  std::shared_ptr<fiber::backend::launcher> local_;
+};
+
+struct srun_like {
+  static std::shared_ptr<fiber::backend::launcher> make(asio::any_io_executor ex) {
+    return std::make_shared<srun_like_launcher>(std::move(ex));
+  }
+};
 
 } // namespace
 
@@ -51,6 +84,24 @@ TEST_CASE("killed by signal N gives -N", "[process]") {
   p.start();
   p.join();
   CHECK(p.exitcode() == -SIGUSR1);
+}
+
+TEST_CASE("an exit status above 128 is not mistaken for a signal where the backend cannot tell them apart",
+          "[process]") {
+  // srun's exit status is 130 both for exit(130) and for death by SIGINT.
+  fiber::basic_process<srun_like> exited{fiber::target<&exit_with>, 130};
+  fiber::basic_process<srun_like> signalled{fiber::target<&raise_signal>, int(SIGUSR1)};
+  fiber::basic_process<srun_like> killed{fiber::target<&sleep_ms>, 60000};
+  exited.start();
+  signalled.start();
+  killed.start();
+  REQUIRE(killed.pid());
+  killed.kill();
+  for (auto* p : {&exited, &signalled, &killed}) REQUIRE(p->join(std::chrono::seconds(30)));
+  CHECK(exited.exitcode() == 130);
+  CHECK(signalled.exitcode() == -SIGUSR1);
+  CHECK(killed.exitcode() == -SIGKILL);
+  fiber_test::require_no_children();
 }
 
 TEST_CASE("join with a timeout, is_alive, terminate, kill, pid, name", "[process]") {

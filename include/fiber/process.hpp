@@ -35,6 +35,11 @@ struct process_state : std::enable_shared_from_this<process_state> {
   std::shared_ptr<backend::launcher> launcher; // runtime thread only
   std::shared_ptr<peer_link> link;                  // runtime thread only
   std::unique_ptr<asio::steady_timer> start_timer;
+  // Runtime thread only: the status the worker said it exits with, and a
+  // "killed by signal" report held until the link ends (see on_exit).
+  std::optional<std::int32_t> reported_exit;
+  std::optional<backend::job_exit> held_exit;
+  std::unique_ptr<asio::steady_timer> hold_timer;
 
   void on_connect(std::shared_ptr<detail::peer_link> l) {
     start_timer.reset();
@@ -44,26 +49,61 @@ struct process_state : std::enable_shared_from_this<process_state> {
       peer_pid = l->peer().pid;
     }
     std::weak_ptr<process_state> weak = shared_from_this();
-    l->start({}, [weak](const std::string& reason) {
-      auto self = weak.lock();
-      if (!self || self->ended) return;
-      // A live job that stopped answering is killed; the exit report follows.
-      if (reason == "heartbeat missed") {
-        log(log_level::warning, self->name, ": ", reason, ": killing it");
-        self->launcher->cancel(self->job, 9);
-      }
-    });
+    l->start(
+        [weak](frame_kind k, std::span<const std::byte> body, message&) {
+          if (k != frame_kind::exiting) return;
+          auto self = weak.lock();
+          if (!self) return;
+          try {
+            reader r(body);
+            self->reported_exit = r.read<std::int32_t>();
+          } catch (const std::exception&) {
+            log(log_level::warning, self->name, ": dropping a malformed exit report");
+          }
+        },
+        [weak](const std::string& reason) {
+          auto self = weak.lock();
+          if (!self || self->ended) return;
+          if (self->held_exit) return self->finish_exit(*self->held_exit); // every frame is in
+          // A live job that stopped answering is killed; the exit report follows.
+          if (reason == "heartbeat missed") {
+            log(log_level::warning, self->name, ": ", reason, ": killing it");
+            self->launcher->cancel(self->job, 9);
+          }
+        });
     l->send(frame(frame_kind::run, run));
   }
 
   void on_exit(const backend::job_exit& ex) {
+    // srun reports a step that exited with 128+n as killed by signal n. The
+    // worker sends the status it exits with in that range (frame `exiting`)
+    // before its link ends: hold such a report until the link has ended
+    // (every frame read) or for at most 2 s.
+    if (ex.how == backend::job_exit::kind::signalled && link && !link->closed() && !reported_exit) {
+      held_exit = ex;
+      hold_timer = std::make_unique<asio::steady_timer>(runtime::instance().executor(), std::chrono::seconds(2));
+      std::weak_ptr<process_state> weak = shared_from_this();
+      hold_timer->async_wait([weak](std::error_code ec) {
+        auto self = weak.lock();
+        if (!ec && self && self->held_exit && !self->ended) self->finish_exit(*self->held_exit);
+      });
+      return;
+    }
+    finish_exit(ex);
+  }
+
+  void finish_exit(backend::job_exit ex) {
+    held_exit.reset();
+    hold_timer.reset();
+    if (ex.how == backend::job_exit::kind::signalled && reported_exit && *reported_exit == 128 + ex.code)
+      ex = {backend::job_exit::kind::exited, *reported_exit, ex.reason};
     runtime::instance().forget_worker(worker_id);
     start_timer.reset();
     if (link) link->close("exited");
     link.reset();
     std::lock_guard lk(m);
     ended = true;
-    code = refused.empty() ? ex.exitcode() : ex.exitcode();
+    code = ex.exitcode();
     cv.notify_all();
   }
 };
@@ -197,7 +237,9 @@ public:
     return st_->started && !st_->ended;
   }
 
-  /// nullopt while running (or not started); the exit status; -N if killed by signal N.
+  /// nullopt while running (or not started); the exit status; -N if killed by signal N
+  /// (also on backends whose report cannot tell exit status 128+N from signal N,
+  /// as srun's cannot: the worker reports its status before it exits).
   std::optional<int> exitcode() const {
     std::lock_guard lk(st_->m);
     return st_->code;

@@ -78,7 +78,9 @@
 /// itself, and a requeued job would come back as a worker already declared
 /// dead. A job that stays PENDING is the runtime's business (start_timeout);
 /// pending_reason() says why Slurm holds it.
-/// srun steps: srun's exit status (128+n means the task died of signal n).
+/// srun steps: srun's exit status (128+n means the task died of signal n; a
+/// fiber worker that exits with 128+n says so on its link first, and
+/// Process reports that status rather than -n).
 ///
 /// ## Listen address
 /// `listen_url()` is `tcp://<addr>:0`, addr = (1) the `listen_address` key;

@@ -43,6 +43,7 @@ enum class frame_kind : std::uint8_t {
   tasks = 11,    ///< master → pool worker: chunks
   results = 12,  ///< pool worker → master: chunk results
   shutdown = 13, ///< master → worker: exit now (late results are discarded)
+  exiting = 14,  ///< worker → master: int32 status it exits with (sent for 129..192 only)
   request = 20,  ///< client → service owner
   reply = 21,    ///< service owner → client
   object = 30,   ///< master → manager worker: make/call/destroy a remote object

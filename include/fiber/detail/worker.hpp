@@ -28,7 +28,17 @@ namespace fiber::detail {
 inline constexpr int exit_master_lost = 70;
 inline constexpr int exit_refused = 71;
 
+/// The master link's synchronous writer (set once connected), for the exit report.
+inline direct_writer& master_writer() {
+  static direct_writer w;
+  return w;
+}
+
 [[noreturn]] inline void worker_exit(int code) {
+  // An srun step reports exit status 128+n as "killed by signal n": tell the
+  // master which one it was (best effort; the frame precedes the link's end).
+  if (code > 128 && code <= 128 + 64)
+    (void)master_writer().try_send(frame(frame_kind::exiting, std::int32_t(code)));
   std::fflush(stdout);
   std::fflush(stderr);
   std::cout.flush();
@@ -211,6 +221,7 @@ public:
   void set_link(std::shared_ptr<peer_link> l) {
     link_ = l;
     direct_ = l->direct();
+    master_writer() = direct_;
   }
 
   /// Main thread, between work items: borrow the reader unless already asked.
