@@ -436,17 +436,14 @@ public:
     // on TCP carry its ipc:// URL, which a cluster node cannot reach: tell the
     // worker to use `url` for it (see request()).
     if (!local) s.env.emplace_back("FIBER_INTERNAL_MASTER_IPC", ipc_url());
-    // A worker needs its TLS material before the handshake that would bring
-    // it the master's configuration: pass it the way users would.
-    if (is_tls_url(url))
-      for (const char* key : {"tls_cert", "tls_key", "tls_ca"})
-        if (auto v = config_string(key); !v.empty())
-          s.env.emplace_back(std::string(find_config_key(key)->env), v);
-    // Read when a process starts (runtime constructor), before the handshake
-    // brings the master's configuration: pass the master's value, also when
-    // it was set in code.
-    s.env.emplace_back(std::string(find_config_key("io_threads_batch")->env),
-                       config_bool("io_threads_batch") ? "true" : "false");
+    // A worker reads these before the handshake that would bring it the
+    // master's configuration (io_threads_batch when its runtime starts, TLS
+    // material to dial): pass the master's values, also ones set in code,
+    // the way users would.
+    std::vector<const char*> early_keys{"io_threads_batch"};
+    if (is_tls_url(url)) early_keys.insert(early_keys.end(), {"tls_cert", "tls_key", "tls_ca"});
+    for (const char* key : early_keys)
+      if (auto v = config_string(key); !v.empty()) s.env.emplace_back(std::string(find_config_key(key)->env), v);
     if (auto dir = config_string("worker_output_dir"); !dir.empty()) {
       ::mkdir(dir.c_str(), 0700);
       s.stdout_path = dir + "/" + name + ".out";
