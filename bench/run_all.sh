@@ -132,8 +132,11 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   each 1 ms sleep by 40–150 µs on this VM, depending on the hour, and moves by ±15 ms
   per 2 s between back-to-back runs (±4 µs per task): the excess row inherits that
   noise, and some periods are slow for every repetition. So this bench pairs each run of
-  fiber with a control run next to it and reports the median of five such pairs (the other
-  benches take three): one or two disturbed pairs no longer decide the row.
+  fiber with a control run next to it and reports the median of nine such pairs (10 and
+  100 ms: three). The row under the gap row shows the other part of the excess: each sleep
+  overshoots its 1 ms by ~80–110 µs (50 µs of timer slack, the rest waking a halted vCPU),
+  in the workers by a few µs more than in the control on average (the master's wake-ups
+  share the vCPUs), and excess ≈ (mean gap + that difference) / W.
 - **latency** (vs `mp.Pool.apply`): an idle worker's main thread reads its link itself, so
   an `apply` wakes 7 threads in turn — the caller and the master's runtime thread; in the
   worker nng's poller and the main thread; in the master the poller, nng's callback thread,
