@@ -1,6 +1,7 @@
 // Integration tests of fiber's public API on a real Slurm cluster
 // (bash /work/shared/rigs/slurm-up.sh): Process, Queue and Pool with
-// fiber::backend::slurm, their exit codes, reruns after scancel, and (with
+// fiber::backend::slurm, their exit codes (as batch jobs and as srun steps
+// of an allocation), reruns after scancel, and (with
 // `slurm-up.sh --nodes 3 --netns`, tag [netns], hidden by default) workers on
 // three hosts and a cut link detected by fiber's heartbeats long before Slurm
 // notices. CTest: `test_slurm_integration` (label slurm) runs everything but
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include <arpa/inet.h>
+#include <csignal>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -54,6 +56,7 @@ void exit_with(int code) { std::exit(code); }
 void returns_normally() {}
 void throws_runtime() { throw std::runtime_error("boom"); }
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+void raise_signal(int sig) { ::raise(sig); }
 
 void produce(fiber::Queue<int> q, int base, int n) {
   for (int i = 0; i < n; ++i) q.put(base + i);
@@ -320,6 +323,53 @@ TEST_CASE("slurm: Process exit codes through Slurm jobs", "[slurm][process]") {
     CHECK(killed.exitcode() == -9);
     CHECK(fiber_test::process_gone(*killed.pid()));
   }
+  check_clean();
+}
+
+// The same through srun steps: the test re-runs itself inside an allocation
+// (salloc), where the backend launches each Process as a step. srun reports
+// a task killed by signal n as exit status 128+n, so exit(130) and SIGINT
+// look alike to it: the worker's own report must keep them apart.
+TEST_CASE("slurm (child): Process exit codes through srun steps", "[.][srun-child]") {
+  require_rig();
+  configure();
+  REQUIRE_FALSE(env_or_empty("SLURM_JOB_ID").empty()); // run by salloc
+  fiber::set_config("slurm.launch_mode", "srun");
+  {
+    SlurmProcess ok{fiber::target<&returns_normally>};
+    SlurmProcess seven{fiber::target<&exit_with>, 7};
+    SlurmProcess high{fiber::target<&exit_with>, 130};
+    SlurmProcess usr1{fiber::target<&raise_signal>, int(SIGUSR1)};
+    SlurmProcess term{fiber::target<&sleep_ms>, 120000};
+    SlurmProcess killed{fiber::target<&sleep_ms>, 120000};
+    for (auto* p : {&ok, &seven, &high, &usr1, &term, &killed}) p->start();
+    REQUIRE(eventually([&] { return term.pid() && killed.pid(); }, 60s));
+    CHECK(parent_comm(*term.pid()) == "slurmstepd"); // really a step's process
+    term.terminate();
+    killed.kill();
+    for (auto* p : {&ok, &seven, &high, &usr1, &term, &killed}) {
+      INFO(p->name());
+      REQUIRE(p->join(60s));
+    }
+    CHECK(ok.exitcode() == 0);
+    CHECK(seven.exitcode() == 7);
+    CHECK(high.exitcode() == 130);
+    CHECK(usr1.exitcode() == -SIGUSR1);
+    CHECK(term.exitcode() == -SIGTERM);
+    CHECK(killed.exitcode() == -SIGKILL);
+  }
+  // The allocation is still ours here: the parent checks squeue afterwards.
+  CHECK(eventually([] { return stray_workers().empty(); }, 15s));
+  fiber_test::require_no_children(); // every srun reaped
+}
+
+TEST_CASE("slurm: Process exit codes through srun steps of an allocation", "[slurm][process]") {
+  require_rig();
+  auto self = fs::read_symlink("/proc/self/exe").string();
+  auto out = shell("salloc --job-name=fiberit-alloc --nodes=1 --ntasks=6 " + self + " \"[srun-child]\" 2>&1; echo rc=$?");
+  INFO(out);
+  CHECK(out.find("All tests passed") != std::string::npos);
+  CHECK(out.find("rc=0") != std::string::npos);
   check_clean();
 }
 
