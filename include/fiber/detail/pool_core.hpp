@@ -93,14 +93,14 @@ public:
 
   unsigned live_workers() const {
     unsigned n = 0;
-    for (auto& [id, w] : workers_) n += w.link ? 1 : 0;
+    for (auto& [id, w] : workers_) n += w.link && !w.exited ? 1 : 0;
     return n;
   }
   std::size_t worker_count() const { return workers_.size(); }
   std::vector<std::int64_t> worker_pids() const {
     std::vector<std::int64_t> p;
     for (auto& [id, w] : workers_)
-      if (w.link) p.push_back(w.job.pid > 0 ? w.job.pid : w.link->peer().pid);
+      if (w.link && !w.exited) p.push_back(w.job.pid > 0 ? w.job.pid : w.link->peer().pid);
     return p;
   }
 
@@ -125,6 +125,7 @@ private:
     bool retiring = false;
     bool exited = false;
     std::unique_ptr<asio::steady_timer> start_timer;
+    std::unique_ptr<asio::steady_timer> drain_timer; // exited, its link still being read to the end
   };
 
   // Local workers start a few at a time: a starting worker is CPU-bound
@@ -355,7 +356,8 @@ private:
     for (unsigned pass = 0; pass < passes && !pending_.empty(); ++pass) {
       for (auto& [id, w] : workers_) {
         if (pending_.empty()) break;
-        if (!w.link || w.link->closed() || w.retiring || w.held.size() > pass || w.held.size() >= window_of(w))
+        if (!w.link || w.link->closed() || w.exited || w.retiring || w.held.size() > pass ||
+            w.held.size() >= window_of(w))
           continue;
         auto cid = pending_.front();
         pending_.pop_front();
@@ -392,6 +394,7 @@ private:
     auto it = workers_.find(id);
     if (it == workers_.end()) return;
     auto& w = it->second;
+    if (w.drain_timer) return end_job(id); // its job ended first: every frame it sent is read now
     if (!w.exited) {
       if (!terminated_ && (!w.retiring || !w.held.empty()))
         log(log_level::warning, w.name, ": ", reason, closing_ ? "" : "; rerunning its tasks");
@@ -408,14 +411,36 @@ private:
   void on_exit(std::uint64_t id, const backend::job_exit& ex) {
     auto it = workers_.find(id);
     if (it == workers_.end()) return;
-    it->second.exited = true;
+    auto& w = it->second;
+    w.exited = true;
     runtime::instance().forget_worker(id);
-    if (!it->second.link && !it->second.retiring && !closing_) {
+    if (!w.link && !w.retiring && !closing_) {
       ++failed_starts_;
-      last_start_failure_ = it->second.name + " exited before connecting (exit code " +
-                            std::to_string(ex.exitcode()) + (ex.reason.empty() ? "" : ", " + ex.reason) + ")";
+      last_start_failure_ = w.name + " exited before connecting (exit code " + std::to_string(ex.exitcode()) +
+                            (ex.reason.empty() ? "" : ", " + ex.reason) + ")";
       log(log_level::warning, last_start_failure_);
     }
+    // The backend's report can overtake the worker's last frames: a result
+    // sent just before a crash in the next task may still be unread. Read
+    // the link to its end (a dead process's end closes at once) before its
+    // chunks are charged, or a finished task is charged with the crash that
+    // followed it; bounded for a peer whose link never ends (a cut-off node).
+    if (w.link && !w.link->closed() && !w.held.empty() && !terminated_ && !w.drain_timer) {
+      w.drain_timer = std::make_unique<asio::steady_timer>(runtime::instance().executor(), std::chrono::seconds(2));
+      std::weak_ptr<pool_core> weak = shared_from_this();
+      w.drain_timer->async_wait([weak, id](std::error_code ec) {
+        if (auto s = weak.lock(); s && !ec) s->end_job(id);
+      });
+      return;
+    }
+    end_job(id);
+  }
+
+  // The rest of a job's end, once its link was read to the end (or never was).
+  void end_job(std::uint64_t id) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return;
+    if (it->second.drain_timer) it->second.drain_timer->cancel();
     if (it->second.link) it->second.link->close("job ended");
     lose(id, "job ended");
     workers_.erase(id);
