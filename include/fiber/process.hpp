@@ -78,14 +78,12 @@ struct process_state : std::enable_shared_from_this<process_state> {
     // srun reports a step that exited with 128+n as killed by signal n. The
     // worker sends the status it exits with in that range (frame `exiting`)
     // before its link ends: hold such a report until the link has ended
-    // (every frame read) or for at most 2 s.
+    // (every frame read) or for at most link_drain_limit.
     if (ex.how == backend::job_exit::kind::signalled && link && !link->closed() && !reported_exit) {
       held_exit = ex;
-      hold_timer = std::make_unique<asio::steady_timer>(runtime::instance().executor(), std::chrono::seconds(2));
-      std::weak_ptr<process_state> weak = shared_from_this();
-      hold_timer->async_wait([weak](std::error_code ec) {
+      hold_timer = start_link_drain([weak = std::weak_ptr<process_state>(shared_from_this())] {
         auto self = weak.lock();
-        if (!ec && self && self->held_exit && !self->ended) self->finish_exit(*self->held_exit);
+        if (self && self->held_exit && !self->ended) self->finish_exit(*self->held_exit);
       });
       return;
     }

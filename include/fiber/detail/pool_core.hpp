@@ -420,16 +420,12 @@ private:
                             (ex.reason.empty() ? "" : ", " + ex.reason) + ")";
       log(log_level::warning, last_start_failure_);
     }
-    // The backend's report can overtake the worker's last frames: a result
-    // sent just before a crash in the next task may still be unread. Read
-    // the link to its end (a dead process's end closes at once) before its
-    // chunks are charged, or a finished task is charged with the crash that
-    // followed it; bounded for a peer whose link never ends (a cut-off node).
+    // A result sent just before a crash in the next task may still be
+    // unread (see start_link_drain): read the link to its end before the
+    // chunks are charged, or a finished task is charged with that crash.
     if (w.link && !w.link->closed() && !w.held.empty() && !terminated_ && !w.drain_timer) {
-      w.drain_timer = std::make_unique<asio::steady_timer>(runtime::instance().executor(), std::chrono::seconds(2));
-      std::weak_ptr<pool_core> weak = shared_from_this();
-      w.drain_timer->async_wait([weak, id](std::error_code ec) {
-        if (auto s = weak.lock(); s && !ec) s->end_job(id);
+      w.drain_timer = start_link_drain([weak = std::weak_ptr<pool_core>(shared_from_this()), id] {
+        if (auto s = weak.lock()) s->end_job(id);
       });
       return;
     }
