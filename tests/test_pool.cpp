@@ -1,4 +1,6 @@
 #include <fiber/pool.hpp>
+#include <fiber/pipe.hpp>
+#include <fiber/queue.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -55,6 +57,20 @@ int always_die(int) {
   ::kill(::getpid(), SIGKILL);
   return 0;
 }
+
+// SIGKILLs its worker on 5, throws on 1.
+int die_on_five(int x) {
+  if (x == 5) ::kill(::getpid(), SIGKILL);
+  if (x == 1) throw std::invalid_argument("one");
+  return x * x;
+}
+
+int send_through(fiber::Connection<int> c) {
+  c.send(42);
+  return 7;
+}
+
+void put_square(fiber::Queue<int> q, int x) { q.put(x * x); }
 
 int slow_square(int x) {
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -228,6 +244,82 @@ TEST_CASE("random SIGKILL of workers during a 10,000-task map", "[pool][resilien
 TEST_CASE("max_retries exhausted gives worker_lost", "[pool][resilience]") {
   fiber::Pool pool{fiber::target<&always_die>, {.processes = 1, .max_retries = 2}};
   CHECK_THROWS_AS(pool.apply(1), fiber::worker_lost);
+}
+
+TEST_CASE("a chunk that fails fails each of its tasks in its place; map throws in input order",
+          "[pool][resilience]") {
+  fiber::Pool pool{fiber::target<&die_on_five>, {.processes = 1, .max_retries = 0}};
+  // Chunks of 3: {0 1 2} {3 4 5} {6 7 8} {9 10 11}; 5 kills the worker, 1 throws.
+  SECTION("imap: the iteration goes on after each failure, every result in its place") {
+    std::vector<std::string> got;
+    auto results = pool.imap(iota(12), 3);
+    auto it = results.begin(); // 0: its chunk holds 1, which throws later
+    got.push_back(std::to_string(*it));
+    for (;;) {
+      try {
+        ++it;
+        if (it == results.end()) break;
+        got.push_back(std::to_string(*it));
+      } catch (const fiber::worker_lost& e) {
+        got.push_back("lost");
+        CHECK_THAT(e.what(), Catch::Contains("a chunk of 3 tasks"));
+      } catch (const fiber::remote_error&) {
+        got.push_back("threw");
+      }
+    }
+    CHECK(got == std::vector<std::string>{"0", "threw", "4", "lost", "lost", "lost", "36", "49", "64", "81", "100",
+                                          "121"});
+  }
+  SECTION("imap_unordered: every task is accounted for once") {
+    std::multiset<int> values;
+    int lost = 0, threw = 0;
+    auto results = pool.imap_unordered(iota(12), 3);
+    decltype(results.begin()) it; // begin() may itself throw: it reads the first result
+    for (bool started = false;;) {
+      try {
+        if (!started) {
+          started = true;
+          it = results.begin();
+        } else {
+          ++it;
+        }
+        if (it == results.end()) break;
+        values.insert(*it);
+      } catch (const fiber::worker_lost&) {
+        ++lost;
+      } catch (const fiber::remote_error&) {
+        ++threw;
+      }
+    }
+    CHECK(lost == 3);
+    CHECK(threw == 1);
+    CHECK(values == std::multiset<int>{0, 4, 36, 49, 64, 81, 100, 121});
+  }
+  SECTION("map raises the first failure in input order: the remote_error of 1, not the lost chunk") {
+    CHECK_THROWS_AS(pool.map(iota(12), 3), fiber::remote_error);
+    auto later = iota(12);
+    later.erase(later.begin() + 1); // without 1: the lost chunk is the first failure
+    CHECK_THROWS_AS(pool.map(later, 3), fiber::worker_lost);
+  }
+}
+
+TEST_CASE("a Queue or a Connection end passed to a Pool task works there; a moved end leaves the caller",
+          "[pool]") {
+  SECTION("Connection") {
+    auto [a, b] = fiber::Pipe<int>();
+    fiber::Pool pool{fiber::target<&send_through>, {.processes = 1}};
+    CHECK(pool.apply(std::move(b)) == 7);
+    REQUIRE(b.closed()); // else the caller still holds the end and a never sees EOF
+    CHECK(a.recv() == 42);
+    CHECK_THROWS_AS(a.recv(), fiber::eof_error); // the task's end was the last holder
+  }
+  SECTION("Queue") {
+    fiber::Queue<int> q;
+    fiber::Pool pool{fiber::target<&put_square>, {.processes = 2}};
+    pool.starmap(std::vector<std::tuple<fiber::Queue<int>, int>>{{q, 3}, {q, 4}});
+    std::multiset<int> got{q.get(), q.get()};
+    CHECK(got == std::multiset<int>{9, 16});
+  }
 }
 
 TEST_CASE("resize up and down while a map runs", "[pool]") {

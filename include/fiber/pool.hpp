@@ -183,7 +183,9 @@ private:
 /// Backend: backend::from_env by default (FIBER_BACKEND), or a policy.
 /// Thread-safety: calls may come from several threads at once.
 /// Errors: remote_error (a task threw; not retried, the worker survives),
-/// worker_lost (a task's workers died more than max_retries times),
+/// worker_lost (a task's workers died more than max_retries times; a chunk
+/// of several tasks is retried as a whole, and when it fails every task in
+/// it fails),
 /// backend_error (workers cannot be started), std::logic_error (submit after close).
 template <auto F, backend::policy Backend = backend::from_env>
 class Pool {
@@ -251,7 +253,9 @@ public:
 
   /// Lazy, ordered results. The input range is read as results are consumed
   /// (by a feeder thread, so a slow or blocking input never stalls results
-  /// already computed); never materialized.
+  /// already computed); never materialized. A task that failed (remote_error,
+  /// worker_lost) throws from the increment that reaches its position; the
+  /// iteration may go on after catching, with every later result in its place.
   template <std::ranges::input_range In>
     requires unary
   auto imap(In&& inputs, std::size_t chunksize = 1) {
@@ -478,10 +482,20 @@ private:
 
   /// Writes an argument as parameter type P: as is when it already has that
   /// type (no converted copy of, say, a large vector), else converted first.
+  /// A move-only argument passed as an rvalue (a Connection end) is taken
+  /// from the caller, as a Process takes it: the caller's object is empty
+  /// afterwards and no longer holds the end.
   template <class P, class A>
   static void write_arg(writer& w, A&& a) {
-    if constexpr (std::is_same_v<std::remove_cvref_t<A>, P>) w.write(a);
-    else w.write(P(std::forward<A>(a)));
+    if constexpr (!std::is_same_v<std::remove_cvref_t<A>, P>) {
+      w.write(P(std::forward<A>(a)));
+    } else if constexpr (!std::is_copy_constructible_v<P> && !std::is_lvalue_reference_v<A> &&
+                         !std::is_const_v<std::remove_reference_t<A>>) {
+      P taken(std::move(a));
+      w.write(taken);
+    } else {
+      w.write(a);
+    }
   }
 
   template <class... A>
@@ -516,13 +530,15 @@ private:
     }
     std::lock_guard lk(st->m);
     const auto& counts = st->counts;
-    if (!st->failed.empty()) std::rethrow_exception(st->failed.begin()->second);
     std::vector<result_type> out;
     std::size_t total = 0;
     for (auto c : counts) total += c;
     out.reserve(total);
     std::exception_ptr first;
     for (std::size_t seq = 0; seq < counts.size(); ++seq) {
+      // In input order: a chunk that could not run (worker_lost) raises at
+      // its place, after any earlier task's remote_error.
+      if (auto f = st->failed.find(seq); f != st->failed.end()) std::rethrow_exception(f->second);
       detail::decode_results<R>(
           st->blobs.at(seq).bytes, counts[seq], [&](std::size_t, result_type&& v) { out.push_back(std::move(v)); },
           [&](std::size_t, std::exception_ptr e) {
@@ -683,14 +699,18 @@ private:
           ++next_seq;
           ++consumed;
           st->cv.notify_all();
+          auto count = st->counts.at(seq);
           if (auto f = st->failed.find(seq); f != st->failed.end()) {
+            // Every task of a chunk that could not run raises at its own
+            // position, so a consumer that catches and goes on stays aligned.
             auto e = f->second;
             st->failed.erase(f);
-            std::rethrow_exception(e);
+            lk.unlock();
+            for (std::uint32_t i = 0; i < count; ++i) ready.emplace_back(std::nullopt, e);
+            continue;
           }
           auto blob = std::move(st->blobs.at(seq));
           st->blobs.erase(seq);
-          auto count = st->counts.at(seq);
           lk.unlock();
           // Each item in its place: a task that threw raises at its position.
           detail::decode_results<R>(

@@ -473,10 +473,14 @@ private:
       if (i == 0 && ++c->second.deaths > s_.max_retries) {
         auto rec = std::move(c->second);
         chunks_.erase(c);
+        // A chunk is the unit of retry: every task in it fails.
+        const std::string what = rec.msg.count > 1
+                                     ? "a chunk of " + std::to_string(rec.msg.count) + " tasks: its workers died "
+                                     : "a task's workers died ";
         rec.job->on_chunk_failed(rec.seq, std::make_exception_ptr(worker_lost(
-                                              "fiber::Pool " + s_.name + ": a task's workers died " +
-                                              std::to_string(rec.deaths) + " times (max_retries " +
-                                              std::to_string(s_.max_retries) + "); last: " + reason)));
+                                              "fiber::Pool " + s_.name + ": " + what + std::to_string(rec.deaths) +
+                                              " times (max_retries " + std::to_string(s_.max_retries) +
+                                              "); last: " + reason)));
       } else {
         requeue.push_back(mine[i].second);
       }
