@@ -8,7 +8,10 @@
 #
 # Environment: ES_TIME_BUDGET (seconds, default 480), ES_WORKERS (default 2),
 #              ES_POPULATION (default 256), ES_OUT (default es-out),
-#              ES_HIDDEN (MLP widths, default 16,16: the best plateau we measured),
+#              ES_HIDDEN (MLP widths, default 16,16),
+#              ES_ACTION (pd or torque, default pd: the policy sets joint targets
+#              that a PD controller tracks every 5-ms substep; with Gym's
+#              torques ES stalls at ~60 steps, see examples/es/README.md),
 #              ES_BATCH (mirrored pairs per Pool task, default 0: automatic, i.e.
 #              2 here: half the tasks, each carrying θ, lifts efficiency from
 #              ~0.93 to ~0.95; bench_es),
@@ -25,6 +28,7 @@ population=${ES_POPULATION:-256}
 out=${ES_OUT:-es-out}
 hidden=${ES_HIDDEN:-16,16}
 batch=${ES_BATCH:-0}
+action=${ES_ACTION:-pd}
 
 generator=()
 if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then
@@ -39,10 +43,10 @@ if [[ ! -x $es ]]; then
   exit 1
 fi
 
-echo "run_es.sh: ES on the humanoid: population $population, MLP $hidden, $workers workers, ${budget} s budget -> $out/"
+echo "run_es.sh: ES on the humanoid: population $population, MLP $hidden, $action actions, $workers workers, ${budget} s budget -> $out/"
 status=0
-"$es" --env humanoid --population "$population" --hidden "$hidden" --workers "$workers" --batch "$batch" --time-budget "$budget" \
-  --out "$out" "$@" ||
+"$es" --env humanoid --population "$population" --hidden "$hidden" --action "$action" --workers "$workers" --batch "$batch" \
+  --time-budget "$budget" --out "$out" "$@" ||
   status=$?
 
 echo

@@ -56,6 +56,8 @@ struct app_options {
   std::int32_t policy_inputs = 0;
   std::string fitness = "ranks";
   std::string optimizer = "adam";
+  std::string action = "torque";
+  humanoid_action pd{action_space::pd};  ///< gains of --action pd
 };
 
 /// Declares every flag on `cli`, bound to `o`.
@@ -95,13 +97,21 @@ inline void add_options(CLI::App& cli, app_options& o) {
       ->check(CLI::IsMember({"ranks", "returns"}))->capture_default_str();
   cli.add_option("--optimizer", o.optimizer, "adam (OpenAI es) or sgd (ARS's plain step)")
       ->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
+  cli.add_option("--action", o.action, "humanoid action space: motor commands (Gym's) or PD joint targets")
+      ->check(CLI::IsMember({"torque", "pd"}))
+      ->capture_default_str();
+  cli.add_option("--pd-kp", o.pd.kp, "--action pd: ctrl per rad of target error")->capture_default_str();
+  cli.add_option("--pd-kd", o.pd.kd, "--action pd: ctrl per rad/s of joint velocity")->capture_default_str();
+  cli.add_option("--pd-range", o.pd.range, "--action pd: rad of joint target per unit of action")
+      ->capture_default_str();
   cli.add_flag("--threads", o.threads, "run rollouts on threads of this process instead of a fiber::Pool (baseline)");
 }
 
 /// policy.bin: everything needed to run the policy again (an aggregate, so
 /// fiber::serialize writes it without any glue).
 struct saved_policy {
-  std::string format = "fiber-es-policy-1";
+  static constexpr const char* current_format = "fiber-es-policy-2";  // 2: env_config.action
+  std::string format = current_format;
   env_config env;
   policy_spec spec;
   std::vector<float> theta;
@@ -114,7 +124,8 @@ struct saved_policy {
 
 inline es_config make_config(const app_options& o, unsigned workers) {
   es_config c;
-  c.env = env_config{o.env == "cartpole" ? env_kind::cartpole : env_kind::humanoid, o.model, o.max_steps};
+  c.env = env_config{o.env == "cartpole" ? env_kind::cartpole : env_kind::humanoid, o.model, o.max_steps,
+                     o.action == "pd" ? o.pd : humanoid_action{}};
   c.policy = o.policy == "linear" ? policy_kind::linear : policy_kind::mlp;
   c.hidden = o.hidden;
   c.population = o.population;
@@ -219,6 +230,9 @@ int run_app(const app_options& o, Pool& pool, unsigned workers, Encode&& encode,
   namespace fs = std::filesystem;
   if (!o.load.empty()) {
     const saved_policy p = decode(read_file(o.load));
+    if (p.format != saved_policy::current_format)
+      throw std::runtime_error(o.load + ": policy format '" + p.format + "', this program reads '" +
+                               saved_policy::current_format + "'");
     const std::uint32_t n = o.evaluate ? o.evaluate : 10;
     print_evaluation(evaluate_policy(p.env, p.spec, p.theta, p.normalizer, n, o.seed, pool, 1, p.obs_clip),
                      ("policy " + o.load).c_str());
@@ -234,14 +248,15 @@ int run_app(const app_options& o, Pool& pool, unsigned workers, Encode&& encode,
   fs::create_directories(dir);
   std::ofstream log{dir / "log.csv", std::ios::trunc};
   log << csv_header;
-  std::printf("ES on %s: %s policy, %zu parameters, obs %d, act %d | population %u, sigma %g, lr %g, l2 %g, "
+  std::printf("ES on %s%s: %s policy, %zu parameters, obs %d, act %d | population %u, sigma %g, lr %g, l2 %g, "
               "%u workers, %u pairs/task, seed %llu\n",
-              o.env.c_str(), o.policy.c_str(), s.theta.size(), s.spec.obs_dim, s.spec.act_dim, c.population, c.sigma,
+              o.env.c_str(), c.env.kind == env_kind::humanoid && o.action == "pd" ? " (PD targets)" : "",
+              o.policy.c_str(), s.theta.size(), s.spec.obs_dim, s.spec.act_dim, c.population, c.sigma,
               c.lr, c.l2, workers, c.batch ? c.batch : auto_batch(c), (unsigned long long)c.seed);
   std::fflush(stdout);
 
   auto save = [&] {
-    saved_policy p{"fiber-es-policy-1", c.env, s.spec, s.theta, current_normalizer(c, s), c.obs_clip, c.seed,
+    saved_policy p{saved_policy::current_format, c.env, s.spec, s.theta, current_normalizer(c, s), c.obs_clip, c.seed,
                    s.generation, s.timesteps};
     write_file(dir / "policy.bin", encode(p));
   };

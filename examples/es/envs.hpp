@@ -182,6 +182,29 @@ inline std::shared_ptr<const mjModel> load_model(const std::string& path) {
 ///    0.01 on every qpos and qvel entry, then `mj_forward`.
 /// Actions are clipped to the actuators' ctrlrange before they are applied
 /// and before the control cost is computed.
+///
+/// Two action spaces (`humanoid_action`):
+///  - `torque` (Gym's): the 21 actions are the motor commands `ctrl` ∈ ±1
+///    (torque = gear × ctrl), held for the 5 substeps;
+///  - `pd`: the actions a ∈ ±1 are joint targets q* = qpos0 + range · a
+///    (clipped to the joint's range, rad); before every 5-ms substep a PD
+///    controller sets ctrl = clip(kp (q* − q) − kd q̇, ±1) on each actuated
+///    joint. The policy still acts every 25 ms, the feedback runs at 200 Hz.
+///    The control cost is the substeps' mean of Σ ctrl². Source: Peng & van
+///    de Panne 2017, "Learning Locomotion Skills Using DeepRL: Does the
+///    Choice of Action Space Matter?" (SCA 2017, arXiv 1611.01055), whose
+///    PD-target actions learn faster and more robustly than torques.
+enum class action_space : std::uint8_t { torque, pd };
+
+/// Action space of the humanoid and the PD controller's gains (pd only).
+struct humanoid_action {
+  action_space space = action_space::torque;
+  float kp = 2.0f;    ///< ctrl per rad of target error (torque = gear × ctrl)
+  float kd = 0.1f;    ///< ctrl per rad/s of joint velocity
+  float range = 1.0f; ///< rad of target per unit of action
+  friend bool operator==(const humanoid_action&, const humanoid_action&) = default;
+};
+
 class humanoid {
  public:
   static constexpr int frame_skip = 5;
@@ -189,8 +212,9 @@ class humanoid {
   static constexpr double ctrl_cost_weight = 0.1, reset_noise_scale = 1e-2;
   static constexpr double healthy_z_min = 1.0, healthy_z_max = 2.0;
 
-  explicit humanoid(const std::string& model_path = default_humanoid_model, int max_steps = 1000)
-      : model_{load_model(model_path)}, data_{mj_makeData(model_.get())}, max_steps_{max_steps} {
+  explicit humanoid(const std::string& model_path = default_humanoid_model, int max_steps = 1000,
+                    humanoid_action action = {})
+      : model_{load_model(model_path)}, data_{mj_makeData(model_.get())}, max_steps_{max_steps}, action_{action} {
     if (!data_) throw std::runtime_error("mj_makeData failed for " + model_path);
     const mjModel* m = model_.get();
     if (m->nq != 28 || m->nv != 27 || m->nu != 21)
@@ -202,6 +226,18 @@ class humanoid {
       const bool limited = m->actuator_ctrllimited[i];
       low_.push_back(limited ? float(m->actuator_ctrlrange[2 * i]) : -INFINITY);
       high_.push_back(limited ? float(m->actuator_ctrlrange[2 * i + 1]) : INFINITY);
+      if (m->actuator_trntype[i] != mjTRN_JOINT)
+        throw std::runtime_error("humanoid: actuator " + std::to_string(i) + " does not drive a joint");
+      const int j = m->actuator_trnid[2 * i];
+      joint_.push_back({m->jnt_qposadr[j], m->jnt_dofadr[j], m->qpos0[m->jnt_qposadr[j]],
+                        m->jnt_limited[j] ? m->jnt_range[2 * j] : -INFINITY,
+                        m->jnt_limited[j] ? m->jnt_range[2 * j + 1] : INFINITY});
+    }
+    ctrl_low_ = low_;
+    ctrl_high_ = high_;
+    if (action_.space == action_space::pd) {  // PD actions are targets in ±1
+      low_.assign(m->nu, -1.f);
+      high_.assign(m->nu, 1.f);
     }
   }
   humanoid(const humanoid&) = delete;
@@ -216,6 +252,7 @@ class humanoid {
   }
   int act_dim() const { return model_->nu; }
   int max_steps() const { return max_steps_; }
+  const humanoid_action& action() const { return action_; }
   std::vector<float> act_low() const { return low_; }
   std::vector<float> act_high() const { return high_; }
   /// Seconds of simulated time per environment step (25 ms here).
@@ -234,13 +271,26 @@ class humanoid {
   step_result step(float* act, float* obs) {
     const mjModel* m = model_.get();
     double ctrl_sq = 0;
-    for (int i = 0; i < m->nu; ++i) {
-      act[i] = std::fmin(std::fmax(act[i], low_[i]), high_[i]);
-      data_->ctrl[i] = act[i];
-      ctrl_sq += double(act[i]) * act[i];
-    }
+    for (int i = 0; i < m->nu; ++i) act[i] = std::fmin(std::fmax(act[i], low_[i]), high_[i]);
     const double x_before = com_x();
-    for (int k = 0; k < frame_skip; ++k) mj_step(m, data_);
+    if (action_.space == action_space::torque) {
+      for (int i = 0; i < m->nu; ++i) {
+        data_->ctrl[i] = act[i];
+        ctrl_sq += double(act[i]) * act[i];
+      }
+      for (int k = 0; k < frame_skip; ++k) mj_step(m, data_);
+    } else {
+      for (int k = 0; k < frame_skip; ++k) {
+        for (int i = 0; i < m->nu; ++i) {
+          const joint_ref& j = joint_[i];
+          const double target = std::fmin(std::fmax(j.q0 + double(action_.range) * act[i], j.lo), j.hi);
+          const double c = action_.kp * (target - data_->qpos[j.qpos]) - action_.kd * data_->qvel[j.dof];
+          data_->ctrl[i] = std::fmin(std::fmax(c, double(ctrl_low_[i])), double(ctrl_high_[i]));
+          ctrl_sq += data_->ctrl[i] * data_->ctrl[i] / frame_skip;
+        }
+        mj_step(m, data_);
+      }
+    }
     mj_rnePostConstraint(m, data_);
     const double x_after = com_x();
     observe(obs);
@@ -274,11 +324,19 @@ class humanoid {
     put(data_->cfrc_ext, 6 * m->nbody);
   }
 
+  struct joint_ref {
+    int qpos, dof;        // addresses of the actuated joint
+    double q0, lo, hi;    // rest angle and range [rad]
+  };
+
   std::shared_ptr<const mjModel> model_;
   mjData* data_;
   int max_steps_;
+  humanoid_action action_;
   double total_mass_ = 0;
-  std::vector<float> low_, high_;
+  std::vector<float> low_, high_;            // action bounds
+  std::vector<float> ctrl_low_, ctrl_high_;  // actuators' ctrlrange
+  std::vector<joint_ref> joint_;
 };
 
 }  // namespace es

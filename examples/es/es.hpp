@@ -126,6 +126,7 @@ struct env_config {
   env_kind kind = env_kind::humanoid;
   std::string model_path = default_humanoid_model;  ///< humanoid only
   std::int32_t max_steps = 0;                       ///< episode cap; 0: the env's own (500 / 1000)
+  humanoid_action action{};                         ///< humanoid only: torques or PD targets
 };
 
 /// One Pool task: evaluate pairs [first, first + count) of a generation
@@ -225,8 +226,8 @@ decltype(auto) with_env(const env_config& c, F&& f) {
   thread_local std::unique_ptr<humanoid> env;
   thread_local std::string path;
   thread_local int steps = -1;
-  if (!env || path != c.model_path || steps != c.max_steps) {
-    env = std::make_unique<humanoid>(c.model_path, c.max_steps > 0 ? c.max_steps : 1000);
+  if (!env || path != c.model_path || steps != c.max_steps || !(env->action() == c.action)) {
+    env = std::make_unique<humanoid>(c.model_path, c.max_steps > 0 ? c.max_steps : 1000, c.action);
     path = c.model_path;
     steps = c.max_steps;
   }

@@ -26,7 +26,23 @@ int main(int argc, char** argv) {
 
   // policy.bin is an es::saved_policy aggregate, written by fiber's serializer.
   auto encode = [](const es::saved_policy& p) { return fiber::serialize(p); };
-  auto decode = [](std::span<const std::byte> bytes) { return fiber::deserialize<es::saved_policy>(bytes); };
+  auto decode = [](std::span<const std::byte> bytes) {
+    try {
+      return fiber::deserialize<es::saved_policy>(bytes);
+    } catch (const fiber::serialization_error&) {
+      // An older layout fails somewhere after its leading format string: name it.
+      std::string format;
+      try {
+        format = fiber::reader(bytes).read<std::string>();
+      } catch (const fiber::serialization_error&) {
+        throw std::runtime_error("not a policy file (no leading format string)");
+      }
+      if (format != es::saved_policy::current_format)
+        throw std::runtime_error("policy format '" + format + "', this program reads '" +
+                                 es::saved_policy::current_format + "'");
+      throw;
+    }
+  };
   try {
     if (o.threads) {  // shared-memory baseline: same program, rollouts on threads of this process
       es::thread_pool<&es::evaluate_batch> pool{workers};
