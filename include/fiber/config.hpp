@@ -3,13 +3,17 @@
 /// fiber's one configuration table. Precedence: code (options structs and
 /// fiber::set_config) > FIBER_* environment variables > a TOML file
 /// (`FIBER_CONFIG`, else `fiber.toml` in the working directory; parsed with
-/// toml++ when it was found at build time). Unknown keys are an error naming
-/// the key. Workers receive the master's effective table at the handshake.
+/// toml++ when it was found at build time). An unknown key in code or in the
+/// file is an error naming the key; an unknown FIBER_* environment variable
+/// is ignored with a warning on stderr (the environment is shared: Uber's
+/// Python Fiber reads FIBER_IMAGE, FIBER_CPU_PER_JOB, ... too). Workers
+/// receive the master's effective table at the handshake.
 ///
 /// Thread-safety: all functions may be called from any thread.
 
 #include <fiber/error.hpp>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -18,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #if defined(FIBER_HAS_TOMLPLUSPLUS)
 #include <toml++/toml.h>
@@ -116,12 +121,20 @@ public:
     return out;
   }
 
+  /// FIBER_* environment variables that name no key (ignored, warned about once).
+  std::vector<std::string> unknown_environment() {
+    std::lock_guard lk(mutex_);
+    load_locked();
+    return unknown_env_;
+  }
+
   /// Reload environment and file layers (tests; after setenv).
   void reload() {
     std::lock_guard lk(mutex_);
     loaded_ = false;
     env_.clear();
     file_.clear();
+    unknown_env_.clear();
     load_locked();
   }
 
@@ -138,8 +151,19 @@ private:
       const config_key* key = nullptr;
       for (const auto& k : config_keys)
         if (k.env == name) key = &k;
-      if (!key) throw config_error("fiber: unknown configuration variable '" + std::string(name) + "' in the environment");
+      if (!key) {
+        unknown_env_.emplace_back(name);
+        continue;
+      }
       env_[std::string(key->name)] = std::string(kv.substr(eq + 1));
+    }
+    // Once per process, by the master only (workers inherit its environment).
+    if (!unknown_env_.empty() && !warned_unknown_env_ && !std::getenv("FIBER_INTERNAL_WORKER_ID")) {
+      warned_unknown_env_ = true;
+      std::string names;
+      for (const auto& n : unknown_env_) names += (names.empty() ? "" : ", ") + n;
+      std::fprintf(stderr, "fiber: warning: ignoring unknown configuration variable(s) in the environment: %s\n",
+                   names.c_str());
     }
     load_file_locked();
   }
@@ -196,6 +220,8 @@ private:
   std::mutex mutex_;
   bool loaded_ = false;
   std::map<std::string, std::string> code_, env_, file_;
+  std::vector<std::string> unknown_env_; // FIBER_* variables that are not keys (ignored)
+  bool warned_unknown_env_ = false;
 };
 
 /// Value of `key`, or nullopt when unset and without default.
