@@ -72,6 +72,12 @@ int send_through(fiber::Connection<int> c) {
 
 void put_square(fiber::Queue<int> q, int x) { q.put(x * x); }
 
+struct scaler {
+  static int twice(int x) { return 2 * x; }
+};
+
+fiber::process_info whoami(int) { return fiber::current_process(); }
+
 int slow_square(int x) {
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   return x * x;
@@ -320,6 +326,20 @@ TEST_CASE("a Queue or a Connection end passed to a Pool task works there; a move
     std::multiset<int> got{q.get(), q.get()};
     CHECK(got == std::multiset<int>{9, 16});
   }
+}
+
+TEST_CASE("a static member function is a target; current_process() in a worker names it", "[pool]") {
+  fiber::Pool twice{fiber::target<&scaler::twice>, {.processes = 1}};
+  CHECK(twice.apply(21) == 42);
+  fiber::Pool who{fiber::target<&whoami>, {.processes = 1, .name = "who"}};
+  const fiber::process_info p = who.apply(0);
+  CHECK(p.is_worker);
+  CHECK(p.name.rfind("who-w", 0) == 0);
+  CHECK(p.pid != ::getpid());
+  CHECK(who.worker_pids() == std::vector<std::int64_t>{p.pid});
+  const auto me = fiber::current_process();
+  CHECK_FALSE(me.is_worker);
+  CHECK(me.pid == ::getpid());
 }
 
 TEST_CASE("resize up and down while a map runs", "[pool]") {

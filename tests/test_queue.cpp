@@ -157,6 +157,14 @@ TEST_CASE("a bounded queue refuses puts while full", "[queue]") {
   f.get();
   CHECK(q.get() == "b");
   CHECK(q.get() == "c");
+
+  const int n = 1, none = -1; // any integer type; Python's rule: <= 0 is unbounded
+  fiber::Queue<int> one{n}, unbounded{none};
+  CHECK(one.maxsize() == 1);
+  CHECK(unbounded.maxsize() == 0);
+  CHECK(one.put_nowait(1));
+  CHECK_FALSE(one.put_nowait(2));
+  for (int i = 0; i < 3; ++i) CHECK(unbounded.put_nowait(i));
 }
 
 TEST_CASE("handles are copies of one queue, and come back to their creator intact", "[queue]") {

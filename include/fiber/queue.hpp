@@ -16,6 +16,7 @@
 #include <asio/async_result.hpp>
 
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -74,6 +75,11 @@ public:
   Queue() : Queue(0) {}
   /// A queue of at most `maxsize` items (0: unbounded).
   explicit Queue(std::size_t maxsize) : st_(std::make_shared<detail::queue_state>(maxsize)) {}
+  /// The same from any integer type, so `Queue<T> q{n}` with an `int n`
+  /// compiles; as in Python, maxsize <= 0 means unbounded.
+  template <std::integral I>
+    requires(!std::same_as<I, std::size_t> && !std::same_as<I, bool>)
+  explicit Queue(I maxsize) : Queue(maxsize > 0 ? static_cast<std::size_t>(maxsize) : std::size_t{0}) {}
 
   /// Blocks until there is room, then stores a copy of `v`.
   void put(const T& v) {
