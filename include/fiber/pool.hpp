@@ -96,6 +96,8 @@ void decode_results(std::span<const std::byte> blob, std::size_t count,
       item_result<R> v{};
       if constexpr (!std::is_same_v<item_result<R>, std::monostate>) r.read(v);
       on_value(i, std::move(v));
+    } else if (status == lost_status) {
+      on_error(i, std::make_exception_ptr(worker_lost(r.read<std::string>())));
     } else {
       auto type = r.read<std::string>();
       auto msg = r.read<std::string>();
@@ -184,8 +186,8 @@ private:
 /// Thread-safety: calls may come from several threads at once.
 /// Errors: remote_error (a task threw; not retried, the worker survives),
 /// worker_lost (a task's workers died more than max_retries times; a chunk
-/// of several tasks is retried as a whole, and when it fails every task in
-/// it fails),
+/// of several tasks whose worker dies is rerun as single tasks, so only the
+/// task that kills its worker again is charged and fails),
 /// backend_error (workers cannot be started), std::logic_error (submit after close).
 template <auto F, backend::policy Backend = backend::from_env>
 class Pool {
@@ -408,7 +410,10 @@ private:
       bool wake = false;
       {
         std::lock_guard lk(st->m);
-        st->failed.emplace(seq, e);
+        // Moved, not copied: the runtime thread keeps no reference, so the
+        // exception is released by the thread that reads it (TSan cannot see
+        // the ordering of libstdc++'s uninstrumented reference count).
+        st->failed.emplace(seq, std::move(e));
         wake = st->chunk_finished_locked(seq, done);
       }
       if (wake) st->cv.notify_all();
@@ -437,8 +442,8 @@ private:
     // that throws part way lets the chunks already sent run; their results
     // are dropped).
     constexpr std::size_t stream_bytes = 256 * 1024;
-    std::vector<std::pair<std::uint64_t, detail::chunk_msg>> chunks;
-    std::vector<std::uint32_t> counts;
+    std::vector<detail::chunk_input> chunks;
+    std::vector<std::uint32_t> counts, ends;
     std::uint64_t next_seq = 0;
     std::size_t unsent = 0;
     writer w;
@@ -446,7 +451,7 @@ private:
     auto flush = [&] {
       if (!count) return;
       unsent += w.size();
-      chunks.push_back({next_seq++, detail::chunk_msg{0, target::id, count, w.release()}});
+      chunks.push_back({next_seq++, detail::chunk_msg{0, target::id, count, w.release()}, std::exchange(ends, {})});
       counts.push_back(count);
       w = writer();
       count = 0;
@@ -458,6 +463,7 @@ private:
     for (auto&& x : inputs) {
       if constexpr (Star) write_tuple(w, x);
       else write_arg<std::tuple_element_t<0, params>>(w, x);
+      ends.push_back(std::uint32_t(w.size())); // where this task's arguments end
       if (++count == chunksize) flush();
     }
     flush();
@@ -511,13 +517,13 @@ private:
       st->expected = 1;
       st->input_done = true;
     }
-    std::vector<std::pair<std::uint64_t, detail::chunk_msg>> chunks;
-    chunks.push_back({0, detail::chunk_msg{0, target::id, 1, w.release()}});
+    std::vector<detail::chunk_input> chunks;
+    chunks.push_back({0, detail::chunk_msg{0, target::id, 1, w.release()}, {}});
     send(st, std::move(chunks));
     return st;
   }
 
-  void send(const std::shared_ptr<state>& st, std::vector<std::pair<std::uint64_t, detail::chunk_msg>> chunks) {
+  void send(const std::shared_ptr<state>& st, std::vector<detail::chunk_input> chunks) {
     auto core = core_;
     asio::post(detail::runtime::instance().executor(),
                [core, st, chunks = std::move(chunks)]() mutable { core->submit(st, std::move(chunks)); });
@@ -641,6 +647,7 @@ private:
           std::uint64_t seq = 0;
           writer w;
           std::uint32_t count = 0;
+          std::vector<std::uint32_t> ends;
           auto flush = [&] {
             if (!count) return;
             {
@@ -650,8 +657,8 @@ private:
               st->counts.push_back(count);
               ++st->expected;
             }
-            std::vector<std::pair<std::uint64_t, detail::chunk_msg>> c;
-            c.push_back({seq++, detail::chunk_msg{0, target::id, count, w.release()}});
+            std::vector<detail::chunk_input> c;
+            c.push_back({seq++, detail::chunk_msg{0, target::id, count, w.release()}, std::exchange(ends, {})});
             pool->send(st, std::move(c));
             w = writer();
             count = 0;
@@ -659,6 +666,7 @@ private:
           for (auto&& x : input) {
             if (stop.stop_requested()) return;
             write_arg<std::tuple_element_t<0, params>>(w, x);
+            ends.push_back(std::uint32_t(w.size()));
             if (++count == chunksize) flush();
           }
           flush();

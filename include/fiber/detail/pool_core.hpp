@@ -29,6 +29,15 @@ struct pool_job {
   std::function<void(std::uint64_t seq, std::exception_ptr)> on_chunk_failed;
 };
 
+/// One chunk as a call submits it: its sequence number in the call, the
+/// message, and where each task's arguments end in `msg.args` (so that a
+/// chunk whose worker dies can be split into single tasks; empty: it cannot).
+struct chunk_input {
+  std::uint64_t seq = 0;
+  chunk_msg msg;
+  std::vector<std::uint32_t> ends;
+};
+
 struct pool_settings {
   std::string name;
   unsigned processes = 1;
@@ -45,23 +54,14 @@ public:
   void start() { grow(); }
 
   /// Runtime thread. Queue chunks of a job.
-  void submit(std::shared_ptr<pool_job> job, std::vector<std::pair<std::uint64_t, chunk_msg>> chunks) {
+  void submit(std::shared_ptr<pool_job> job, std::vector<chunk_input> chunks) {
     if (terminated_) {
-      for (auto& [seq, c] : chunks) job->on_chunk_failed(seq, std::make_exception_ptr(error("fiber::Pool: terminated")));
+      for (auto& c : chunks) job->on_chunk_failed(c.seq, std::make_exception_ptr(error("fiber::Pool: terminated")));
       return;
     }
-    for (auto& [seq, c] : chunks) {
-      c.chunk_id = next_chunk_++;
-      c.target_id = job->target_id;
-      pending_.push_back(c.chunk_id);
-      // Large arguments leave as the tail of a frame of their own, shared
-      // with this record (kept for reruns) instead of copied into the frame.
-      std::shared_ptr<const std::vector<std::byte>> big;
-      if (c.args.size() >= stream_core::copy_threshold) {
-        big = share_recycled(std::move(c.args));
-        c.args = {};
-      }
-      chunks_.emplace(c.chunk_id, chunk_rec{job, seq, std::move(c), std::move(big), 0, 0, 0, {}});
+    for (auto& c : chunks) {
+      c.msg.target_id = job->target_id;
+      pending_.push_back(add_chunk(job, c.seq, std::move(c.msg), std::move(c.ends), 0, nullptr, 0));
     }
     dispatch();
   }
@@ -85,7 +85,7 @@ public:
       auto chunks = std::move(chunks_);
       chunks_.clear();
       pending_.clear();
-      for (auto& [id, c] : chunks) c.job->on_chunk_failed(c.seq, e);
+      for (auto& [id, c] : chunks) fail_chunk(c, e);
       for (auto& [id, w] : workers_) launcher_->cancel(w.job, 9);
     }
     maybe_finish();
@@ -105,16 +105,76 @@ public:
   }
 
 private:
+  /// A chunk of several tasks whose worker died, rerun as single tasks (the
+  /// parts) so that only the task that kills its worker is charged. Its
+  /// results go to the call as one blob, in order, once every part is done.
+  struct split_rec {
+    std::shared_ptr<pool_job> job;
+    std::uint64_t seq;
+    std::vector<shared_bytes> parts; // per task: its result, or a worker_lost item
+    std::uint32_t remaining;
+    bool failed = false;             // the call was failed as a whole (terminate)
+  };
   struct chunk_rec {
     std::shared_ptr<pool_job> job;
     std::uint64_t seq;
     chunk_msg msg;                                 // args empty when in big_args
     std::shared_ptr<const std::vector<std::byte>> big_args;
     int deaths;
-    std::uint64_t holder; // worker id, 0 = queued
-    std::uint64_t sent;   // dispatch order: a worker runs what it holds in this order
-    clock::time_point dispatched; // when it was sent to its holder
+    std::uint64_t holder = 0; // worker id, 0 = queued
+    std::uint64_t sent = 0;   // dispatch order: a worker runs what it holds in this order
+    clock::time_point dispatched{}; // when it was sent to its holder
+    std::vector<std::uint32_t> ends;   // where each task's arguments end (splittable if count > 1)
+    std::shared_ptr<split_rec> parent; // set on the parts of a split chunk
+    std::uint32_t index = 0;           // this part's task in parent
   };
+
+  std::uint64_t add_chunk(const std::shared_ptr<pool_job>& job, std::uint64_t seq, chunk_msg msg,
+                          std::vector<std::uint32_t> ends, int deaths, std::shared_ptr<split_rec> parent,
+                          std::uint32_t index) {
+    msg.chunk_id = next_chunk_++;
+    // Large arguments leave as the tail of a frame of their own, shared
+    // with this record (kept for reruns) instead of copied into the frame.
+    std::shared_ptr<const std::vector<std::byte>> big;
+    if (msg.args.size() >= stream_core::copy_threshold) {
+      big = share_recycled(std::move(msg.args));
+      msg.args = {};
+    }
+    const auto id = msg.chunk_id;
+    chunk_rec rec{job, seq, std::move(msg), std::move(big), deaths};
+    rec.ends = std::move(ends);
+    rec.parent = std::move(parent);
+    rec.index = index;
+    chunks_.emplace(id, std::move(rec));
+    return id;
+  }
+
+  // Chunk `rec` finished with `results`: to its call, or into its split parent.
+  void deliver(chunk_rec& rec, shared_bytes results) {
+    if (!rec.parent) return rec.job->on_chunk(rec.seq, rec.msg.count, std::move(results));
+    auto& p = *rec.parent;
+    if (p.failed) return;
+    p.parts[rec.index] = std::move(results);
+    if (--p.remaining) return;
+    // Per-task results are self-delimiting: the parts, in order, are the
+    // chunk's results blob.
+    const auto count = std::uint32_t(p.parts.size());
+    std::size_t n = 0;
+    for (auto& x : p.parts) n += x.bytes.size();
+    auto all = std::make_shared<std::vector<std::byte>>();
+    all->reserve(n);
+    for (auto& x : p.parts) all->insert(all->end(), x.bytes.begin(), x.bytes.end());
+    p.parts.clear();
+    const std::span<const std::byte> view(*all);
+    p.job->on_chunk(p.seq, count, shared_bytes{std::move(all), view});
+  }
+
+  // Chunk `rec` can never finish: its call fails (once per split chunk).
+  void fail_chunk(chunk_rec& rec, std::exception_ptr e) {
+    if (!rec.parent) return rec.job->on_chunk_failed(rec.seq, e);
+    if (std::exchange(rec.parent->failed, true)) return;
+    rec.parent->job->on_chunk_failed(rec.parent->seq, e);
+  }
   struct worker_rec {
     std::string name;
     backend::job job;
@@ -308,7 +368,7 @@ private:
       }
       auto rec = std::move(it->second);
       chunks_.erase(it);
-      rec.job->on_chunk(rec.seq, rec.msg.count, shared_bytes{owner, r.results});
+      deliver(rec, shared_bytes{owner, r.results});
     }
     if (wit != workers_.end() && wit->second.retiring && wit->second.held.empty() && wit->second.link)
       wit->second.link->send(frame(frame_kind::shutdown));
@@ -456,7 +516,10 @@ private:
   // got them. Only the one it was running is charged with the death: the
   // oldest it held, since a worker runs chunks in the order sent and reports
   // each as it finishes. The chunks waiting behind a crashing task are not
-  // punished for it; a chunk charged more than max_retries times fails.
+  // punished for it. A chunk of several tasks is not charged but split into
+  // single tasks, since it is not known which of them killed the worker: the
+  // one that kills it again is charged. A task charged more than
+  // max_retries times fails with worker_lost.
   void lose(std::uint64_t id, const std::string& reason) {
     auto it = workers_.find(id);
     if (it == workers_.end()) return;
@@ -470,17 +533,30 @@ private:
     for (std::size_t i = 0; i < mine.size(); ++i) {
       auto c = chunks_.find(mine[i].second);
       c->second.holder = 0;
-      if (i == 0 && ++c->second.deaths > s_.max_retries) {
+      if (i == 0 && c->second.msg.count > 1 && c->second.ends.size() == c->second.msg.count) {
+        auto rec = std::move(c->second);
+        chunks_.erase(c); // before split() adds to chunks_, which may rehash
+        auto parts = split(rec);
+        requeue.insert(requeue.end(), parts.begin(), parts.end());
+      } else if (i == 0 && ++c->second.deaths > s_.max_retries) {
         auto rec = std::move(c->second);
         chunks_.erase(c);
-        // A chunk is the unit of retry: every task in it fails.
         const std::string what = rec.msg.count > 1
                                      ? "a chunk of " + std::to_string(rec.msg.count) + " tasks: its workers died "
                                      : "a task's workers died ";
-        rec.job->on_chunk_failed(rec.seq, std::make_exception_ptr(worker_lost(
-                                              "fiber::Pool " + s_.name + ": " + what + std::to_string(rec.deaths) +
-                                              " times (max_retries " + std::to_string(s_.max_retries) +
-                                              "); last: " + reason)));
+        const std::string why = "fiber::Pool " + s_.name + ": " + what + std::to_string(rec.deaths) +
+                                " times (max_retries " + std::to_string(s_.max_retries) + "); last: " + reason;
+        if (rec.parent) {
+          // This task fails in its place; the other parts still deliver.
+          writer w;
+          w.write(std::uint8_t{lost_status});
+          w.write(why);
+          auto item = std::make_shared<std::vector<std::byte>>(w.release());
+          const std::span<const std::byte> view(*item);
+          deliver(rec, shared_bytes{std::move(item), view});
+        } else {
+          rec.job->on_chunk_failed(rec.seq, std::make_exception_ptr(worker_lost(why)));
+        }
       } else {
         requeue.push_back(mine[i].second);
       }
@@ -488,11 +564,28 @@ private:
     pending_.insert(pending_.begin(), requeue.begin(), requeue.end());
   }
 
+  // The chunk's tasks as single-task chunks (new ids, same deaths), in order.
+  std::vector<std::uint64_t> split(const chunk_rec& rec) {
+    const std::vector<std::byte>& args = rec.big_args ? *rec.big_args : rec.msg.args;
+    auto parent = std::make_shared<split_rec>(
+        split_rec{rec.job, rec.seq, std::vector<shared_bytes>(rec.msg.count), rec.msg.count});
+    std::vector<std::uint64_t> ids;
+    std::uint32_t begin = 0;
+    for (std::uint32_t k = 0; k < rec.msg.count; ++k) {
+      const std::uint32_t end = rec.ends[k];
+      chunk_msg m{0, rec.msg.target_id, 1,
+                  std::vector<std::byte>(args.begin() + begin, args.begin() + end)};
+      begin = end;
+      ids.push_back(add_chunk(rec.job, rec.seq, std::move(m), {}, rec.deaths, parent, k));
+    }
+    return ids;
+  }
+
   void fail_all(std::exception_ptr e) {
     auto chunks = std::move(chunks_);
     chunks_.clear();
     pending_.clear();
-    for (auto& [id, c] : chunks) c.job->on_chunk_failed(c.seq, e);
+    for (auto& [id, c] : chunks) fail_chunk(c, e);
     closing_ = true;
     for (auto& [id, w] : workers_) launcher_->cancel(w.job, 9);
   }

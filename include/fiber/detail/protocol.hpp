@@ -89,6 +89,11 @@ struct chunk_msg {
   std::vector<std::byte> args;
 };
 
+/// Status of an item in a results blob whose task's workers died more than
+/// max_retries times, followed by the message. Made by the master (a split
+/// chunk's lost task), never sent by a worker.
+inline constexpr std::uint8_t lost_status = 2;
+
 /// Per item: u8 status (0 ok, 1 error) then the value or (type, message).
 struct chunk_result_msg {
   std::uint64_t chunk_id = 0;
