@@ -472,8 +472,8 @@ TEST_CASE("the broker never loses an item to a vanished client", "[queue][broker
   auto& rt = d::runtime::instance();
   auto b = std::make_shared<d::queue_broker>(rt.executor(), 0);
   auto call = [&](std::uint64_t peer, std::uint32_t op, std::vector<std::byte> payload) {
-    auto out = std::make_shared<std::vector<std::pair<std::uint8_t, std::vector<std::byte>>>>();
-    rt.sync([&] { b->handle(peer, op, payload, [out](std::uint8_t st, std::vector<std::byte> p) { out->emplace_back(st, std::move(p)); }); });
+    auto out = std::make_shared<std::vector<std::pair<d::wire_status, std::vector<std::byte>>>>();
+    rt.sync([&] { b->handle(peer, op, payload, [out](d::wire_status st, std::vector<std::byte> p) { out->emplace_back(st, std::move(p)); }); });
     return out;
   };
   auto header = [](std::uint64_t wait, std::int64_t timeout) { return d::op_header{wait, timeout, 0}.bytes(); };

@@ -751,7 +751,7 @@ TEST_CASE("an authenticated peer's frame over max_message_size_mb drops its conn
   REQUIRE(rep);
   auto reply = fd::decode_frame<fd::reply_msg>(fd::frame_kind::reply, *rep);
   CHECK(reply.request_id == 1);
-  CHECK(reply.status == 2);
+  CHECK(reply.status == fd::wire_status::error);
   // Over it: the connection is dropped as soon as the header is read.
   p.send(with_header({}, (1u << 20) + 1));
   CHECK(p.closed_within(3000));

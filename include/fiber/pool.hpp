@@ -91,18 +91,13 @@ void decode_results(std::span<const std::byte> blob, std::size_t count,
                     const std::function<void(std::size_t, std::exception_ptr)>& on_error) {
   reader r(blob);
   for (std::size_t i = 0; i < count; ++i) {
-    auto status = r.read<std::uint8_t>();
-    if (status == 0) {
-      item_result<R> v{};
-      if constexpr (!std::is_same_v<item_result<R>, std::monostate>) r.read(v);
-      on_value(i, std::move(v));
-    } else if (status == lost_status) {
-      on_error(i, std::make_exception_ptr(worker_lost(r.read<std::string>())));
-    } else {
-      auto type = r.read<std::string>();
-      auto msg = r.read<std::string>();
-      on_error(i, std::make_exception_ptr(remote_error(type, msg)));
+    if (auto e = read_item(r)) {
+      on_error(i, std::move(e));
+      continue;
     }
+    item_result<R> v{};
+    if constexpr (!std::is_same_v<item_result<R>, std::monostate>) r.read(v);
+    on_value(i, std::move(v));
   }
 }
 
@@ -156,7 +151,7 @@ public:
     if (!st_->complete()) throw std::logic_error("fiber::async_result::successful: not ready");
     if (!st_->failed.empty()) return false;
     const auto& b = st_->blobs.at(0).bytes;
-    return !b.empty() && std::to_integer<int>(b[0]) == 0;
+    return !b.empty() && detail::wire_status(b[0]) == detail::wire_status::ok;
   }
 
 private:

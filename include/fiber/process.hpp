@@ -5,6 +5,8 @@
 /// a Slurm job on a cluster).
 
 #include <fiber/backend/from_env.hpp>
+#include <fiber/detail/link_drain.hpp>
+#include <fiber/detail/supervisor.hpp>
 #include <fiber/init.hpp>
 #include <fiber/target.hpp>
 
@@ -32,17 +34,38 @@ struct process_state : std::enable_shared_from_this<process_state> {
   backend::job job;
   std::int64_t peer_pid = -1;
   std::uint64_t worker_id = 0;
-  std::shared_ptr<backend::launcher> launcher; // runtime thread only
-  std::shared_ptr<peer_link> link;                  // runtime thread only
-  std::unique_ptr<asio::steady_timer> start_timer;
+  std::shared_ptr<supervisor> sup;  // runtime thread only
+  std::shared_ptr<peer_link> link;  // runtime thread only
   // Runtime thread only: the status the worker said it exits with, and a
   // "killed by signal" report held until the link ends (see on_exit).
   std::optional<std::int32_t> reported_exit;
   std::optional<backend::job_exit> held_exit;
   std::unique_ptr<asio::steady_timer> hold_timer;
 
+  /// Runtime thread: start the job through a supervisor of its own.
+  void launch(std::shared_ptr<backend::launcher> l) {
+    std::weak_ptr<process_state> weak = shared_from_this();
+    sup = std::make_shared<supervisor>(
+        std::move(l), "fiber::Process " + name, "processes",
+        supervisor::events{[weak](std::uint64_t, std::shared_ptr<peer_link> l) {
+                             if (auto s = weak.lock()) s->on_connect(std::move(l));
+                             else l->close("process object gone");
+                           },
+                           [weak](std::uint64_t, const backend::job_exit& ex) {
+                             if (auto s = weak.lock()) s->on_exit(ex);
+                           },
+                           [weak](std::uint64_t, const std::string& reason) {
+                             if (auto s = weak.lock()) {
+                               std::lock_guard lk(s->m);
+                               s->refused = reason;
+                             }
+                           }});
+    worker_id = sup->launch({name}, res).at(0);
+    std::lock_guard lk(m);
+    job = *sup->job(worker_id);
+  }
+
   void on_connect(std::shared_ptr<detail::peer_link> l) {
-    start_timer.reset();
     link = l;
     {
       std::lock_guard lk(m);
@@ -68,7 +91,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
           // A live job that stopped answering is killed; the exit report follows.
           if (reason == "heartbeat missed") {
             log(log_level::warning, self->name, ": ", reason, ": killing it");
-            self->launcher->cancel(self->job, 9);
+            self->sup->cancel(self->worker_id, 9);
           }
         });
     l->send(frame(frame_kind::run, run));
@@ -95,8 +118,6 @@ struct process_state : std::enable_shared_from_this<process_state> {
     hold_timer.reset();
     if (ex.how == backend::job_exit::kind::signalled && reported_exit && *reported_exit == 128 + ex.code)
       ex = {backend::job_exit::kind::exited, *reported_exit, ex.reason};
-    runtime::instance().forget_worker(worker_id);
-    start_timer.reset();
     if (link) link->close("exited");
     link.reset();
     std::lock_guard lk(m);
@@ -169,37 +190,7 @@ public:
     auto& rt = detail::runtime::instance();
     auto st = st_;
     try {
-      rt.sync([&] {
-        st->launcher = rt.template launcher<Backend>();
-        st->worker_id = rt.new_worker_id();
-        std::weak_ptr<detail::process_state> weak = st;
-        rt.expect_worker(
-            st->worker_id,
-            [weak](std::shared_ptr<detail::peer_link> l) {
-              if (auto s = weak.lock()) s->on_connect(std::move(l));
-              else l->close("process object gone");
-            },
-            [weak](const std::string& reason) {
-              if (auto s = weak.lock()) {
-                std::lock_guard lk(s->m);
-                s->refused = reason;
-              }
-            });
-        auto spec = rt.worker_spec(*st->launcher, st->worker_id, st->name, st->res);
-        auto jobs = st->launcher->launch({spec}, {[st](const backend::job_exit& ex) { st->on_exit(ex); }});
-        {
-          std::lock_guard lk(st->m);
-          st->job = jobs.at(0);
-        }
-        st->start_timer = std::make_unique<asio::steady_timer>(rt.executor(),
-                                                               std::chrono::seconds(detail::config_int("start_timeout_s")));
-        st->start_timer->async_wait([weak](std::error_code ec) {
-          auto s = weak.lock();
-          if (ec || !s || s->link || s->ended) return;
-          detail::log(log_level::error, s->name, ": job never connected back; cancelling it");
-          s->launcher->cancel(s->job, 9);
-        });
-      });
+      rt.sync([&] { st->launch(rt.template launcher<Backend>()); });
     } catch (...) {
       std::lock_guard lk(st_->m);
       st_->started = false;
@@ -274,7 +265,7 @@ private:
     }
     auto st = st_;
     detail::runtime::instance().sync([&] {
-      if (!st->ended && st->launcher) st->launcher->cancel(st->job, sig);
+      if (!st->ended && st->sup) st->sup->cancel(st->worker_id, sig);
     });
   }
 

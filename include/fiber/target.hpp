@@ -8,6 +8,7 @@
 /// signature. No macro, no string. Overloads: pick one with a cast,
 /// `fiber::target<static_cast<int (*)(int)>(&f)>`.
 
+#include <fiber/detail/demangle.hpp>
 #include <fiber/error.hpp>
 #include <fiber/serialize.hpp>
 
@@ -63,11 +64,6 @@ constexpr std::string_view pretty_type_name() {
   return p.substr(b, e - b);
 }
 
-inline std::string demangle(const char* mangled) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> p(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
-  return status == 0 && p ? std::string(p.get()) : std::string(mangled);
-}
 
 template <class F>
 struct fn_traits;

@@ -64,6 +64,23 @@ struct job {
 /// Called once, on the runtime's executor, when the job has ended.
 using exit_handler = std::function<void(const job_exit&)>;
 
+/// What a backend's jobs have in common with their master. The runtime and
+/// the supervisor adapt to these, never to a backend's name. The defaults
+/// suit a job on another machine.
+struct launcher_traits {
+  /// Jobs see the master's files: they read the run's secret from its 0600
+  /// file and dial back over `local_transport` (ipc:// in the 0700 run
+  /// directory by default). Otherwise the secret travels in the job's
+  /// environment and workers dial the launcher's listen_url().
+  bool shares_filesystem = false;
+  /// Jobs are the master's child processes: the kernel ends them with it
+  /// (PR_SET_PDEATHSIG), not only the heartbeat timeout.
+  bool dies_with_master = false;
+  /// Jobs run on the master's cores: a Pool starts about a core's worth at
+  /// a time, since more would only share the cores and all connect later.
+  bool shares_cores = false;
+};
+
 /// A backend instance. Thread-safety: all member functions are called from
 /// the runtime thread only. Errors: launch throws fiber::backend_error with
 /// the backend's own message.
@@ -72,6 +89,8 @@ public:
   virtual ~launcher() = default;
   /// Backend name for messages: "local", "slurm".
   virtual std::string_view name() const noexcept = 0;
+  /// What its jobs share with the master (see launcher_traits).
+  virtual launcher_traits traits() const noexcept { return {}; }
   /// URL scheme/address workers must dial back to, e.g. "ipc:///tmp/x/m" or
   /// "tcp://10.0.0.5:0" (port 0: the runtime binds an ephemeral port).
   virtual std::string listen_url() = 0;

@@ -52,6 +52,7 @@ public:
   }
 
   std::string_view name() const noexcept override { return "local"; }
+  backend::launcher_traits traits() const noexcept override { return {true, true, true}; }
   std::string listen_url() override { return "ipc://"; } // the runtime picks the path in its 0700 run dir
 
   std::vector<backend::job> launch(const std::vector<backend::job_spec>& specs,

@@ -9,9 +9,13 @@
 /// delivered exactly once whatever dies, hangs or resumes.
 /// Follows Uber's Fiber (arXiv 2003.11164, section 3.3, "Error handling").
 
+#include <fiber/detail/link_drain.hpp>
+#include <fiber/detail/pool_wire.hpp>
 #include <fiber/detail/runtime.hpp>
+#include <fiber/detail/supervisor.hpp>
 
 #include <algorithm>
+#include <cassert>
 #include <deque>
 #include <map>
 #include <set>
@@ -31,7 +35,8 @@ struct pool_job {
 
 /// One chunk as a call submits it: its sequence number in the call, the
 /// message, and where each task's arguments end in `msg.args` (so that a
-/// chunk whose worker dies can be split into single tasks; empty: it cannot).
+/// chunk whose worker dies can be split into single tasks; required when it
+/// holds more than one task).
 struct chunk_input {
   std::uint64_t seq = 0;
   chunk_msg msg;
@@ -51,7 +56,22 @@ public:
   pool_core(pool_settings s, std::shared_ptr<backend::launcher> l) : s_(std::move(s)), launcher_(std::move(l)) {}
 
   /// Runtime thread. Launch the initial workers; throws backend_error.
-  void start() { grow(); }
+  void start() {
+    std::weak_ptr<pool_core> weak = shared_from_this();
+    sup_ = std::make_shared<supervisor>(
+        launcher_, "fiber::Pool " + s_.name, "workers",
+        supervisor::events{[weak](std::uint64_t id, std::shared_ptr<peer_link> l) {
+                             if (auto s = weak.lock()) s->on_connect(id, std::move(l));
+                             else l->send(frame(frame_kind::shutdown));
+                           },
+                           [weak](std::uint64_t id, const backend::job_exit& ex) {
+                             if (auto s = weak.lock()) s->on_exit(id, ex);
+                           },
+                           [weak](std::uint64_t, const std::string& reason) {
+                             if (auto s = weak.lock()) s->fail_all(std::make_exception_ptr(handshake_error(reason)));
+                           }});
+    grow();
+  }
 
   /// Runtime thread. Queue chunks of a job.
   void submit(std::shared_ptr<pool_job> job, std::vector<chunk_input> chunks) {
@@ -78,6 +98,7 @@ public:
   /// (terminate). `done` runs when every worker job has ended.
   void shutdown(bool now, std::function<void()> done) {
     closing_ = true;
+    sup_->close();
     on_all_exited_ = std::move(done);
     if (now) {
       terminated_ = true;
@@ -86,7 +107,7 @@ public:
       chunks_.clear();
       pending_.clear();
       for (auto& [id, c] : chunks) fail_chunk(c, e);
-      for (auto& [id, w] : workers_) launcher_->cancel(w.job, 9);
+      sup_->cancel_all(9);
     }
     maybe_finish();
   }
@@ -100,7 +121,7 @@ public:
   std::vector<std::int64_t> worker_pids() const {
     std::vector<std::int64_t> p;
     for (auto& [id, w] : workers_)
-      if (w.link && !w.exited) p.push_back(w.job.pid > 0 ? w.job.pid : w.link->peer().pid);
+      if (w.link && !w.exited) p.push_back(sup_->pid(id, w.link.get()));
     return p;
   }
 
@@ -120,7 +141,7 @@ private:
     std::uint64_t seq;
     chunk_msg msg;                                 // args empty when in big_args
     std::shared_ptr<const std::vector<std::byte>> big_args;
-    int deaths;
+    int deaths = 0;
     std::uint64_t holder = 0; // worker id, 0 = queued
     std::uint64_t sent = 0;   // dispatch order: a worker runs what it holds in this order
     clock::time_point dispatched{}; // when it was sent to its holder
@@ -132,6 +153,9 @@ private:
   std::uint64_t add_chunk(const std::shared_ptr<pool_job>& job, std::uint64_t seq, chunk_msg msg,
                           std::vector<std::uint32_t> ends, int deaths, std::shared_ptr<split_rec> parent,
                           std::uint32_t index) {
+    // A chunk of several tasks records where each one's arguments end, so
+    // that it can be split should its worker die.
+    assert(msg.count <= 1 || ends.size() == msg.count);
     msg.chunk_id = next_chunk_++;
     // Large arguments leave as the tail of a frame of their own, shared
     // with this record (kept for reruns) instead of copied into the frame.
@@ -141,11 +165,14 @@ private:
       msg.args = {};
     }
     const auto id = msg.chunk_id;
-    chunk_rec rec{job, seq, std::move(msg), std::move(big), deaths};
-    rec.ends = std::move(ends);
-    rec.parent = std::move(parent);
-    rec.index = index;
-    chunks_.emplace(id, std::move(rec));
+    chunks_.emplace(id, chunk_rec{.job = job,
+                                  .seq = seq,
+                                  .msg = std::move(msg),
+                                  .big_args = std::move(big),
+                                  .deaths = deaths,
+                                  .ends = std::move(ends),
+                                  .parent = std::move(parent),
+                                  .index = index});
     return id;
   }
 
@@ -177,14 +204,12 @@ private:
   }
   struct worker_rec {
     std::string name;
-    backend::job job;
     std::shared_ptr<peer_link> link;
     std::set<std::uint64_t> held;
     double service_s = 0;         // moving average of its chunks' run time (0: none seen yet)
     clock::time_point last_result{};
     bool retiring = false;
     bool exited = false;
-    std::unique_ptr<asio::steady_timer> start_timer;
     std::unique_ptr<asio::steady_timer> drain_timer; // exited, its link still being read to the end
   };
 
@@ -195,7 +220,7 @@ private:
   // start as these connect (or exit); should none connect for stagger, as
   // many again start anyway (a slow start must not hold the others back).
   static constexpr auto stagger = std::chrono::milliseconds(20);
-  bool paced() const { return launcher_->name() == "local"; }
+  bool paced() const { return launcher_->traits().shares_cores; }
   unsigned starting() const {
     unsigned n = 0;
     for (auto& [id, w] : workers_) n += !w.link && !w.exited && !w.retiring;
@@ -206,7 +231,6 @@ private:
     unsigned active = 0;
     for (auto& [id, w] : workers_) active += w.retiring ? 0 : 1;
     if (active >= s_.processes) return;
-    auto& rt = runtime::instance();
     const unsigned missing = s_.processes - active;
     unsigned n = missing;
     if (paced()) {
@@ -218,59 +242,14 @@ private:
     // Each worker costs this process its link and, locally, a pidfd (+1 spare
     // for a connection still in its handshake). Checked once for all missing.
     if (missing > fds_reserved_) {
-      runtime::reserve_fds(std::size_t(missing) * 3, "fiber::Pool " + s_.name + " (" +
-                                                        std::string(launcher_->name()) + " backend, " +
-                                                        std::to_string(missing) + " workers)");
+      sup_->reserve_fds(std::size_t(missing) * 3, missing);
       fds_reserved_ = missing;
     }
     fds_reserved_ -= n;
-    std::vector<backend::job_spec> specs;
-    std::vector<backend::exit_handler> handlers;
-    std::vector<std::uint64_t> ids;
-    std::weak_ptr<pool_core> weak = shared_from_this();
-    for (unsigned i = 0; i < n; ++i) {
-      auto id = rt.new_worker_id();
-      auto name = s_.name + "-w" + std::to_string(next_worker_index_++);
-      ids.push_back(id);
-      specs.push_back(rt.worker_spec(*launcher_, id, name, s_.res));
-      handlers.push_back([weak, id](const backend::job_exit& ex) {
-        if (auto s = weak.lock()) s->on_exit(id, ex);
-      });
-      rt.expect_worker(
-          id,
-          [weak, id](std::shared_ptr<peer_link> l) {
-            if (auto s = weak.lock()) s->on_connect(id, std::move(l));
-            else l->send(frame(frame_kind::shutdown));
-          },
-          [weak](const std::string& reason) {
-            if (auto s = weak.lock()) s->fail_all(std::make_exception_ptr(handshake_error(reason)));
-          });
-      workers_[id].name = name;
-    }
-    std::vector<backend::job> jobs;
-    try {
-      jobs = launcher_->launch(specs, std::move(handlers));
-    } catch (...) {
-      for (auto id : ids) {
-        rt.forget_worker(id);
-        workers_.erase(id);
-      }
-      throw;
-    }
-    auto start_timeout = std::chrono::seconds(config_int("start_timeout_s"));
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      auto& w = workers_[ids[i]];
-      w.job = jobs[i];
-      w.start_timer = std::make_unique<asio::steady_timer>(rt.executor(), start_timeout);
-      w.start_timer->async_wait([weak, id = ids[i]](std::error_code ec) {
-        auto s = weak.lock();
-        if (ec || !s) return;
-        auto it = s->workers_.find(id);
-        if (it == s->workers_.end() || it->second.link) return;
-        log(log_level::error, it->second.name, ": job never connected back; cancelling it");
-        s->launcher_->cancel(it->second.job, 9);
-      });
-    }
+    std::vector<std::string> names;
+    for (unsigned i = 0; i < n; ++i) names.push_back(s_.name + "-w" + std::to_string(next_worker_index_++));
+    auto ids = sup_->launch(names, s_.res);
+    for (std::size_t i = 0; i < ids.size(); ++i) workers_[ids[i]].name = names[i];
   }
 
   void arm_stagger() {
@@ -310,9 +289,10 @@ private:
   void retire(std::uint64_t id) {
     auto& w = workers_[id];
     w.retiring = true;
+    sup_->retire(id);
     if (w.held.empty()) {
       if (w.link) w.link->send(frame(frame_kind::shutdown));
-      else launcher_->cancel(w.job, 15);
+      else sup_->cancel(id, 15);
     }
   }
 
@@ -320,9 +300,7 @@ private:
     auto it = workers_.find(id);
     if (it == workers_.end()) return l->send(frame(frame_kind::shutdown));
     auto& w = it->second;
-    w.start_timer.reset();
     w.link = l;
-    failed_starts_ = 0;
     connected_since_stagger_ = true;
     if (!closing_ && !terminated_) {
       if (starting() == 0) start_extra_ = 0;
@@ -388,23 +366,6 @@ private:
     return std::clamp(unsigned(target_s / w.service_s), s_.prefetch, std::max(s_.prefetch, max_window));
   }
 
-  // One tasks frame, serialized straight from the chunk records (the
-  // encoding of frame(frame_kind::tasks, std::vector<chunk_msg>), without
-  // copying each chunk's arguments into a vector first).
-  static std::vector<std::byte> tasks_frame(const std::vector<const chunk_msg*>& batch) {
-    std::size_t bytes = 16;
-    for (auto* c : batch) bytes += c->args.size() + 40;
-    writer w;
-    w.buffer().reserve(bytes);
-    w.write(static_cast<std::uint8_t>(frame_kind::tasks));
-    w.write_varint(batch.size());
-    for (auto* c : batch) {
-      w.write(*c);
-      write_pad<chunk_msg>(w);
-    }
-    return w.release();
-  }
-
   // Fill every worker's credit window, one chunk per worker per pass so a
   // small map spreads over all workers instead of queueing behind one.
   void dispatch() {
@@ -458,7 +419,7 @@ private:
     if (!w.exited) {
       if (!terminated_ && (!w.retiring || !w.held.empty()))
         log(log_level::warning, w.name, ": ", reason, closing_ ? "" : "; rerunning its tasks");
-      launcher_->cancel(w.job, 9); // a hung worker must not come back with late results
+      sup_->cancel(id, 9); // a hung worker must not come back with late results
     }
     lose(id, reason);
     // Hand its chunks to the live workers now. Waiting for the next result
@@ -468,18 +429,11 @@ private:
     dispatch();
   }
 
-  void on_exit(std::uint64_t id, const backend::job_exit& ex) {
+  void on_exit(std::uint64_t id, const backend::job_exit&) {
     auto it = workers_.find(id);
     if (it == workers_.end()) return;
     auto& w = it->second;
     w.exited = true;
-    runtime::instance().forget_worker(id);
-    if (!w.link && !w.retiring && !closing_) {
-      ++failed_starts_;
-      last_start_failure_ = w.name + " exited before connecting (exit code " + std::to_string(ex.exitcode()) +
-                            (ex.reason.empty() ? "" : ", " + ex.reason) + ")";
-      log(log_level::warning, last_start_failure_);
-    }
     // A result sent just before a crash in the next task may still be
     // unread (see start_link_drain): read the link to its end before the
     // chunks are charged, or a finished task is charged with that crash.
@@ -500,11 +454,8 @@ private:
     if (it->second.link) it->second.link->close("job ended");
     lose(id, "job ended");
     workers_.erase(id);
-    if (failed_starts_ > std::max(3u, 2 * s_.processes)) {
-      fail_all(std::make_exception_ptr(backend_error("fiber::Pool " + s_.name + " (" +
-                                                     std::string(launcher_->name()) +
-                                                     " backend): workers keep failing to start: " +
-                                                     last_start_failure_)));
+    if (sup_->start_budget_exhausted(s_.processes)) {
+      fail_all(sup_->start_failure());
       return maybe_finish();
     }
     if (!closing_) grow();
@@ -533,7 +484,7 @@ private:
     for (std::size_t i = 0; i < mine.size(); ++i) {
       auto c = chunks_.find(mine[i].second);
       c->second.holder = 0;
-      if (i == 0 && c->second.msg.count > 1 && c->second.ends.size() == c->second.msg.count) {
+      if (i == 0 && c->second.msg.count > 1) {
         auto rec = std::move(c->second);
         chunks_.erase(c); // before split() adds to chunks_, which may rehash
         auto parts = split(rec);
@@ -541,16 +492,12 @@ private:
       } else if (i == 0 && ++c->second.deaths > s_.max_retries) {
         auto rec = std::move(c->second);
         chunks_.erase(c);
-        const std::string what = rec.msg.count > 1
-                                     ? "a chunk of " + std::to_string(rec.msg.count) + " tasks: its workers died "
-                                     : "a task's workers died ";
-        const std::string why = "fiber::Pool " + s_.name + ": " + what + std::to_string(rec.deaths) +
+        const std::string why = "fiber::Pool " + s_.name + ": a task's workers died " + std::to_string(rec.deaths) +
                                 " times (max_retries " + std::to_string(s_.max_retries) + "); last: " + reason;
         if (rec.parent) {
           // This task fails in its place; the other parts still deliver.
           writer w;
-          w.write(std::uint8_t{lost_status});
-          w.write(why);
+          write_item_lost(w, why);
           auto item = std::make_shared<std::vector<std::byte>>(w.release());
           const std::span<const std::byte> view(*item);
           deliver(rec, shared_bytes{std::move(item), view});
@@ -587,7 +534,8 @@ private:
     pending_.clear();
     for (auto& [id, c] : chunks) fail_chunk(c, e);
     closing_ = true;
-    for (auto& [id, w] : workers_) launcher_->cancel(w.job, 9);
+    sup_->close();
+    sup_->cancel_all(9);
   }
 
   void maybe_finish() {
@@ -601,18 +549,17 @@ private:
 
   pool_settings s_;
   std::shared_ptr<backend::launcher> launcher_;
+  std::shared_ptr<supervisor> sup_;
   std::map<std::uint64_t, worker_rec> workers_;
   std::unordered_map<std::uint64_t, chunk_rec> chunks_;
   std::deque<std::uint64_t> pending_;
   std::uint64_t next_chunk_ = 1, next_dispatch_ = 1;
   unsigned next_worker_index_ = 1;
-  unsigned failed_starts_ = 0;
   unsigned fds_reserved_ = 0; // launches the last reserve_fds covered
   const unsigned start_window_ = std::max(2u, std::thread::hardware_concurrency());
   unsigned start_extra_ = 0;  // more allowed to start, after stagger periods without a connection
   bool connected_since_stagger_ = false;
   std::unique_ptr<asio::steady_timer> stagger_timer_;
-  std::string last_start_failure_;
   bool closing_ = false, terminated_ = false;
   std::function<void()> on_all_exited_;
 };

@@ -93,15 +93,13 @@ inline chunk_result_msg run_chunk(const chunk_view& c) {
   reader in(c.args);
   for (std::uint32_t i = 0; i < c.count; ++i) {
     auto mark = w.size();
-    w.write(std::uint8_t{0});
+    write_item_ok(w);
     try {
       if (!t) throw error("fiber: target " + std::to_string(c.target_id) + " is not registered in this worker");
       t->invoke(in, w);
     } catch (...) {
       w.buffer().resize(mark);
-      w.write(std::uint8_t{1});
-      auto p = current_exception_payload();
-      w.write_bytes(p.data(), p.size());
+      write_item_current_exception(w);
     }
   }
   out.results = w.release();

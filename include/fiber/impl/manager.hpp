@@ -23,6 +23,7 @@
 
 #include <fiber/backend/launcher.hpp>
 #include <fiber/detail/runtime.hpp>
+#include <fiber/detail/supervisor.hpp>
 #include <fiber/detail/worker.hpp>
 #include <fiber/error.hpp>
 #include <fiber/serialize.hpp>
@@ -389,13 +390,6 @@ struct object_msg {
   std::vector<std::byte> args;
 };
 
-inline std::vector<std::byte> text_payload(const std::string& msg) {
-  writer w;
-  w.write(msg);
-  return w.release();
-}
-
-inline constexpr std::uint8_t status_ok = 0, status_remote_error = 1, status_fiber_error = 2, status_worker_lost = 4;
 
 // ============================================================================
 // Manager process side: actors on an elastic thread pool
@@ -539,7 +533,7 @@ private:
   // queued either (no hop to the runtime thread and back, as a Pool worker
   // sends its results) — never the runtime thread, which must not block on
   // a full socket.
-  static void reply(const reply_to& to, std::uint64_t call_id, std::uint8_t status, std::vector<std::byte> payload,
+  static void reply(const reply_to& to, std::uint64_t call_id, wire_status status, std::vector<std::byte> payload,
                     bool direct = false) {
     if (call_id == 0) return;
     auto f = frame(frame_kind::object_reply, reply_msg{call_id, status, std::move(payload)});
@@ -553,10 +547,10 @@ private:
   void make(object_msg msg) {
     auto e = object_registry::instance().find_ctor(msg.fn_id);
     if (!e)
-      return reply(link_, msg.call_id, status_fiber_error,
-                   text_payload("fiber::RemoteManager::make: constructor not registered in the manager process"));
+      return reply(link_, msg.call_id, wire_status::error,
+                   failure_payload("fiber::RemoteManager::make: constructor not registered in the manager process"));
     if (objects_.count(msg.object_id))
-      return reply(link_, msg.call_id, status_fiber_error, text_payload("fiber::RemoteManager::make: duplicate object id"));
+      return reply(link_, msg.call_id, wire_status::error, failure_payload("fiber::RemoteManager::make: duplicate object id"));
     auto h = std::make_shared<hosted>();
     h->type_id = e->type_id;
     objects_[msg.object_id] = h;
@@ -565,9 +559,9 @@ private:
       try {
         reader in(msg.args);
         h->obj = e.construct(in);
-        reply(link, msg.call_id, status_ok, {});
+        reply(link, msg.call_id, wire_status::ok, {});
       } catch (...) {
-        reply(link, msg.call_id, status_remote_error, current_exception_payload());
+        reply(link, msg.call_id, wire_status::remote_error, current_exception_payload());
         // The master forgets the object; so do we.
         asio::post(runtime::instance().executor(), [this, id = msg.object_id, h] {
           if (auto it = objects_.find(id); it != objects_.end() && it->second == h) objects_.erase(it);
@@ -580,26 +574,26 @@ private:
   void call(object_msg msg) {
     auto it = objects_.find(msg.object_id);
     if (it == objects_.end())
-      return reply(link_, msg.call_id, status_fiber_error,
-                   text_payload("fiber::Remote: object " + std::to_string(msg.object_id) +
+      return reply(link_, msg.call_id, wire_status::error,
+                   failure_payload("fiber::Remote: object " + std::to_string(msg.object_id) +
                                 " does not exist in its manager process"));
     auto h = it->second;
     auto m = object_registry::instance().find_method(msg.fn_id);
     if (!m || m->type_id != h->type_id)
-      return reply(link_, msg.call_id, status_fiber_error,
-                   text_payload("fiber::Remote: method not registered for this object's type "
+      return reply(link_, msg.call_id, wire_status::error,
+                   failure_payload("fiber::Remote: method not registered for this object's type "
                                 "(a handle deserialized as Remote of another type?)"));
     h->act->post([h, m = *m, link = link_, msg = std::move(msg)] {
       if (!h->obj)
-        return reply(link, msg.call_id, status_fiber_error, text_payload("fiber::Remote: the object was destroyed"));
+        return reply(link, msg.call_id, wire_status::error, failure_payload("fiber::Remote: the object was destroyed"));
       writer out;
       try {
         reader in(msg.args);
         m.invoke(h->obj.get(), in, out);
       } catch (...) {
-        return reply(link, msg.call_id, status_remote_error, current_exception_payload());
+        return reply(link, msg.call_id, wire_status::remote_error, current_exception_payload());
       }
-      reply(link, msg.call_id, status_ok, out.release(), h->act->nothing_queued());
+      reply(link, msg.call_id, wire_status::ok, out.release(), h->act->nothing_queued());
     });
   }
 
@@ -674,7 +668,23 @@ public:
   manager_core(manager_settings s, std::shared_ptr<backend::launcher> l) : s_(std::move(s)), launcher_(std::move(l)) {}
 
   /// Launch the processes; throws backend_error.
-  void start() { grow(); }
+  void start() {
+    std::weak_ptr<manager_core> weak = shared_from_this();
+    sup_ = std::make_shared<supervisor>(
+        launcher_, "fiber::RemoteManager " + s_.name, "manager processes",
+        supervisor::events{[weak](std::uint64_t id, std::shared_ptr<peer_link> l) {
+                             if (auto s = weak.lock()) s->on_connect(id, std::move(l));
+                             else l->send(frame(frame_kind::shutdown));
+                           },
+                           [weak](std::uint64_t id, const backend::job_exit& ex) {
+                             if (auto s = weak.lock()) s->on_exit(id, ex);
+                           },
+                           [weak](std::uint64_t, const std::string& reason) {
+                             if (auto s = weak.lock())
+                               s->fail_fatal(std::make_exception_ptr(handshake_error(reason)), reason);
+                           }});
+    grow();
+  }
 
   /// Construct an object (ctor `ctor`, serialized `args`) in the process
   /// holding the fewest objects; `done` gets its id or the error.
@@ -707,19 +717,19 @@ public:
     auto obj = r.read<std::uint64_t>();
     if (op == relay_op::destroy) {
       destroy(obj);
-      return reply(status_ok, {});
+      return reply(wire_status::ok, {});
     }
     if (op != relay_op::call)
-      return reply(status_fiber_error, text_payload("fiber::Remote: unknown operation " + std::to_string(op)));
+      return reply(wire_status::error, failure_payload("fiber::Remote: unknown operation " + std::to_string(op)));
     auto fn = r.read<std::uint64_t>();
     auto it = objects_.find(obj);
     if (it == objects_.end())
-      return reply(status_fiber_error,
-                   text_payload("fiber::Remote: object " + std::to_string(obj) + " of RemoteManager " + s_.name +
+      return reply(wire_status::error,
+                   failure_payload("fiber::Remote: object " + std::to_string(obj) + " of RemoteManager " + s_.name +
                                 " does not exist (its last owning handle was destroyed, or the manager shut down)"));
-    if (it->second.lost) return reply(status_worker_lost, text_payload(it->second.why));
+    if (it->second.lost) return reply(wire_status::worker_lost, failure_payload(it->second.why));
     auto pit = procs_.find(it->second.proc);
-    if (pit == procs_.end()) return reply(status_worker_lost, text_payload("fiber::Remote: manager process gone"));
+    if (pit == procs_.end()) return reply(wire_status::worker_lost, failure_payload("fiber::Remote: manager process gone"));
     auto cid = next_call_++;
     auto rest = r.read_span(r.remaining());
     calls_[cid] = call_rec{std::move(reply), it->second.proc};
@@ -734,13 +744,14 @@ public:
     on_all_exited_ = std::move(done);
     if (!shut_) {
       shut_ = true;
+      sup_->close();
       auto why = "fiber::RemoteManager " + s_.name + ": shut down";
       objects_.clear();
-      for (auto& [cid, c] : std::exchange(calls_, {})) c.reply(status_fiber_error, text_payload(why));
+      for (auto& [cid, c] : std::exchange(calls_, {})) c.reply(wire_status::error, failure_payload(why));
       for (auto& [cid, m] : std::exchange(makes_, {})) m.done(std::make_exception_ptr(error(why)), 0);
       for (auto& [wid, p] : procs_) {
         if (p.link && !p.dead) p.link->send(frame(frame_kind::object, object_msg{object_op::quit, 0, 0, 0, {}}));
-        else launcher_->cancel(p.job, 9);
+        else sup_->cancel(wid, 9);
       }
       grace_ = std::make_unique<asio::steady_timer>(runtime::instance().executor(), s_.shutdown_grace);
       grace_->async_wait([weak = weak_from_this()](std::error_code ec) {
@@ -748,7 +759,7 @@ public:
         if (ec || !s) return;
         for (auto& [wid, p] : s->procs_) {
           log(log_level::warning, p.name, ": did not exit within the shutdown grace period; killing it");
-          s->launcher_->cancel(p.job, 9);
+          s->sup_->cancel(wid, 9);
         }
       });
     }
@@ -758,7 +769,7 @@ public:
   std::vector<std::int64_t> pids() const {
     std::vector<std::int64_t> out;
     for (auto& [wid, p] : procs_)
-      if (p.link && !p.dead) out.push_back(p.job.pid > 0 ? p.job.pid : p.link->peer().pid);
+      if (p.link && !p.dead) out.push_back(sup_->pid(wid, p.link.get()));
     return out;
   }
 
@@ -767,13 +778,11 @@ public:
 private:
   struct proc {
     std::string name;
-    backend::job job;
     std::shared_ptr<peer_link> link;
     std::vector<std::vector<std::byte>> queued; // frames sent before it connected
     std::size_t objects = 0;
     bool dead = false;     // lost: takes no new objects
     bool exited = false;   // its job ended
-    std::unique_ptr<asio::steady_timer> start_timer;
   };
   struct object_rec {
     std::uint64_t proc = 0;
@@ -799,63 +808,17 @@ private:
     unsigned active = 0;
     for (auto& [wid, p] : procs_) active += p.dead ? 0 : 1;
     if (active >= s_.processes || shut_ || fatal_) return;
-    auto& rt = runtime::instance();
-    std::vector<backend::job_spec> specs;
-    std::vector<backend::exit_handler> handlers;
-    std::vector<std::uint64_t> ids;
-    std::weak_ptr<manager_core> weak = shared_from_this();
-    for (unsigned i = active; i < s_.processes; ++i) {
-      auto wid = rt.new_worker_id();
-      auto name = s_.name + "-m" + std::to_string(next_index_++);
-      ids.push_back(wid);
-      specs.push_back(rt.worker_spec(*launcher_, wid, name, s_.res));
-      handlers.push_back([weak, wid](const backend::job_exit& ex) {
-        if (auto s = weak.lock()) s->on_exit(wid, ex);
-      });
-      rt.expect_worker(
-          wid,
-          [weak, wid](std::shared_ptr<peer_link> l) {
-            if (auto s = weak.lock()) s->on_connect(wid, std::move(l));
-            else l->send(frame(frame_kind::shutdown));
-          },
-          [weak](const std::string& reason) {
-            if (auto s = weak.lock()) s->fail_fatal(std::make_exception_ptr(handshake_error(reason)), reason);
-          });
-      procs_[wid].name = name;
-    }
-    std::vector<backend::job> jobs;
-    try {
-      jobs = launcher_->launch(specs, std::move(handlers));
-    } catch (...) {
-      for (auto wid : ids) {
-        rt.forget_worker(wid);
-        procs_.erase(wid);
-      }
-      throw;
-    }
-    auto start_timeout = std::chrono::seconds(config_int("start_timeout_s"));
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      auto& p = procs_[ids[i]];
-      p.job = jobs[i];
-      p.start_timer = std::make_unique<asio::steady_timer>(rt.executor(), start_timeout);
-      p.start_timer->async_wait([weak, wid = ids[i]](std::error_code ec) {
-        auto s = weak.lock();
-        if (ec || !s) return;
-        auto it = s->procs_.find(wid);
-        if (it == s->procs_.end() || it->second.link) return;
-        log(log_level::error, it->second.name, ": job never connected back; cancelling it");
-        s->launcher_->cancel(it->second.job, 9);
-      });
-    }
+    std::vector<std::string> names;
+    for (unsigned i = active; i < s_.processes; ++i) names.push_back(s_.name + "-m" + std::to_string(next_index_++));
+    auto ids = sup_->launch(names, s_.res);
+    for (std::size_t i = 0; i < ids.size(); ++i) procs_[ids[i]].name = names[i];
   }
 
   void on_connect(std::uint64_t wid, std::shared_ptr<peer_link> l) {
     auto it = procs_.find(wid);
     if (it == procs_.end()) return l->send(frame(frame_kind::shutdown));
     auto& p = it->second;
-    p.start_timer.reset();
     p.link = l;
-    failed_starts_ = 0;
     std::weak_ptr<manager_core> weak = shared_from_this();
     l->start(
         [weak, wid](frame_kind k, std::span<const std::byte> body, message&) {
@@ -882,9 +845,9 @@ private:
     if (auto it = makes_.find(r.request_id); it != makes_.end()) {
       auto m = std::move(it->second);
       makes_.erase(it);
-      if (r.status == status_ok) return m.done(nullptr, m.msg.object_id);
+      if (r.status == wire_status::ok) return m.done(nullptr, m.msg.object_id);
       forget_object(m.msg.object_id);
-      m.done(reply_error(r.status, r.payload), 0);
+      m.done(failure_of(r.status, r.payload), 0);
     }
   }
 
@@ -912,7 +875,7 @@ private:
     if (it == procs_.end()) return;
     if (!it->second.exited) {
       if (!shut_) log(log_level::warning, it->second.name, ": ", reason, "; its objects are lost");
-      launcher_->cancel(it->second.job, 9); // a hung process must not come back
+      sup_->cancel(wid, 9); // a hung process must not come back
     }
     lose(wid, reason);
     replace();
@@ -934,14 +897,7 @@ private:
     if (it == procs_.end()) return;
     auto& p = it->second;
     p.exited = true;
-    runtime::instance().forget_worker(wid);
     bool never_connected = !p.link;
-    if (never_connected && !shut_) {
-      ++failed_starts_;
-      last_start_failure_ = p.name + " exited before connecting (exit code " + std::to_string(ex.exitcode()) +
-                            (ex.reason.empty() ? "" : ", " + ex.reason) + ")";
-      log(log_level::warning, last_start_failure_);
-    }
     if (p.link) p.link->close("job ended");
     lose(wid, "exited with code " + std::to_string(ex.exitcode()));
     // Objects made on a process that never connected were never constructed:
@@ -958,12 +914,8 @@ private:
         }
       }
     procs_.erase(wid);
-    if (!shut_ && failed_starts_ > std::max(3u, 2 * s_.processes))
-      fail_fatal(std::make_exception_ptr(backend_error("fiber::RemoteManager " + s_.name + " (" +
-                                                       std::string(launcher_->name()) +
-                                                       " backend): manager processes keep failing to start: " +
-                                                       last_start_failure_)),
-                 "manager processes keep failing to start");
+    if (!shut_ && sup_->start_budget_exhausted(s_.processes))
+      fail_fatal(sup_->start_failure(), "manager processes keep failing to start");
     replace();
     for (auto& m : redo) make(m.msg.fn_id, std::move(m.msg.args), std::move(m.done));
     maybe_finish();
@@ -978,14 +930,14 @@ private:
     if (p.dead) return;
     p.dead = true;
     if (!connected) return; // makes queued on it are redone by on_exit
-    auto pid = p.job.pid > 0 ? p.job.pid : p.link->peer().pid;
+    auto pid = sup_->pid(wid, p.link.get());
     auto why = "fiber::RemoteManager " + s_.name + ": manager process " + p.name + " (pid " + std::to_string(pid) +
                ") was lost (" + reason + "); the objects it held are gone";
     for (auto c = calls_.begin(); c != calls_.end();) {
       if (c->second.proc == wid) {
         auto rec = std::move(c->second);
         c = calls_.erase(c);
-        rec.reply(status_worker_lost, text_payload(why));
+        rec.reply(wire_status::worker_lost, failure_payload(why));
       } else {
         ++c;
       }
@@ -1024,7 +976,7 @@ private:
       }
     }
     for (auto& [wid, p] : procs_)
-      if (!p.link) launcher_->cancel(p.job, 9);
+      if (!p.link) sup_->cancel(wid, 9);
   }
 
   void maybe_finish() {
@@ -1036,13 +988,13 @@ private:
 
   manager_settings s_;
   std::shared_ptr<backend::launcher> launcher_;
+  std::shared_ptr<supervisor> sup_;
   std::map<std::uint64_t, proc> procs_; // worker id → process, in launch order
   std::unordered_map<std::uint64_t, object_rec> objects_;
   std::unordered_map<std::uint64_t, call_rec> calls_;
   std::unordered_map<std::uint64_t, make_rec> makes_;
   std::uint64_t next_object_ = 1, next_call_ = 1;
-  unsigned next_index_ = 1, failed_starts_ = 0;
-  std::string last_start_failure_;
+  unsigned next_index_ = 1;
   std::exception_ptr fatal_;
   bool shut_ = false;
   std::unique_ptr<asio::steady_timer> grace_;

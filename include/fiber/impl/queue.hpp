@@ -72,17 +72,11 @@ enum class take_tag : std::uint8_t { item = 0, empty = 1, cancelled = 2 };
 /// The byte of a put reply.
 enum class give_tag : std::uint8_t { stored = 0, full = 1, cancelled = 2 };
 
-inline constexpr std::uint8_t status_error = 2; // → fiber::error at the caller
-inline constexpr std::uint8_t status_eof = 3;   // → fiber::eof_error at the caller
-inline constexpr std::uint8_t status_lost = 4;  // → fiber::worker_lost at the caller
-
-inline void reply_text(const reply_fn& reply, std::uint8_t status, const std::string& msg) {
-  writer w;
-  w.write(msg);
-  reply(status, w.release());
+inline void reply_text(const reply_fn& reply, wire_status status, const std::string& msg) {
+  reply(status, failure_payload(msg));
 }
 
-inline void reply_byte(const reply_fn& reply, std::uint8_t b) { reply(0, {std::byte{b}}); }
+inline void reply_byte(const reply_fn& reply, std::uint8_t b) { reply(wire_status::ok, {std::byte{b}}); }
 
 /// Header of an item operation.
 struct op_header {
@@ -187,7 +181,7 @@ public:
     items_.clear();
     in_flight_.clear();
     for (auto* l : {&putters_, &getters_})
-      for (auto& w : std::exchange(*l, {})) reply_text(w.reply, status_eof, dead_why_);
+      for (auto& w : std::exchange(*l, {})) reply_text(w.reply, wire_status::eof, dead_why_);
     for (auto& w : std::exchange(pollers_, {})) reply_byte(w.reply, 1);
   }
 
@@ -198,12 +192,12 @@ public:
   /// whether or not this reply leaves before the process does.
   void shutdown(const std::string& why) {
     dead_ = true;
-    dead_status_ = status_lost;
+    dead_status_ = wire_status::worker_lost;
     dead_why_ = why;
     items_.clear();
     in_flight_.clear();
     for (auto* l : {&putters_, &getters_, &pollers_})
-      for (auto& w : std::exchange(*l, {})) reply_text(w.reply, status_lost, why);
+      for (auto& w : std::exchange(*l, {})) reply_text(w.reply, wire_status::worker_lost, why);
   }
 
 private:
@@ -272,7 +266,7 @@ private:
     p.push_back(std::byte(remote ? 1 : 0));
     p.insert(p.end(), item.begin(), item.end());
     if (remote) in_flight_[{g.peer, g.wait}] = {next_seq_++, std::move(item)};
-    g.reply(0, std::move(p));
+    g.reply(wire_status::ok, std::move(p));
   }
 
   void pump() {
@@ -295,7 +289,7 @@ private:
       }
     }
     if (eof_ && items_.empty())
-      for (auto& w : std::exchange(getters_, {})) reply_text(w.reply, status_eof, eof_why_);
+      for (auto& w : std::exchange(getters_, {})) reply_text(w.reply, wire_status::eof, eof_why_);
     if ((!items_.empty() || eof_) && !pollers_.empty())
       for (auto& w : std::exchange(pollers_, {})) reply_byte(w.reply, 1);
   }
@@ -308,7 +302,7 @@ private:
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::uint64_t, std::vector<std::byte>>> in_flight_;
   std::uint64_t next_seq_ = 0;
   bool eof_ = false, dead_ = false;
-  std::uint8_t dead_status_ = status_eof; // pipes: broken pipe; a shut-down queue: worker_lost
+  wire_status dead_status_ = wire_status::eof; // pipes: broken pipe; a shut-down queue: worker_lost
   std::string eof_why_, dead_why_;
 };
 
@@ -322,7 +316,7 @@ public:
     if (op == queue_op::size) {
       writer w;
       w.write(std::uint64_t(ch_->size()));
-      return reply(0, w.release());
+      return reply(wire_status::ok, w.release());
     }
     auto h = op_header::read_from(r);
     switch (op) {
@@ -331,9 +325,9 @@ public:
       return ch_->put(peer, h, {rest.begin(), rest.end()}, std::move(reply));
     }
     case queue_op::get: return ch_->get(peer, h, std::move(reply));
-    case queue_op::cancel: ch_->cancel(peer, h.wait); return reply(0, {});
-    case queue_op::ack: ch_->ack(peer, h.wait); return reply(0, {});
-    default: return reply_text(reply, status_error, "fiber::Queue: unknown operation " + std::to_string(op));
+    case queue_op::cancel: ch_->cancel(peer, h.wait); return reply(wire_status::ok, {});
+    case queue_op::ack: ch_->ack(peer, h.wait); return reply(wire_status::ok, {});
+    default: return reply_text(reply, wire_status::error, "fiber::Queue: unknown operation " + std::to_string(op));
     }
   }
 
@@ -369,7 +363,7 @@ public:
       if (op == queue_op::attach) attach(peer, e, token);
       else if (op == queue_op::detach) detach(peer, e);
       else transfer(e, token);
-      return reply(0, {});
+      return reply(wire_status::ok, {});
     }
     auto h = op_header::read_from(r);
     auto e = end_of(h.end);
@@ -383,9 +377,9 @@ public:
     case queue_op::cancel:
       ch_[0]->cancel(peer, h.wait);
       ch_[1]->cancel(peer, h.wait);
-      return reply(0, {});
-    case queue_op::ack: ch_[e]->ack(peer, h.wait); return reply(0, {});
-    default: return reply_text(reply, status_error, "fiber::Connection: unknown operation " + std::to_string(op));
+      return reply(wire_status::ok, {});
+    case queue_op::ack: ch_[e]->ack(peer, h.wait); return reply(wire_status::ok, {});
+    default: return reply_text(reply, wire_status::error, "fiber::Connection: unknown operation " + std::to_string(op));
     }
   }
 

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/handshake.hpp
+/// The connection handshake: a mutual HMAC-SHA256 challenge–response over the
+/// run's secret; nothing but the small, bounded auth frame is decoded before
+/// the peer has proven it knows the secret.
+
+#include <fiber/detail/frame.hpp>
+#include <fiber/error.hpp>
+#include <fiber/serialize.hpp>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <sys/random.h>
+
+namespace fiber::detail {
+
+inline constexpr std::uint32_t protocol_version = 1;
+/// Largest frame accepted before authentication (bytes). The server's
+/// stream refuses a longer length header before allocating anything.
+inline constexpr std::size_t max_auth_frame = 4096;
+/// Largest frame a client accepts during the handshake (challenge, auth_ok
+/// with the master's configuration) from a server not yet authenticated.
+inline constexpr std::size_t max_handshake_reply = 1u << 20;
+/// Connections a process accepts but that have not finished the handshake
+/// yet; more are closed at once (each pending one times out after 5 s).
+inline constexpr std::size_t max_pending_handshakes = 64;
+
+using nonce_t = std::array<std::uint8_t, 32>;
+using mac_t = std::array<std::uint8_t, 32>;
+
+struct challenge_msg {
+  nonce_t nonce{};
+  std::uint32_t version = protocol_version;
+};
+
+struct auth_msg {
+  mac_t mac{};          ///< HMAC(secret, "fiber-c" | server nonce | identity fields)
+  nonce_t nonce{};      ///< the client's challenge to the server
+  std::uint8_t role = 0;
+  std::uint64_t worker_id = 0;
+  std::uint64_t registry_hash = 0;
+  std::string build_id;
+  std::int64_t pid = 0;
+  std::string host;
+  std::string name;
+};
+
+struct auth_ok_msg {
+  mac_t mac{}; ///< HMAC(secret, "fiber-s" | client nonce)
+  std::map<std::string, std::string> config;
+};
+
+struct refused_msg {
+  std::string reason;
+};
+
+/// The server's first read of an unauthenticated peer: at most
+/// max_auth_frame bytes, an auth frame, nothing else.
+inline auth_msg decode_auth_frame(std::span<const std::byte> f) {
+  if (f.size() > max_auth_frame) throw serialization_error("fiber: auth frame too large");
+  return decode_frame<auth_msg>(frame_kind::auth, f);
+}
+
+inline nonce_t random_nonce() {
+  nonce_t n{};
+  std::size_t got = 0;
+  while (got < n.size()) {
+    auto r = ::getrandom(n.data() + got, n.size() - got, 0);
+    if (r > 0) got += std::size_t(r);
+  }
+  return n;
+}
+
+inline mac_t hmac(std::string_view key, std::span<const std::byte> data) {
+  mac_t out{};
+  unsigned len = 0;
+  ::HMAC(EVP_sha256(), key.data(), int(key.size()), reinterpret_cast<const unsigned char*>(data.data()), data.size(),
+         out.data(), &len);
+  return out;
+}
+
+inline bool mac_equal(const mac_t& a, const mac_t& b) { return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0; }
+
+/// What the client's MAC covers: the server's nonce and the identity it claims.
+inline mac_t client_proof(std::string_view secret, const nonce_t& server_nonce, const auth_msg& a) {
+  writer w;
+  w.write(std::string("fiber-c"));
+  w.write(server_nonce);
+  w.write(a.nonce);
+  w.write(a.role);
+  w.write(a.worker_id);
+  w.write(a.registry_hash);
+  w.write(a.build_id);
+  return hmac(secret, w.buffer());
+}
+
+inline mac_t server_proof(std::string_view secret, const nonce_t& client_nonce) {
+  writer w;
+  w.write(std::string("fiber-s"));
+  w.write(client_nonce);
+  return hmac(secret, w.buffer());
+}
+
+inline std::string to_hex(std::span<const std::uint8_t> b) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  for (auto c : b) {
+    s += digits[c >> 4];
+    s += digits[c & 15];
+  }
+  return s;
+}
+
+} // namespace fiber::detail

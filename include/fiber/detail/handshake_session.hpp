@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/handshake_session.hpp
+/// Both ends of the connection handshake on a fresh stream: the server's
+/// challenge, the client's proof and identity, the server's proof and its
+/// configuration, or a refusal naming both binaries (see handshake.hpp).
+
+#include <fiber/detail/frame.hpp>
+#include <fiber/detail/handshake.hpp>
+#include <fiber/detail/stream.hpp>
+#include <fiber/error.hpp>
+#include <fiber/log.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <unistd.h>
+
+namespace fiber::detail {
+
+/// What this process proves and compares in a handshake.
+struct handshake_identity {
+  std::string secret;             ///< the run's secret (hex)
+  std::string build_id;           ///< build_id() of this executable
+  std::uint64_t registry_hash = 0; ///< the target registry's hash
+  std::string name;               ///< this process's name, sent by clients
+};
+
+/// Who is on the other end of a link.
+struct peer_identity {
+  role r = role::client;
+  std::uint64_t worker_id = 0;
+  std::int64_t pid = 0;
+  std::string host, name;
+};
+
+/// What the server side reports. Each runs on the stream's executor.
+struct server_handshake_hooks {
+  /// The peer proved the secret and runs this binary; auth_ok is on its way.
+  std::function<void(peer_identity, stream)> authenticated;
+  /// The peer proved the secret but runs another binary: it was sent
+  /// `refused` with `reason`.
+  std::function<void(const peer_identity&, const std::string& reason)> mismatched;
+  /// A peer was dropped before it proved anything (bad frame, bad proof):
+  /// for the refused-peers count.
+  std::function<void()> dropped;
+};
+
+/// Server side of the challenge–response on an accepted stream. Nothing but
+/// the bounded auth frame is read before the peer proves it knows the
+/// secret; a peer silent for 5 s is dropped. `config` is the configuration
+/// sent to an authenticated peer; frames after the handshake are bounded by
+/// `max_message_size`. `keep` lives as long as the handshake (a slot count).
+inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s, const handshake_identity& me,
+                             std::map<std::string, std::string> config, std::size_t max_message_size,
+                             std::shared_ptr<void> keep, server_handshake_hooks hooks) {
+  s->set_max_message_size(max_auth_frame); // refused before allocating
+  auto nonce = random_nonce();
+  s->async_send(frame(frame_kind::challenge, challenge_msg{nonce, protocol_version}), [](std::error_code) {});
+  auto timer = std::make_shared<asio::steady_timer>(ex, std::chrono::seconds(5));
+  timer->async_wait([s](std::error_code ec) {
+    if (!ec) s->close(); // too slow: drop it
+  });
+  s->async_recv([s, nonce, timer, keep, me, config = std::move(config), max_message_size,
+                 hooks = std::move(hooks)](std::error_code ec, message m) mutable {
+    timer->cancel();
+    if (ec == asio::error::message_size) {
+      hooks.dropped();
+      log(log_level::warning, "refused a peer: handshake frame over ", max_auth_frame, " bytes");
+    }
+    if (ec) return;
+    auth_msg a;
+    try {
+      a = decode_auth_frame(m);
+    } catch (const std::exception& e) {
+      hooks.dropped();
+      log(log_level::warning, "refused a peer: malformed handshake (", e.what(), ")");
+      return s->close();
+    }
+    if (!mac_equal(a.mac, client_proof(me.secret, nonce, a))) {
+      hooks.dropped();
+      log(log_level::warning, "refused a peer from pid ", a.pid, ": authentication failed");
+      return s->close();
+    }
+    s->set_max_message_size(max_message_size);
+    peer_identity peer{role(a.role), a.worker_id, a.pid, a.host, a.name};
+    if (a.registry_hash != me.registry_hash || a.build_id != me.build_id) {
+      std::string reason = "fiber: handshake refused: worker '" + a.name + "' (pid " + std::to_string(a.pid) +
+                           " on " + a.host + ") runs build " + a.build_id + " with registry " +
+                           std::to_string(a.registry_hash) + ", master runs build " + me.build_id +
+                           " with registry " + std::to_string(me.registry_hash);
+      log(log_level::error, reason);
+      s->async_send(frame(frame_kind::refused, refused_msg{reason}), [s](std::error_code) { s->close(); });
+      return hooks.mismatched(peer, reason);
+    }
+    s->async_send(frame(frame_kind::auth_ok, auth_ok_msg{server_proof(me.secret, a.nonce), std::move(config)}),
+                  [](std::error_code) {});
+    hooks.authenticated(std::move(peer), std::move(*s));
+  });
+}
+
+/// Completion of the client side: the error (handshake_error: refused or a
+/// server that failed to authenticate; worker_lost: the connection failed),
+/// or the stream and the server's configuration.
+using client_handshake_done =
+    std::function<void(std::exception_ptr, stream, std::map<std::string, std::string> config)>;
+
+/// Client side on a connected stream: answer the challenge as `r` (worker
+/// `worker_id`, or a client), then check the server's proof. Until then
+/// frames are bounded by max_handshake_reply; afterwards by `max_message_size`.
+inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity& me, role r,
+                             std::uint64_t worker_id, std::size_t max_message_size, client_handshake_done done) {
+  s->set_max_message_size(max_handshake_reply); // the server is not authenticated yet
+  s->async_recv([s, me, r, worker_id, max_message_size, done = std::move(done)](std::error_code ec,
+                                                                                 message m) mutable {
+    auto fail = [&](std::exception_ptr e) { done(e, stream{}, {}); };
+    if (ec) return fail(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())));
+    challenge_msg c;
+    try {
+      c = decode_frame<challenge_msg>(frame_kind::challenge, m);
+    } catch (const std::exception& e) {
+      return fail(std::make_exception_ptr(handshake_error(std::string("fiber: bad challenge: ") + e.what())));
+    }
+    auth_msg a;
+    a.nonce = random_nonce();
+    a.role = std::uint8_t(r);
+    a.worker_id = worker_id;
+    a.registry_hash = me.registry_hash;
+    a.build_id = me.build_id;
+    a.pid = ::getpid();
+    char host[256] = "";
+    ::gethostname(host, sizeof host);
+    a.host = host;
+    a.name = me.name;
+    a.mac = client_proof(me.secret, c.nonce, a);
+    s->async_send(frame(frame_kind::auth, a), [](std::error_code) {});
+    s->async_recv([s, a, me, max_message_size, done = std::move(done)](std::error_code ec, message m) mutable {
+      if (ec) return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), stream{}, {});
+      try {
+        auto [k, body] = unframe(m);
+        if (k == frame_kind::refused) throw handshake_error(deserialize<refused_msg>(body).reason);
+        if (k != frame_kind::auth_ok) throw handshake_error("fiber: unexpected handshake reply");
+        auto ok = deserialize<auth_ok_msg>(body);
+        if (!mac_equal(ok.mac, server_proof(me.secret, a.nonce)))
+          throw handshake_error("fiber: the master failed to authenticate");
+        s->set_max_message_size(max_message_size);
+        done(nullptr, std::move(*s), std::move(ok.config));
+      } catch (...) {
+        done(std::current_exception(), stream{}, {});
+      }
+    });
+  });
+}
+
+} // namespace fiber::detail

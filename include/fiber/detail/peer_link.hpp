@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/peer_link.hpp
+/// An authenticated connection to another fiber process: framed sends and
+/// receives on the runtime thread, heartbeats both ways, and a peer that stays
+/// silent for heartbeat_timeout_ms is closed.
+
+#include <fiber/config.hpp>
+#include <fiber/detail/buffer_cache.hpp>
+#include <fiber/detail/frame.hpp>
+#include <fiber/detail/handshake_session.hpp>
+#include <fiber/detail/stream.hpp>
+#include <fiber/log.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/error.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fiber::detail {
+
+using clock = std::chrono::steady_clock;
+
+/// An authenticated connection. Runtime thread only. Sends are queued by the
+/// transport (and coalesced into one write while one is in flight); receives
+/// loop until close. A peer silent for heartbeat_timeout_ms is closed.
+class peer_link : public std::enable_shared_from_this<peer_link> {
+public:
+  /// (kind, body, frame): `body` lies in `frame`, which the handler may move
+  /// out to keep the bytes without a copy (a vector's move keeps its buffer).
+  using message_handler = std::function<void(frame_kind, std::span<const std::byte>, message&)>;
+  using close_handler = std::function<void(const std::string& reason)>;
+
+  peer_link(stream s, peer_identity peer) : stream_(std::move(s)), timer_(stream_.get_executor()), peer_(std::move(peer)) {
+    static std::atomic<std::uint64_t> next{1};
+    id_ = next++;
+  }
+
+  void start(message_handler on_message, close_handler on_close) {
+    on_message_ = std::move(on_message);
+    on_close_ = std::move(on_close);
+    interval_ = std::chrono::milliseconds(config_int("heartbeat_interval_ms"));
+    timeout_ = std::chrono::milliseconds(config_int("heartbeat_timeout_ms"));
+    last_recv_ = last_send_ = clock::now();
+    read();
+    tick();
+  }
+
+  /// `on_sent` (optional) runs once the frame is written to the connection
+  /// or could not be (link closed).
+  void send(std::vector<std::byte> f, std::function<void()> on_sent = {}) {
+    send(std::move(f), shared_bytes{}, std::move(on_sent));
+  }
+  /// The frame `f` followed by `tail` (not copied).
+  void send(std::vector<std::byte> f, shared_bytes tail, std::function<void()> on_sent = {}) {
+    if (closed_) {
+      if (on_sent) on_sent();
+      return;
+    }
+    last_send_ = clock::now();
+    stream_.async_send(std::move(f), std::move(tail), [self = shared_from_this(), on_sent = std::move(on_sent)](std::error_code ec) {
+      if (ec) self->close("send failed: " + ec.message());
+      if (on_sent) on_sent();
+    });
+  }
+
+  /// Idempotent. The close handler runs once, after this returns.
+  void close(const std::string& reason) {
+    if (closed_) return;
+    closed_ = true;
+    timer_.cancel();
+    stream_.close();
+    if (auto h = std::move(on_close_)) asio::post(stream_.get_executor(), [h, reason] { h(reason); });
+    on_message_ = nullptr;
+  }
+
+  bool closed() const noexcept { return closed_; }
+
+  /// Lends the link's read side to a thread that blocks on it (a worker's
+  /// main thread waiting for work; see transport's lent_reader). `granted`
+  /// runs on the executor. The borrower calls note_received() for every
+  /// frame, hands the frames it does not handle to deliver(), and gives the
+  /// reader back before it blocks elsewhere for long; while it is busy (not
+  /// in recv), the heartbeat tick takes the read side back. Executor only.
+  void lend_reader(std::function<void(lent_reader)> granted) {
+    if (!closed_) stream_.lend_reader(std::move(granted));
+  }
+  /// Any thread: a frame arrived (for the heartbeat timeout).
+  void note_received() noexcept { last_recv_.store(clock::now(), std::memory_order_relaxed); }
+  /// Any thread: handle `m` (a whole frame) on the executor as if read there.
+  void deliver(message m) {
+    asio::post(stream_.get_executor(), [self = shared_from_this(), m = std::move(m)]() mutable {
+      if (!self->closed_) self->handle(m);
+    });
+  }
+
+  /// For synchronous sends from other threads while the link has nothing
+  /// queued (see transport's direct_writer); heartbeats go on as before.
+  direct_writer direct() const noexcept { return stream_.direct(); }
+  const peer_identity& peer() const noexcept { return peer_; }
+  std::uint64_t id() const noexcept { return id_; }
+  asio::any_io_executor get_executor() { return stream_.get_executor(); }
+
+private:
+  void read() {
+    stream_.async_recv([self = shared_from_this()](std::error_code ec, message m) {
+      if (self->closed_) return;
+      if (ec) return self->close(ec == asio::error::eof ? "connection closed" : "receive failed: " + ec.message());
+      self->note_received();
+      self->handle(m);
+      if (!self->closed_) self->read();
+    });
+  }
+
+  void handle(message& m) {
+    try {
+      auto [k, body] = unframe(m);
+      if (k != frame_kind::heartbeat && on_message_) on_message_(k, body, m);
+    } catch (const std::exception& e) {
+      log(log_level::warning, "dropping malformed frame from ", peer_.name, ": ", e.what());
+    }
+    buffer_cache::instance().give(std::move(m)); // unless the handler kept it
+  }
+
+  void tick() {
+    timer_.expires_after(interval_);
+    timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (ec || self->closed_) return;
+      auto now = clock::now();
+      // A borrower busy elsewhere reads nothing: read here again, and count
+      // silence from now on.
+      if (self->stream_.take_back_reader()) self->note_received();
+      if (now - self->last_recv_.load(std::memory_order_relaxed) > self->timeout_)
+        return self->close("heartbeat missed");
+      if (now - self->last_send_ >= self->interval_) self->send(frame(frame_kind::heartbeat));
+      self->tick();
+    });
+  }
+
+  stream stream_;
+  asio::steady_timer timer_;
+  peer_identity peer_;
+  std::uint64_t id_ = 0;
+  message_handler on_message_;
+  close_handler on_close_;
+  clock::duration interval_{}, timeout_{};
+  std::atomic<clock::time_point> last_recv_;
+  clock::time_point last_send_;
+  bool closed_ = false;
+};
+
+} // namespace fiber::detail

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/service.hpp
+/// A service: something in this process that other processes send requests
+/// to (a Queue broker, a Pipe relay, an object relay), and how it answers.
+
+#include <fiber/detail/wire_status.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace fiber::detail {
+
+/// Answers one request: ok and the result, or a failure and its payload
+/// (wire_status.hpp). Called exactly once.
+using reply_fn = std::function<void(wire_status status, std::vector<std::byte> payload)>;
+
+/// Something in this process that other processes send requests to: a
+/// Queue broker, a Pipe relay, an object host. Runtime thread only.
+class service {
+public:
+  virtual ~service() = default;
+  /// Handle one request; call `reply` exactly once, now or later. `peer` is
+  /// the link id of the caller (0: this process).
+  virtual void handle(std::uint64_t peer, std::uint32_t op, std::span<const std::byte> payload, reply_fn reply) = 0;
+  /// A client link closed: drop whatever it held.
+  virtual void peer_gone(std::uint64_t /*peer*/) {}
+};
+
+/// Completion of a request: exception (remote_error, worker_lost, ...) or payload.
+using request_done = std::function<void(std::exception_ptr, std::vector<std::byte>)>;
+
+} // namespace fiber::detail

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/stream.hpp
+/// fiber's connection: a message-framed, full-duplex nng byte stream driven
+/// by Asio (`stream`), plus the two handles other threads use on it: a
+/// synchronous `direct_writer` and a borrowed `lent_reader`.
+
+#include <fiber/detail/completion.hpp>
+#include <fiber/detail/stream_core.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/error.hpp>
+
+#include <nng/nng.h>
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace fiber::detail {
+
+/// the stream has nothing else to write (stream_core::try_send_direct).
+/// Copyable; keeps the stream's state alive, not its connection.
+class direct_writer {
+public:
+  direct_writer() noexcept = default;
+  /// True once `m`, then `tail`, are written as one frame. False, having done nothing,
+  /// while the stream is writing or has messages queued, once it is closed,
+  /// and for an empty writer; false too if the write failed (the stream is
+  /// then closed, as when an async_send fails).
+  bool try_send(std::span<const std::byte> m, std::span<const std::byte> tail = {}) const {
+    return core_ && core_->try_send_direct(m, tail);
+  }
+  explicit operator bool() const noexcept { return core_ != nullptr; }
+
+private:
+  friend class stream;
+  explicit direct_writer(std::shared_ptr<stream_core> c) noexcept : core_(std::move(c)) {}
+  std::shared_ptr<stream_core> core_;
+};
+
+/// The read side of a stream, lent to one thread that blocks on it (a
+/// worker's main thread waiting for work): frames then reach that thread
+/// straight from nng's poller, without the hops through nng's callback
+/// thread and the executor. Lent with stream::lend_reader, on the executor;
+/// meanwhile async_recv waits. Copyable (all copies are one borrower: use
+/// them from one thread at a time); keeps the stream's state alive.
+class lent_reader {
+public:
+  lent_reader() noexcept = default;
+  /// Blocks for the next frame. Errors: asio::error::already_started when
+  /// the executor took the read side back (stream::take_back_reader) while
+  /// this thread was not in recv: ask for it again; otherwise the stream's
+  /// error (eof, message_size, ...): call give_back(ec), the stream closes.
+  std::error_code recv(message& m) const { return core_->recv_lent(m); }
+  /// Returns the read side: async_recv is served again (buffered frames
+  /// first). With an error, the stream is closed with it. No-op once taken back.
+  void give_back(std::error_code ec = {}) const { core_->give_back(ec); }
+  explicit operator bool() const noexcept { return core_ != nullptr; }
+
+private:
+  friend class stream;
+  explicit lent_reader(std::shared_ptr<stream_core> c) noexcept : core_(std::move(c)) {}
+  std::shared_ptr<stream_core> core_;
+};
+
+/// One connected byte stream carrying length-prefixed messages. Move-only;
+/// destroying it closes the connection (pending operations complete with
+/// operation_aborted). Not thread-safe: use it on its executor.
+class stream {
+public:
+  using executor_type = asio::any_io_executor;
+
+  /// An empty stream (is_open() == false); operations fail with bad_descriptor.
+  stream() noexcept = default;
+  /// Takes ownership of `s` (also on exception).
+  stream(executor_type ex, nng_stream* s, const transport_options& opt) {
+    stream_ptr owned(s);
+    core_ = std::make_shared<stream_core>(std::move(ex), std::move(owned), opt);
+    core_->start();
+  }
+  stream(stream&&) noexcept = default;
+  stream& operator=(stream&& o) noexcept {
+    if (this != &o) {
+      close();
+      core_ = std::move(o.core_);
+    }
+    return *this;
+  }
+  ~stream() { close(); }
+
+  executor_type get_executor() const noexcept { return core_ ? core_->executor() : executor_type{}; }
+
+  /// Queues `m`; completes with void(std::error_code) once it is written.
+  /// Messages queued while a write is in flight leave together in one
+  /// nng_stream_send (batching); a lone message is written immediately.
+  /// Messages above max_message_size fail with asio::error::message_size.
+  template <asio::completion_token_for<void(std::error_code)> Token>
+  auto async_send(message m, Token&& token) {
+    return async_send(std::move(m), shared_bytes{}, std::forward<Token>(token));
+  }
+
+  /// As above, for the frame `m` followed by `tail` (not copied: `tail.owner`
+  /// is held until the frame is written or has failed).
+  template <asio::completion_token_for<void(std::error_code)> Token>
+  auto async_send(message m, shared_bytes tail, Token&& token) {
+    return asio::async_initiate<Token, void(std::error_code)>(
+        [core = core_](auto handler, message m, shared_bytes tail) {
+          if (!core) return post_error(std::move(handler), asio::error::bad_descriptor);
+          completion<std::error_code> c(std::move(handler), core->executor());
+          core->start_send(std::move(m), std::move(tail), std::move(c));
+        },
+        token, std::move(m), std::move(tail));
+  }
+
+  /// Completes with void(std::error_code, message): the next whole message.
+  /// Errors: eof / connection_reset (peer gone), message_size (oversized
+  /// frame; the stream is closed), operation_aborted (close() or cancelled).
+  template <asio::completion_token_for<void(std::error_code, message)> Token>
+  auto async_recv(Token&& token) {
+    return asio::async_initiate<Token, void(std::error_code, message)>(
+        [core = core_](auto handler) {
+          if (!core) return post_error(std::move(handler), asio::error::bad_descriptor, message{});
+          completion<std::error_code, message> c(std::move(handler), core->executor());
+          core->start_recv(std::move(c));
+        },
+        token);
+  }
+
+  /// Closes the connection; pending operations complete with operation_aborted.
+  void close() noexcept {
+    if (core_) core_->close();
+  }
+  /// A writer other threads may use for synchronous sends (see direct_writer).
+  direct_writer direct() const noexcept { return direct_writer(core_); }
+  /// Lends the read side (see lent_reader): once whole buffered frames have
+  /// gone to pending async_recv operations and no nng read is in flight (one
+  /// is cancelled; bytes it got are kept), `granted(reader)` runs on the
+  /// executor. Never runs if the stream closes first, nor for a TLS
+  /// stream (its read side stays with the executor). Executor only.
+  void lend_reader(std::function<void(lent_reader)> granted) {
+    if (!core_) return;
+    core_->lend([core = core_, granted = std::move(granted)] { granted(lent_reader(core)); });
+  }
+  /// Takes the read side back if it is lent and its borrower is not blocked
+  /// in recv; true if it did. Executor only.
+  bool take_back_reader() { return core_ && core_->take_back(); }
+  /// False after close(), after the peer went away, or for an empty stream.
+  bool is_open() const noexcept { return core_ && core_->is_open(); }
+  /// Best effort, for logs ("tcp://1.2.3.4:5678", "ipc:///run/x.ipc (pid 42)").
+  std::string peer_address() const { return core_ ? core_->peer_address() : std::string(); }
+  /// Changes the limit for frames whose length header has not been parsed
+  /// yet, in both directions (e.g. a small bound until the peer has
+  /// authenticated). A frame already being read into its own buffer keeps
+  /// the limit it was checked against.
+  void set_max_message_size(std::size_t n) noexcept {
+    if (core_) core_->set_max_message_size(n);
+  }
+  /// Counters since the stream was created (zero for an empty stream).
+  stream_stats stats() const noexcept { return core_ ? core_->stats() : stream_stats{}; }
+
+private:
+  std::shared_ptr<stream_core> core_;
+};
+
+} // namespace fiber::detail

@@ -1,0 +1,589 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/stream_core.hpp
+/// The state of one framed nng stream and its three ways of being driven:
+/// by its executor (async send/recv), by any thread writing directly while
+/// the executor has nothing to write, and by one thread it lent its reads to.
+
+#include <fiber/detail/buffer_cache.hpp>
+#include <fiber/detail/bytes.hpp>
+#include <fiber/detail/completion.hpp>
+#include <fiber/detail/frame_buffer.hpp>
+#include <fiber/detail/nng_error.hpp>
+#include <fiber/detail/nng_ptr.hpp>
+#include <fiber/detail/tls_config.hpp>
+#include <fiber/detail/write_batch.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/error.hpp>
+#include <asio/post.hpp>
+
+#include <nng/nng.h>
+#include <nng/supplemental/tls/tls.h>
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace fiber::detail {
+
+/// Counters of one stream (for tests, benchmarks and logs).
+struct stream_stats {
+  std::uint64_t messages_sent = 0;     ///< messages fully written
+  std::uint64_t nng_sends = 0;         ///< nng_stream_send calls (batches + continuations)
+  std::uint64_t messages_received = 0; ///< messages delivered to async_recv
+  std::uint64_t nng_recvs = 0;         ///< nng_stream_recv calls
+};
+
+/// A stream's state. Shared so that completions posted from nng threads
+/// (which hold a reference while an nng operation is in flight) stay valid
+/// after the `stream` handle moved or died. Touched only on `ex`.
+class stream_core : public std::enable_shared_from_this<stream_core> {
+public:
+  static constexpr std::size_t read_buffer_size = frame_buffer::capacity;
+  static constexpr std::size_t copy_threshold = write_batch::copy_threshold;
+  static constexpr std::size_t inline_write_limit = 64 * 1024; // batches up to this are written inline
+
+  stream_core(asio::any_io_executor ex, stream_ptr s, const transport_options& opt)
+      : ex_(std::move(ex)), s_(std::move(s)),
+        max_(std::min<std::size_t>(opt.max_message_size, UINT32_MAX)),
+        saio_(make_aio(&stream_core::on_send_cb, this)),
+        raio_(make_aio(&stream_core::on_recv_cb, this)) {
+    bool verified = false; // only TLS streams know this option
+    tls_ = nng_stream_get_bool(s_.get(), NNG_OPT_TLS_VERIFIED, &verified) == 0;
+  }
+
+  // ---- send
+  void start_send(message m, shared_bytes tail, completion<std::error_code> done) {
+    if (dead_) return done(via::post, dead_);
+    if (m.size() + tail.bytes.size() > max_) return done(via::post, asio::error::message_size);
+    const auto id = ++next_id_;
+    install_canceller(done.slot(), id, true);
+    sendq_.push_back({id, std::move(m), std::move(tail), std::move(done)});
+    bool direct_busy;
+    {
+      std::lock_guard lk(wire_mu_);
+      exec_busy_ = true; // from now on no direct write starts
+      direct_busy = direct_busy_;
+    }
+    // While a direct write owns the wire, the message waits: the direct
+    // writer posts kick() when it is done.
+    if (!writing_ && !direct_busy) schedule_write();
+  }
+
+  /// Any thread: writes `m` followed by `tail` as one frame now and returns
+  /// true once it is written — if nothing is being written or queued on this
+  /// stream and it is open. Otherwise returns false at once, having done
+  /// nothing (use async_send). A failed write closes the stream and returns false.
+  bool try_send_direct(std::span<const std::byte> m, std::span<const std::byte> tail = {}) {
+    if (m.size() + tail.size() > max_.load(std::memory_order_relaxed)) return false;
+    {
+      std::lock_guard lk(wire_mu_);
+      if (exec_busy_ || direct_busy_ || wire_dead_) return false;
+      direct_busy_ = true;
+    }
+    int rv = lazy_sync_aio(daio_);
+    std::size_t written = 0, calls = 0;
+    const frame_header hdr(static_cast<std::uint32_t>(m.size() + tail.size()));
+    const std::span<const std::byte> parts[3] = {{hdr.bytes, frame_header_size}, m, tail};
+    const std::size_t total = frame_header_size + m.size() + tail.size();
+    while (rv == 0 && written < total) { // nng may write part of the iov: go on from there
+      nng_iov iov[3];
+      unsigned k = 0;
+      std::size_t skip = written;
+      for (auto p : parts) {
+        if (skip >= p.size()) {
+          skip -= p.size();
+          continue;
+        }
+        iov[k++] = {const_cast<std::byte*>(p.data()) + skip, p.size() - skip};
+        skip = 0;
+      }
+      if ((rv = nng_aio_set_iov(daio_.get(), k, iov)) != 0) break;
+      ++calls;
+      nng_stream_send(s_.get(), daio_.get());
+      nng_aio_wait(daio_.get());
+      if ((rv = nng_aio_result(daio_.get())) == 0) written += nng_aio_count(daio_.get());
+    }
+    bool kick;
+    {
+      std::lock_guard lk(wire_mu_);
+      direct_busy_ = false;
+      direct_nng_sends_ += calls;
+      if (rv == 0) ++direct_sent_;
+      else wire_dead_ = true; // maybe a partial frame on the wire
+      kick = exec_busy_;
+    }
+    if (rv != 0) {
+      nng_stream_close(s_.get()); // thread-safe; the executor's operations end with errors
+      asio::post(ex_, [self = shared_from_this(), rv] { self->shutdown(make_nng_error(rv), via::dispatch); });
+      return false;
+    }
+    if (kick) asio::post(ex_, [self = shared_from_this()] { self->kick(); });
+    return true;
+  }
+
+  // ---- recv
+  void start_recv(completion<std::error_code, message> done) {
+    const auto id = ++next_id_;
+    install_canceller(done.slot(), id, false);
+    recvq_.push_back({id, std::move(done)});
+    pump_recv(via::post);
+  }
+
+  /// Starts the read pump (called once the core is owned by a shared_ptr).
+  void start() { read_more(); }
+
+  void close() {
+    closed_ = true; // buffered frames are not delivered after a local close
+    shutdown(asio::error::operation_aborted, via::post);
+    // Wait until nng's callbacks for this stream have run (they only post):
+    // afterwards nothing can post to the executor, so the io_context may be
+    // destroyed right after the stream.
+    nng_aio_stop(saio_.get());
+    nng_aio_stop(raio_.get());
+  }
+  bool is_open() const noexcept { return !dead_; }
+  void set_max_message_size(std::size_t n) noexcept { max_ = std::min<std::size_t>(n, UINT32_MAX); }
+
+  std::string peer_address() const {
+    nng_sockaddr sa{};
+    if (nng_stream_get_addr(s_.get(), NNG_OPT_REMADDR, &sa) != 0) return {};
+    char buf[INET6_ADDRSTRLEN] = {};
+    std::uint64_t pid = 0;
+    switch (sa.s_family) {
+    case NNG_AF_IPC: // both ends see the socket path: the peer's pid tells them apart
+      if (nng_stream_get_uint64(s_.get(), NNG_OPT_IPC_PEER_PID, &pid) == 0)
+        return std::string("ipc://") + sa.s_ipc.sa_path + " (pid " + std::to_string(pid) + ")";
+      return std::string("ipc://") + sa.s_ipc.sa_path;
+    case NNG_AF_INET:
+      inet_ntop(AF_INET, &sa.s_in.sa_addr, buf, sizeof buf);
+      return "tcp://" + std::string(buf) + ":" + std::to_string(ntohs(sa.s_in.sa_port));
+    case NNG_AF_INET6:
+      inet_ntop(AF_INET6, sa.s_in6.sa_addr, buf, sizeof buf);
+      return "tcp://[" + std::string(buf) + "]:" + std::to_string(ntohs(sa.s_in6.sa_port));
+    default: return {};
+    }
+  }
+
+  const asio::any_io_executor& executor() const noexcept { return ex_; }
+  stream_stats stats() const {
+    stream_stats s = stats_;
+    std::lock_guard lk(wire_mu_);
+    s.messages_sent += direct_sent_;
+    s.nng_sends += direct_nng_sends_;
+    std::lock_guard lk2(lend_mu_);
+    s.messages_received += lent_received_;
+    return s;
+  }
+
+private:
+  struct recv_op {
+    std::uint64_t id;
+    completion<std::error_code, message> done;
+  };
+
+  /// Lives in the handler's cancellation slot. Cancellation may be emitted
+  /// from any thread, so it only posts the request to the executor.
+  struct canceller {
+    canceller(std::weak_ptr<stream_core> c, std::uint64_t i, bool s) : core(std::move(c)), id(i), send(s) {}
+    std::weak_ptr<stream_core> core;
+    std::uint64_t id;
+    bool send;
+    void operator()(asio::cancellation_type_t type) const {
+      if (auto c = core.lock()) {
+        auto ex = c->ex_;
+        asio::post(ex, [c = std::move(c), id = id, send = send, type] { c->cancel(id, send, type); });
+      }
+    }
+  };
+
+  void install_canceller(asio::cancellation_slot& slot, std::uint64_t id, bool send) {
+    if (slot.is_connected()) slot.template emplace<canceller>(weak_from_this(), id, send);
+  }
+
+  void cancel(std::uint64_t id, bool send, asio::cancellation_type_t type) {
+    if (send) {
+      for (auto it = sendq_.begin(); it != sendq_.end(); ++it)
+        if (it->id == id) {
+          auto op = std::move(*it);
+          sendq_.erase(it);
+          publish_busy();
+          return op.done(via::dispatch, asio::error::operation_aborted);
+        }
+      if (batch_.contains(id) && (type & asio::cancellation_type::terminal) != asio::cancellation_type::none) {
+          // The batch may be between two partial writes (no nng op to
+          // cancel): the flag makes on_send stop instead of resubmitting.
+          cancel_write_ = true;
+          if (writing_) nng_aio_cancel(saio_.get()); // on_send: ECANCELED, closes the stream
+          return;
+        }
+    } else {
+      for (auto it = recvq_.begin(); it != recvq_.end(); ++it)
+        if (it->id == id) {
+          auto op = std::move(*it);
+          recvq_.erase(it);
+          return op.done(via::dispatch, asio::error::operation_aborted, message{});
+        }
+    }
+  }
+
+  // The stream is unusable from now on: remember the first reason and close
+  // nng's stream (in-flight nng operations finish promptly with ECLOSED).
+  void mark_dead(std::error_code ec) {
+    if (dead_) return;
+    dead_ = ec;
+    {
+      std::lock_guard lk(wire_mu_);
+      wire_dead_ = true;
+    }
+    nng_stream_close(s_.get());
+  }
+
+  // Tells direct writers whether the executor owns the write side (a write
+  // in flight or messages queued). Called after every change of either.
+  void publish_busy() {
+    std::lock_guard lk(wire_mu_);
+    exec_busy_ = writing_ || !sendq_.empty();
+  }
+
+  // A direct write has ended while messages were queued behind it, or a
+  // scheduled write is due: start it unless the wire is busy.
+  void kick() {
+    bool direct_busy;
+    {
+      std::lock_guard lk(wire_mu_);
+      direct_busy = direct_busy_;
+    }
+    if (!writing_ && !sendq_.empty() && !dead_ && !direct_busy) start_write();
+    publish_busy();
+  }
+  // mark_dead, then fail queued sends; pending receives fail once buffered
+  // whole frames are delivered. Idempotent.
+  void shutdown(std::error_code ec, via v) {
+    mark_dead(ec);
+    lend_to_ = nullptr; // never granted now (it holds a reference to this core)
+    auto q = std::move(sendq_);
+    sendq_.clear();
+    publish_busy();
+    for (auto& op : q) op.done(v, ec);
+    pump_recv(v);
+  }
+
+  // The write starts once the current handler returns: what it queues after
+  // this message leaves in the same write.
+  void schedule_write() {
+    if (write_scheduled_) return;
+    write_scheduled_ = true;
+    asio::post(ex_, [self = shared_from_this()] {
+      self->write_scheduled_ = false;
+      self->kick();
+    });
+  }
+
+  // ---- write path: everything queued while a write is in flight goes out
+  // in the next single nng_stream_send (see write_batch).
+  void start_write() {
+    cancel_write_ = false;
+    inline_tried_ = false;
+    batch_.fill(sendq_);
+    submit_write();
+  }
+
+  void submit_write() {
+    writing_ = true;
+    if (try_inline_write()) return;
+    if (int rv = nng_aio_set_iov(saio_.get(), batch_.iov_count(), batch_.iov())) {
+      // Fail through the normal completion path, never inline.
+      asio::post(ex_, [self = shared_from_this(), rv] { self->on_send(rv, 0); });
+      return;
+    }
+    skeep_ = shared_from_this();
+    ++stats_.nng_sends;
+    nng_stream_send(s_.get(), saio_.get());
+  }
+
+  // A small batch is written here, with a callback-less aio: nng's ipc and
+  // tcp streams write at once when the socket has room (a send completes
+  // once some bytes are written), so the completion needs no hop through
+  // nng's callback thread and back to the executor. If the socket has no
+  // room at all, the send is still pending when nng_stream_send returns: it
+  // is cancelled (nothing was written, or the poller wrote some bytes first
+  // and completed it: both under nng's lock) and the batch goes the asynchronous
+  // way. No timeout: one would wake nng's expire thread on every write.
+  // Not for TLS (its engine completes on nng's threads anyway).
+  bool try_inline_write() {
+    if (tls_ || inline_tried_ || !batch_.untouched()) return false;
+    inline_tried_ = true;
+    if (batch_.bytes() > inline_write_limit || lazy_sync_aio(xaio_) != 0) return false;
+    if (nng_aio_set_iov(xaio_.get(), batch_.iov_count(), batch_.iov()) != 0) return false;
+    ++stats_.nng_sends;
+    nng_stream_send(s_.get(), xaio_.get());
+    nng_aio_cancel(xaio_.get()); // no effect if it completed; pending: there was no room
+    nng_aio_wait(xaio_.get());
+    const int rv = nng_aio_result(xaio_.get());
+    const std::size_t n = nng_aio_count(xaio_.get());
+    if (rv == NNG_ECANCELED && n == 0) return false; // wait asynchronously
+    on_send(rv, n, via::post); // handlers never run inside this call
+    return true;
+  }
+
+  // nng thread: only hand the result over to the executor. Moving the keep
+  // into the posted function guarantees this thread never drops the last
+  // reference (the destructor stops aios, which must not run on nng's
+  // threads).
+  static void on_send_cb(void* arg) {
+    auto* self = static_cast<stream_core*>(arg);
+    const int rv = nng_aio_result(self->saio_.get());
+    const std::size_t n = nng_aio_count(self->saio_.get());
+    auto ex = self->ex_;
+    asio::post(ex, [keep = std::move(self->skeep_), rv, n] { keep->on_send(rv, n); });
+  }
+
+  void on_send(int rv, std::size_t n, via v = via::dispatch) {
+    writing_ = false;
+    if (rv == 0) {
+      if (batch_.advance(n)) { // whole batch written (else: nng wrote part of it, go on)
+        auto done = batch_.take();
+        stats_.messages_sent += done.size();
+        if (!sendq_.empty() && !dead_) start_write(); // queue behind, then notify
+        publish_busy();
+        for (auto& op : done) {
+          op.done(v, {});
+          buffer_cache::instance().give(std::move(op.msg));
+        }
+        return;
+      }
+      if (!dead_ && !cancel_write_) return submit_write();
+      rv = NNG_ECANCELED;
+    }
+    // A failed or cancelled write may have left a partial frame: the stream
+    // cannot be used any more.
+    mark_dead(make_nng_error(rv)); // first: handlers run below must see a dead stream
+    const std::error_code ec = dead_;
+    for (auto& op : batch_.take()) op.done(v, ec);
+    shutdown(ec, v); // then what was queued behind, in order
+  }
+
+  // ---- read path: reads land in a 64 KiB buffer, so several small frames
+  // arriving together cost one nng_stream_recv and a buffered frame completes
+  // an async_recv without touching nng. One read is kept in flight while the
+  // buffer has room, even with no async_recv waiting: nng's TLS handshake
+  // only progresses while both ends have an operation pending, and a dead
+  // peer is noticed early. Memory stays bounded by the buffer: a frame that
+  // does not fit is read straight into its own message, allocated only once
+  // an async_recv waits for it.
+  void pump_recv(via v) {
+    if (pumping_) return; // re-entered from a handler run inline: the outer loop continues
+    pumping_ = true;
+    while (!recvq_.empty()) {
+      message m;
+      if (lent_ && !dead_) break; // the borrower owns the buffer
+      if (!lent_ && next_frame(m, v)) {
+        ++stats_.messages_received;
+        auto op = std::move(recvq_.front());
+        recvq_.pop_front();
+        op.done(v, {}, std::move(m));
+      } else if (dead_) {
+        auto op = std::move(recvq_.front());
+        recvq_.pop_front();
+        op.done(v, dead_, message{});
+      } else {
+        break;
+      }
+    }
+    pumping_ = false;
+    read_more();
+  }
+
+  void read_more() {
+    if (reading_ || lent_) return;
+    if (lend_to_ && !dead_) return finish_lend();
+    if (!dead_ && rbuf_.wants_read()) start_read();
+  }
+
+  // Extracts the next whole frame if buffered. While a read is in flight the
+  // buffer's free region belongs to nng: only consume, never move data.
+  bool next_frame(message& m, via v) {
+    if (closed_) return false;
+    switch (rbuf_.parse(m, max_, reading_)) {
+    case frame_buffer::parsed::frame: return true;
+    case frame_buffer::parsed::too_big: shutdown(asio::error::message_size, v); return false;
+    default: return false;
+    }
+  }
+
+  void start_read() {
+    nng_iov iov = rbuf_.next_read();
+    nng_aio_set_iov(raio_.get(), 1, &iov); // n <= 4 cannot fail
+    reading_ = true;
+    rkeep_ = shared_from_this();
+    ++stats_.nng_recvs;
+    nng_stream_recv(s_.get(), raio_.get());
+  }
+
+  static void on_recv_cb(void* arg) {
+    auto* self = static_cast<stream_core*>(arg);
+    const int rv = nng_aio_result(self->raio_.get());
+    const std::size_t n = nng_aio_count(self->raio_.get());
+    auto ex = self->ex_;
+    asio::post(ex, [keep = std::move(self->rkeep_), rv, n] { keep->on_recv(rv, n); });
+  }
+
+  void on_recv(int rv, std::size_t n) {
+    reading_ = false;
+    if (rv == 0 && n > 0)
+      rbuf_.commit(n);
+    else if (!(rv == NNG_ECANCELED && lend_to_)) // cancelled to lend the read side: no error
+      shutdown(rv == 0 ? std::error_code(asio::error::eof) : make_nng_error(rv), via::dispatch);
+    pump_recv(via::dispatch);
+  }
+
+public:
+  // ---- lending the read side: the executor lends it; the borrower reads
+  // with its own callback-less aio (nng completes it on the poller thread
+  // and wakes the borrower: no hop through nng's callback thread and the
+  // executor). lent_ is the executor's view; lend_state_ (under lend_mu_) is
+  // shared with the borrower, who may be reading or not.
+  enum class lend_state { home, lent_idle, lent_reading };
+
+  void lend(std::function<void()> granted) {
+    // dead: the close path reports it. TLS: with nng 1.5.2, TLS links whose
+    // receive was cancelled for a lend went silent now and then (test_security's
+    // TLS Pool): their read side stays with the executor.
+    if (dead_ || lent_ || tls_) return;
+    lend_to_ = std::move(granted);
+    if (reading_) nng_aio_cancel(raio_.get()); // on_recv → pump_recv → finish_lend
+    else pump_recv(via::dispatch);
+  }
+
+  // Called by read_more once buffered whole frames went to waiting receivers.
+  void finish_lend() {
+    auto granted = std::move(lend_to_);
+    lend_to_ = nullptr;
+    lent_ = true;
+    {
+      std::lock_guard lk(lend_mu_);
+      lend_state_ = lend_state::lent_idle;
+    }
+    granted();
+  }
+
+  /// Borrower: the next frame, or an error: already_started (taken back
+  /// while the borrower was not reading: ask again), or the stream's error
+  /// (hand it to give_back: the executor then closes the stream).
+  std::error_code recv_lent(message& m) {
+    {
+      std::lock_guard lk(lend_mu_);
+      if (lend_state_ != lend_state::lent_idle) return asio::error::already_started;
+      lend_state_ = lend_state::lent_reading;
+    }
+    std::error_code ec;
+    for (;;) {
+      auto p = rbuf_.parse(m, max_, false);
+      if (p == frame_buffer::parsed::frame) break;
+      if (p == frame_buffer::parsed::too_big) {
+        ec = asio::error::message_size;
+        break;
+      }
+      if (int rv = lazy_sync_aio(draio_)) {
+        ec = make_nng_error(rv);
+        break;
+      }
+      nng_iov iov = rbuf_.next_read();
+      nng_aio_set_iov(draio_.get(), 1, &iov);
+      nng_stream_recv(s_.get(), draio_.get());
+      nng_aio_wait(draio_.get());
+      const int rv = nng_aio_result(draio_.get());
+      const std::size_t n = nng_aio_count(draio_.get());
+      if (rv != 0 || n == 0) {
+        ec = rv == 0 ? std::error_code(asio::error::eof) : make_nng_error(rv);
+        break;
+      }
+      rbuf_.commit(n);
+    }
+    std::lock_guard lk(lend_mu_);
+    lend_state_ = lend_state::lent_idle;
+    if (!ec) ++lent_received_;
+    return ec;
+  }
+
+  /// Borrower: hands the read side back (with the error that ended it, if any).
+  void give_back(std::error_code ec) {
+    {
+      std::lock_guard lk(lend_mu_);
+      if (lend_state_ == lend_state::home) return; // taken back already
+      lend_state_ = lend_state::home;
+    }
+    asio::post(ex_, [self = shared_from_this(), ec] {
+      self->lent_ = false;
+      if (ec) self->shutdown(ec, via::dispatch);
+      else self->pump_recv(via::dispatch);
+    });
+  }
+
+  /// Executor: takes the read side back if the borrower is not reading (it
+  /// is busy elsewhere). Buffered frames then go to waiting receivers.
+  bool take_back() {
+    if (!lent_) return false;
+    {
+      std::lock_guard lk(lend_mu_);
+      if (lend_state_ != lend_state::lent_idle) return false;
+      lend_state_ = lend_state::home;
+    }
+    lent_ = false;
+    pump_recv(via::dispatch);
+    return true;
+  }
+
+private:
+
+  asio::any_io_executor ex_;
+  stream_ptr s_; // declared before the aios: freed after they are stopped
+  std::atomic<std::size_t> max_;
+  aio_ptr saio_, raio_;
+  aio_ptr daio_; // direct writes: used only by the thread holding direct_busy_
+  aio_ptr xaio_; // inline writes (executor)
+  bool tls_ = false, inline_tried_ = false, write_scheduled_ = false;
+  // Shared with direct writers (any thread), under wire_mu_: who owns the
+  // write side. Only one of exec_busy_ / direct_busy_ is set when a write starts.
+  mutable std::mutex wire_mu_;
+  bool exec_busy_ = false, direct_busy_ = false, wire_dead_ = false;
+  std::uint64_t direct_sent_ = 0, direct_nng_sends_ = 0;
+  std::shared_ptr<stream_core> skeep_, rkeep_; // self-references while nng ops are in flight
+  std::error_code dead_;
+  bool closed_ = false;
+  std::uint64_t next_id_ = 0;
+  stream_stats stats_;
+
+  std::deque<send_op> sendq_;
+  write_batch batch_;
+  bool writing_ = false, cancel_write_ = false;
+
+  std::deque<recv_op> recvq_;
+  frame_buffer rbuf_;
+  bool reading_ = false, pumping_ = false;
+
+  std::function<void()> lend_to_; // a lend in progress (executor)
+  bool lent_ = false;             // executor's view: the borrower owns the read side
+  aio_ptr draio_;                 // the borrower's reads
+  mutable std::mutex lend_mu_;
+  lend_state lend_state_ = lend_state::home;
+  std::uint64_t lent_received_ = 0;
+};
+
+/// Writes whole frames on a stream from any thread, synchronously, while
+
+} // namespace fiber::detail

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/worker_spec.hpp
+/// The job spec that starts a worker: this executable, with how to reach and
+/// authenticate with its master in the environment, shaped by the backend's traits.
+
+#include <fiber/backend/launcher.hpp>
+#include <fiber/config.hpp>
+#include <fiber/detail/runtime.hpp>
+#include <fiber/detail/tls_config.hpp>
+
+#include <cstdint>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+namespace fiber::detail {
+
+/// Where local workers dial back (config key local_transport): ipc in the
+/// 0700 run dir by default; tcp/tls listen on the loopback interface only.
+/// Throws config_error for another value.
+inline std::string local_listen_base() {
+  auto t = config_string("local_transport");
+  if (t == "ipc" || t.empty()) return "ipc://";
+  if (t == "tcp") return "tcp://127.0.0.1:0";
+  if (t == "tls") return "tls+tcp://127.0.0.1:0";
+  throw config_error("fiber: configuration key 'local_transport' must be ipc, tcp or tls, got '" + t + "'");
+}
+
+/// A job spec that runs this executable as worker `id` of this process:
+/// argv as the master's, and what the worker needs to dial back and
+/// authenticate in its environment (never its argv). Runtime thread; binds
+/// the listener the worker will dial. Throws what listening throws.
+inline backend::job_spec worker_spec(backend::launcher& l, std::uint64_t id, const std::string& name,
+                                     const fiber::resources& res = {}) {
+  auto& rt = runtime::instance();
+  const auto traits = l.traits();
+  backend::job_spec s;
+  s.name = name;
+  s.argv = rt.argv();
+  s.argv.at(0) = rt.executable();
+  s.resources = res;
+  const auto url = rt.listen_url(traits.shares_filesystem ? local_listen_base() : l.listen_url());
+  s.env = {{"FIBER_INTERNAL_MASTER", url},
+           {"FIBER_INTERNAL_SECRET_FILE", rt.secret_file()},
+           {"FIBER_INTERNAL_WORKER_ID", std::to_string(id)},
+           {"FIBER_INTERNAL_WORKER_NAME", name},
+           {"FIBER_INTERNAL_RUN_DIR", rt.run_dir()}};
+  if (traits.dies_with_master) s.env.emplace_back("FIBER_INTERNAL_PDEATHSIG", "1");
+  if (!traits.shares_filesystem) {
+    // Other machines rarely share the master's /tmp: hand the secret over in
+    // the job's environment (backends keep it out of argv and of what the
+    // cluster manager shows).
+    s.env.emplace_back("FIBER_INTERNAL_SECRET", rt.secret());
+    // Services (a Queue, a Pipe, an object) made before this process
+    // listened on TCP carry its ipc:// URL, which another machine cannot
+    // reach: tell the worker to use `url` for it (see runtime::request).
+    s.env.emplace_back("FIBER_INTERNAL_MASTER_IPC", rt.ipc_url());
+  }
+  // A worker reads these before the handshake that would bring it the
+  // master's configuration (io_threads_batch when its runtime starts, TLS
+  // material to dial): pass the master's values, also ones set in code,
+  // the way users would.
+  std::vector<const char*> early_keys{"io_threads_batch"};
+  if (is_tls_url(url)) early_keys.insert(early_keys.end(), {"tls_cert", "tls_key", "tls_ca"});
+  for (const char* key : early_keys)
+    if (auto v = config_string(key); !v.empty()) s.env.emplace_back(std::string(find_config_key(key)->env), v);
+  if (auto dir = config_string("worker_output_dir"); !dir.empty()) {
+    ::mkdir(dir.c_str(), 0700);
+    s.stdout_path = dir + "/" + name + ".out";
+    s.stderr_path = dir + "/" + name + ".err";
+  }
+  return s;
+}
+
+} // namespace fiber::detail

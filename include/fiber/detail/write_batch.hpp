@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/write_batch.hpp
+/// The write side of a framed stream: messages queued while a write is in
+/// flight leave together in one gather write; small parts are copied into
+/// one buffer, large ones are referenced in place.
+
+#include <fiber/detail/bytes.hpp>
+#include <fiber/detail/completion.hpp>
+#include <fiber/detail/frame_buffer.hpp>
+
+#include <nng/nng.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace fiber::detail {
+
+/// One queued message: `msg` then `tail` (not copied), as one frame.
+struct send_op {
+  std::uint64_t id;
+  message msg;
+  shared_bytes tail;
+  completion<std::error_code> done;
+};
+
+/// The frames of one nng_stream_send and how far it got. Headers and parts
+/// below copy_threshold are coalesced into one buffer (never reallocated:
+/// iov entries point into it); larger parts are gathered in place, so big
+/// messages are never copied. Not thread-safe (the stream's executor).
+class write_batch {
+public:
+  static constexpr std::size_t copy_threshold = 16 * 1024; ///< smaller parts are coalesced
+  static constexpr std::size_t coalesce_limit = 256 * 1024; ///< copied bytes per write
+  static constexpr std::size_t max_iov = 8;                 ///< iov entries per write
+
+  write_batch() { coalesce_.reserve(coalesce_limit); }
+
+  /// Starts a new batch from the front of `q`: at least one message, then as
+  /// many as fit the limits.
+  void fill(std::deque<send_op>& q) {
+    ops_.clear();
+    iov_.clear();
+    pos_ = 0;
+    coalesce_.clear();
+    std::size_t seg = 0; // start of the current coalesced segment
+    auto close_segment = [&] {
+      if (coalesce_.size() > seg) iov_.push_back({coalesce_.data() + seg, coalesce_.size() - seg});
+      seg = coalesce_.size();
+    };
+    while (!q.empty()) {
+      auto& op = q.front();
+      const std::span<const std::byte> parts[2] = {op.msg, op.tail.bytes};
+      std::size_t add = frame_header_size, iovs = 2; // header segment ... closing segment
+      for (auto p : parts) {
+        if (p.size() < copy_threshold) add += p.size();
+        else iovs += 2; // the part, and the segment after it
+      }
+      if (!ops_.empty() && (coalesce_.size() + add > coalesce_limit || iov_.size() + iovs > max_iov)) break;
+      const frame_header hdr(static_cast<std::uint32_t>(parts[0].size() + parts[1].size()));
+      coalesce_.insert(coalesce_.end(), hdr.bytes, hdr.bytes + frame_header_size);
+      for (auto p : parts) {
+        if (p.size() < copy_threshold) {
+          coalesce_.insert(coalesce_.end(), p.begin(), p.end());
+        } else {
+          close_segment();
+          iov_.push_back({const_cast<std::byte*>(p.data()), p.size()});
+        }
+      }
+      ops_.push_back(std::move(q.front()));
+      q.pop_front();
+    }
+    close_segment();
+  }
+
+  /// The part not written yet, for nng_aio_set_iov.
+  nng_iov* iov() noexcept { return iov_.data() + pos_; }
+  unsigned iov_count() const noexcept { return unsigned(iov_.size() - pos_); }
+  /// Whether nothing of the batch has been written yet.
+  bool untouched() const noexcept { return pos_ == 0; }
+  /// Bytes of the whole batch.
+  std::size_t bytes() const noexcept {
+    std::size_t n = 0;
+    for (auto& v : iov_) n += v.iov_len;
+    return n;
+  }
+
+  /// `n` more bytes were written (nng may write part of the iov); true once
+  /// the whole batch is.
+  bool advance(std::size_t n) noexcept {
+    while (n > 0) {
+      auto& v = iov_[pos_];
+      const std::size_t k = std::min(n, v.iov_len);
+      v.iov_buf = static_cast<char*>(v.iov_buf) + k;
+      v.iov_len -= k;
+      n -= k;
+      if (v.iov_len == 0) ++pos_;
+    }
+    return pos_ == iov_.size();
+  }
+
+  /// Whether message `id` is part of this batch.
+  bool contains(std::uint64_t id) const noexcept {
+    for (auto& op : ops_)
+      if (op.id == id) return true;
+    return false;
+  }
+
+  /// The batch's messages, leaving it empty.
+  std::vector<send_op> take() {
+    auto done = std::move(ops_);
+    ops_.clear();
+    return done;
+  }
+
+private:
+  std::vector<send_op> ops_;
+  std::vector<nng_iov> iov_;
+  std::size_t pos_ = 0;
+  std::vector<std::byte> coalesce_;
+};
+
+} // namespace fiber::detail
