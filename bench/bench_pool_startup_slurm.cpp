@@ -41,10 +41,10 @@ namespace {
 
 int ping(int x) { return x; }
 
-si::command_result run(std::vector<std::string> argv, std::chrono::milliseconds timeout = 30s) {
-  si::spawn_request r;
+fiber::detail::command_result run(std::vector<std::string> argv, std::chrono::milliseconds timeout = 30s) {
+  fiber::detail::spawn_request r;
   r.argv = std::move(argv);
-  return si::run(r, timeout);
+  return fiber::detail::run(r, timeout);
 }
 
 bool slurm_reachable(std::string& why, std::chrono::milliseconds timeout) {
@@ -54,7 +54,7 @@ bool slurm_reachable(std::string& why, std::chrono::milliseconds timeout) {
       why = "sinfo got no answer within " + std::to_string(timeout.count()) + " ms";
       return false;
     }
-    if (r.ok() && !si::trim(r.out).empty()) return true;
+    if (r.ok() && !fiber::detail::trim(r.out).empty()) return true;
     why = r.message().empty() ? "sinfo printed nothing" : r.message();
   } catch (const std::exception& e) {
     why = e.what();
@@ -66,7 +66,7 @@ bool slurm_reachable(std::string& why, std::chrono::milliseconds timeout) {
 bool wait_gone(const std::string& name) {
   for (auto deadline = clk::now() + 60s; clk::now() < deadline;) {
     auto r = run({"squeue", "-h", "-n", name, "-o", "%i"});
-    if (r.ok() && si::trim(r.out).empty()) return true;
+    if (r.ok() && fiber::detail::trim(r.out).empty()) return true;
     std::this_thread::sleep_for(50ms); // polling Slurm's state against a deadline
   }
   return false;
@@ -178,10 +178,10 @@ int main(int argc, char** argv) {
       cmd.insert(cmd.begin(), {"salloc", "--quiet", "--job-name=fiberbench-alloc", "--nodes=1", "--ntasks=1",
                                "--cpus-per-task=" + std::to_string(workers), "--"});
     }
-    si::spawn_request r;
+    fiber::detail::spawn_request r;
     r.argv = cmd;
-    r.out = r.err = si::stdio::inherit;
-    auto res = si::run(r, std::chrono::minutes(10));
+    r.out = r.err = fiber::detail::stdio::inherit;
+    auto res = fiber::detail::run(r, std::chrono::minutes(10));
     if (!res.ok()) {
       std::printf("%-6s failed (%s)\n", m.c_str(), res.describe().c_str());
       rc = 1;

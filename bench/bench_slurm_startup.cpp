@@ -44,10 +44,10 @@ double now_realtime() {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
-si::command_result run(std::vector<std::string> argv, std::chrono::milliseconds timeout = 30s) {
-  si::spawn_request r;
+fiber::detail::command_result run(std::vector<std::string> argv, std::chrono::milliseconds timeout = 30s) {
+  fiber::detail::spawn_request r;
   r.argv = std::move(argv);
-  return si::run(r, timeout);
+  return fiber::detail::run(r, timeout);
 }
 
 bool slurm_reachable(std::string& why, std::chrono::milliseconds timeout) {
@@ -57,7 +57,7 @@ bool slurm_reachable(std::string& why, std::chrono::milliseconds timeout) {
       why = "sinfo got no answer within " + std::to_string(timeout.count()) + " ms";
       return false;
     }
-    if (r.ok() && !si::trim(r.out).empty()) return true;
+    if (r.ok() && !fiber::detail::trim(r.out).empty()) return true;
     why = r.message().empty() ? "sinfo printed nothing" : r.message();
   } catch (const std::exception& e) {
     why = e.what();
@@ -72,7 +72,7 @@ struct sample {
 bool wait_gone(const std::string& name) {
   for (auto deadline = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < deadline;) {
     auto r = run({"squeue", "-h", "-n", name, "-o", "%i"});
-    if (r.ok() && si::trim(r.out).empty()) return true;
+    if (r.ok() && fiber::detail::trim(r.out).empty()) return true;
     std::this_thread::sleep_for(50ms);
   }
   return false;
@@ -198,10 +198,10 @@ int main(int argc, char** argv) {
       std::vector<std::string> cmd{"salloc", "--quiet", "--job-name=fiber-bench-alloc",
                                    "--cpus-per-task=" + std::to_string(jobs), "--", fs::read_symlink("/proc/self/exe").string(),
                                    "--mode", "srun", "--reps", std::to_string(reps), "--jobs", std::to_string(jobs)};
-      si::spawn_request r;
+      fiber::detail::spawn_request r;
       r.argv = cmd;
-      r.out = r.err = si::stdio::inherit;
-      auto res = si::run(r, std::chrono::minutes(10));
+      r.out = r.err = fiber::detail::stdio::inherit;
+      auto res = fiber::detail::run(r, std::chrono::minutes(10));
       if (!res.ok()) std::printf("srun    (salloc run failed: %s)\n", res.describe().c_str());
       wait_gone("fiber-bench-alloc"); // leave no job behind, even a completing one
       continue;

@@ -44,7 +44,7 @@ std::string shell(const std::string& cmd) {
   return out;
 }
 
-bool rig_up() { return !si::trim(shell("sinfo -h -o %t 2>/dev/null")).empty(); }
+bool rig_up() { return !fiber::detail::trim(shell("sinfo -h -o %t 2>/dev/null")).empty(); }
 
 void require_rig() {
   static const bool up = rig_up(); // once: sinfo retries ~9 s against a dead controller
@@ -82,7 +82,7 @@ bool any_listed(const std::vector<std::string>& ids) {
   if (ids.empty()) return false;
   std::string list;
   for (auto& id : ids) list += (list.empty() ? "" : ",") + id;
-  return !si::trim(shell("squeue -h -r -j " + list + " -o %i 2>/dev/null")).empty();
+  return !fiber::detail::trim(shell("squeue -h -r -j " + list + " -o %i 2>/dev/null")).empty();
 }
 
 struct temp_dir {
@@ -172,11 +172,11 @@ std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
 // ===========================================================================
 
 TEST_CASE("slurm: shell_split and sh_quote", "[slurm][unit]") {
-  CHECK(si::shell_split("") == std::vector<std::string>{});
-  CHECK(si::shell_split("  --qos=low   --constraint='a b' \"x\\\"y\" c\\ d") ==
+  CHECK(fiber::detail::shell_split("") == std::vector<std::string>{});
+  CHECK(fiber::detail::shell_split("  --qos=low   --constraint='a b' \"x\\\"y\" c\\ d") ==
         std::vector<std::string>{"--qos=low", "--constraint=a b", "x\"y", "c d"});
-  CHECK_THROWS_AS(si::shell_split("--comment='open"), fiber::backend_error);
-  CHECK(si::sh_quote("it's $HOME") == "'it'\\''s $HOME'");
+  CHECK_THROWS_AS(fiber::detail::shell_split("--comment='open"), fiber::backend_error);
+  CHECK(fiber::detail::sh_quote("it's $HOME") == "'it'\\''s $HOME'");
 }
 
 TEST_CASE("slurm: sbatch command and script for one spec", "[slurm][unit]") {
@@ -402,7 +402,7 @@ TEST_CASE("slurm: a failure in a later array submission cancels the earlier ones
   bad.resources.gpu = 1; // the rig has no GPUs: sbatch refuses the gres
   CHECK_THROWS_WITH(launch(*l, {good, good, bad}), Catch::Contains("Invalid generic resource"));
   CHECK(l->live_jobs() == 0);
-  CHECK(eventually([&] { return si::trim(shell("squeue -h -n fiber-test-good -o %i")).empty(); }, 15s));
+  CHECK(eventually([&] { return fiber::detail::trim(shell("squeue -h -n fiber-test-good -o %i")).empty(); }, 15s));
 }
 
 TEST_CASE("slurm: sbatch missing or controller down raise backend_error", "[slurm][rig]") {
@@ -463,13 +463,13 @@ TEST_CASE("slurm: job array of 4: each task gets its own identity", "[slurm][rig
   for (int i = 0; i < 4; ++i) {
     CHECK(r->exits[i]->how == job_exit::kind::exited);
     CHECK(r->exits[i]->code == 0);
-    auto out = si::trim(slurp(dir / ("w" + std::to_string(i) + ".out")));
+    auto out = fiber::detail::trim(slurp(dir / ("w" + std::to_string(i) + ".out")));
     CHECK(out == std::to_string(100 + i) + " fiber-test-arr-w" + std::to_string(i) + " same for all 0");
     seen.insert(out);
   }
   CHECK(seen.size() == 4);
   INFO("stderr: " << slurp(dir / "all.err"));
-  CHECK(si::trim(slurp(dir / "all.err")).empty());
+  CHECK(fiber::detail::trim(slurp(dir / "all.err")).empty());
 }
 
 TEST_CASE("slurm: the secret is in no command line, job record or script", "[slurm][rig]") {
@@ -594,7 +594,7 @@ TEST_CASE("slurm: jobs on every node reach the master at listen_url()", "[slurm]
   };
   accept_one();
   // A whole node each (8 CPUs): on --nodes 3 the three land on three hosts.
-  int nodes = std::max(1, std::atoi(si::trim(shell("sinfo -h -o %D")).c_str()));
+  int nodes = std::max(1, std::atoi(fiber::detail::trim(shell("sinfo -h -o %D")).c_str()));
   std::vector<job_spec> specs;
   for (int i = 0; i < nodes; ++i) {
     auto s = sh_spec("fiber-test-dial", "exec bash -c 'echo \"$FIBER_INTERNAL_WORKER_ID $(hostname -I 2>/dev/null)\" > /dev/tcp/" +
@@ -649,7 +649,7 @@ TEST_CASE("slurm srun steps inside an allocation", "[.slurm-inner]") {
   CHECK(r->exits[2]->exitcode() == -9);
   CHECK(r->exits[3]->exitcode() == 0);
   CHECK(r->exits[4]->exitcode() == 0);
-  auto id0 = si::trim(slurp(dir + "/id0")), id1 = si::trim(slurp(dir + "/id1"));
+  auto id0 = fiber::detail::trim(slurp(dir + "/id0")), id1 = fiber::detail::trim(slurp(dir + "/id1"));
   CHECK(id0.starts_with("0 "));
   CHECK(id1.starts_with("1 "));
   CHECK(id0 != id1);
@@ -661,7 +661,7 @@ TEST_CASE("slurm srun steps inside an allocation", "[.slurm-inner]") {
   std::string mine = std::getenv("SLURM_STEP_ID") ? std::string(alloc) + "." + std::getenv("SLURM_STEP_ID") : "none";
   std::string left;
   CHECK(eventually([&] {
-    left = si::trim(shell(std::string("squeue -h -s -j ") + alloc + " -o %i | grep -v -e batch -e extern -e '^" +
+    left = fiber::detail::trim(shell(std::string("squeue -h -s -j ") + alloc + " -o %i | grep -v -e batch -e extern -e '^" +
                           mine + "$'"));
     return left.empty();
   }, 15s));
