@@ -15,6 +15,8 @@
 #include <fstream>
 #include <future>
 #include <numeric>
+#include <optional>
+#include <ranges>
 #include <random>
 #include <set>
 #include <sys/stat.h>
@@ -207,6 +209,70 @@ TEST_CASE("imap is lazy and ordered; imap_unordered yields everything", "[pool]"
   std::multiset<int> want;
   for (int x : iota(50)) want.insert(x * x);
   CHECK(un == want);
+}
+
+// CPython's test_imap_handle_iterable_exception: a generator that fails at
+// item 3. Before the fix the feeder thread let the exception escape and the
+// whole program died (std::terminate).
+TEST_CASE("imap over an input range that throws: earlier results, then the exception at its place",
+          "[pool][imap]") {
+  fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
+  auto failing = [] {
+    return std::views::iota(0, 10) | std::views::transform([](int x) {
+             if (x == 3) throw std::runtime_error("input fails at 3");
+             return x;
+           });
+  };
+  SECTION("ordered") {
+    std::vector<int> got;
+    auto results = pool.imap(failing());
+    auto it = results.begin();
+    CHECK_THROWS_WITH(
+        [&] {
+          for (; it != results.end(); ++it) got.push_back(*it);
+        }(),
+        "input fails at 3");
+    CHECK(got == std::vector<int>{0, 1, 4});
+  }
+  SECTION("unordered, chunks of 2") {
+    std::multiset<int> got;
+    auto results = pool.imap_unordered(failing(), 2);
+    CHECK_THROWS_WITH(
+        [&] {
+          for (int v : results) got.insert(v);
+        }(),
+        "input fails at 3");
+    CHECK(got == std::multiset<int>{0, 1, 4});
+  }
+  SECTION("map rethrows to its caller") {
+    CHECK_THROWS_WITH(pool.map(failing()), "input fails at 3");
+  }
+  // The Pool stays usable.
+  CHECK(pool.map(std::vector{5, 6}) == std::vector<int>{25, 36});
+}
+
+TEST_CASE("an imap range that outlives its Pool ends with a clear error, never undefined behaviour",
+          "[pool][imap]") {
+  std::optional<fiber::Pool<&square>> pool;
+  pool.emplace(fiber::target<&square>, fiber::pool_options{.processes = 1});
+  auto results = pool->imap(std::views::iota(0, 1000), 10);
+  auto it = results.begin();
+  CHECK(*it == 0);
+  pool.reset(); // terminates: what was not computed yet can no longer be
+  bool ended_with_error = false;
+  int later = 0;
+  for (int i = 0; i < 2000; ++i) { // bounded: every item at most once, then the end
+    try {
+      if (++it == results.end()) break;
+      ++later;
+    } catch (const fiber::error& e) {
+      CHECK(std::string(e.what()).find("terminated") != std::string::npos);
+      ended_with_error = true;
+    }
+  }
+  CHECK(ended_with_error);
+  CHECK(later < 999);
+  fiber_test::require_no_children();
 }
 
 TEST_CASE("a target that SIGKILLs its worker: results complete, in order, exactly once", "[pool][resilience]") {

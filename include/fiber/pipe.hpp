@@ -38,6 +38,7 @@
 /// Connection, send on a receive-only end, recv/poll on a send-only end, a
 /// blocking call on fiber's runtime thread.
 
+#include <fiber/detail/api_checks.hpp>
 #include <fiber/impl/queue.hpp>
 #include <fiber/serialize.hpp>
 
@@ -53,7 +54,7 @@
 
 namespace fiber {
 
-template <serializable T>
+template <class T>
 class Connection;
 
 namespace detail {
@@ -75,8 +76,8 @@ struct connection_access {
 /// Pool task moves the end there, see the holder rule in pipe.hpp). A
 /// default-constructed Connection is empty: every operation throws
 /// std::logic_error. Not thread-safe: use one end from one thread at a time.
-template <serializable T>
-class Connection {
+template <class T>
+class Connection : detail::check_item_type<T> {
 public:
   using value_type = T;
 
@@ -110,7 +111,7 @@ public:
     auto rep = detail::wait_on_runtime<detail::take_reply>("fiber::Connection::recv", [&](auto cb) {
       detail::async_take(ref_, end_, detail::next_wait_id(), -1, cb);
     });
-    return fiber::deserialize<T>(rep.item()); // bad bytes: serialization_error; the item is gone
+    return detail::decode_item<T>(rep.item()); // bad bytes: serialization_error; the item is gone
   }
 
   /// True if recv() would not block: an item is waiting, or the other end
@@ -227,7 +228,7 @@ private:
 /// Creates a pipe whose broker lives in this process and returns its two
 /// ends. `duplex` (default): both ends send and receive. `duplex == false`:
 /// the first end only receives, the second only sends (as multiprocessing).
-template <serializable T>
+template <class T>
 std::pair<Connection<T>, Connection<T>> Pipe(bool duplex = true) {
   auto& rt = detail::runtime::instance();
   auto b = std::make_shared<detail::pipe_broker>(rt.executor());

@@ -6,6 +6,7 @@
 /// late take work as they arrive (dynamic scaling).
 
 #include <fiber/backend/from_env.hpp>
+#include <fiber/detail/api_checks.hpp>
 #include <fiber/detail/pool_core.hpp>
 #include <fiber/init.hpp>
 #include <fiber/target.hpp>
@@ -111,6 +112,46 @@ std::size_t size_hint(Range& r) {
   if constexpr (std::ranges::sized_range<Range>) return std::size_t(std::ranges::size(r));
   else return 0;
 }
+
+/// Serializes tasks into chunks of `chunksize`, recording where each task's
+/// arguments end (so that a chunk whose worker dies can be split).
+class chunk_builder {
+public:
+  chunk_builder(std::uint64_t target_id, std::size_t chunksize) : target_(target_id), chunksize_(chunksize) {}
+
+  /// Appends one task's arguments, written by `write(writer&)`; true once
+  /// the chunk is full.
+  template <class Write>
+  bool add(Write&& write) {
+    const auto mark = w_.size();
+    try {
+      write(w_);
+    } catch (...) {
+      w_.buffer().resize(mark); // the chunk keeps only whole tasks
+      throw;
+    }
+    ends_.push_back(std::uint32_t(w_.size())); // where this task's arguments end
+    return ++count_ == chunksize_;
+  }
+
+  std::uint32_t count() const noexcept { return count_; }
+  std::size_t bytes() const noexcept { return w_.size(); }
+
+  /// The chunk so far as chunk `seq` of its call; the builder starts afresh.
+  chunk_input take(std::uint64_t seq) {
+    chunk_input c{seq, chunk_msg{0, target_, count_, w_.release()}, std::exchange(ends_, {})};
+    w_ = writer();
+    count_ = 0;
+    return c;
+  }
+
+private:
+  std::uint64_t target_;
+  std::size_t chunksize_;
+  writer w_;
+  std::uint32_t count_ = 0;
+  std::vector<std::uint32_t> ends_;
+};
 
 } // namespace detail
 
@@ -220,32 +261,39 @@ public:
 
   /// f applied to every input, in input order. Inputs: any input range of
   /// F's single argument. Throws the first task's exception in input order.
-  template <std::ranges::input_range In>
-    requires unary && std::convertible_to<std::ranges::range_reference_t<In>, std::tuple_element_t<0, params>>
+  template <class In>
   std::vector<result_type> map(In&& inputs, std::size_t chunksize = 0) {
-    auto st = submit_range<false>(inputs, chunksize ? chunksize : opt_.chunksize);
-    return collect(st);
+    if constexpr (detail::check_map_inputs<F, In>()) {
+      auto st = submit_range<false>(inputs, chunksize ? chunksize : opt_.chunksize);
+      return collect(st);
+    } else {
+      return {};
+    }
   }
 
   /// Like map, for a target of several arguments: a range of std::tuple.
-  template <std::ranges::input_range In>
+  template <class In>
   std::vector<result_type> starmap(In&& tuples, std::size_t chunksize = 0) {
-    auto st = submit_range<true>(tuples, chunksize ? chunksize : opt_.chunksize);
-    return collect(st);
+    if constexpr (detail::check_starmap_inputs<F, In>()) {
+      auto st = submit_range<true>(tuples, chunksize ? chunksize : opt_.chunksize);
+      return collect(st);
+    } else {
+      return {};
+    }
   }
 
   /// f(args...) on a worker; blocks for the result.
   template <class... A>
-    requires callable_with<F, A...>
   result_type apply(A&&... args) {
-    return apply_async(std::forward<A>(args)...).get();
+    if constexpr (detail::check_target_args<F, A...>()) return apply_async(std::forward<A>(args)...).get();
+    else return result_type{};
   }
 
   /// f(args...) on a worker; returns at once with a handle.
   template <class... A>
-    requires callable_with<F, A...>
   async_result<R> apply_async(A&&... args) {
-    return async_result<R>(submit_one(std::forward<A>(args)...));
+    if constexpr (detail::check_target_args<F, A...>()) return async_result<R>(submit_one(std::forward<A>(args)...));
+    else return async_result<R>(nullptr);
   }
 
   /// Lazy, ordered results. The input range is read as results are consumed
@@ -253,16 +301,18 @@ public:
   /// already computed); never materialized. A task that failed (remote_error,
   /// worker_lost) throws from the increment that reaches its position; the
   /// iteration may go on after catching, with every later result in its place.
-  template <std::ranges::input_range In>
-    requires unary
+  template <class In>
   auto imap(In&& inputs, std::size_t chunksize = 1) {
-    return lazy_range<In, true>(this, std::forward<In>(inputs), chunksize ? chunksize : 1);
+    if constexpr (detail::check_map_inputs<F, In>())
+      return lazy_range<In, true>(this, std::forward<In>(inputs), chunksize ? chunksize : 1);
+    else return std::vector<result_type>{}; // after the check's one error, keep the caller well-typed
   }
   /// Lazy results in completion order.
-  template <std::ranges::input_range In>
-    requires unary
+  template <class In>
   auto imap_unordered(In&& inputs, std::size_t chunksize = 1) {
-    return lazy_range<In, false>(this, std::forward<In>(inputs), chunksize ? chunksize : 1);
+    if constexpr (detail::check_map_inputs<F, In>())
+      return lazy_range<In, false>(this, std::forward<In>(inputs), chunksize ? chunksize : 1);
+    else return std::vector<result_type>{};
   }
 
   // ---- asynchronous API (Asio completion tokens) -------------------------------
@@ -275,23 +325,28 @@ public:
     auto tup = std::forward_as_tuple(std::forward<A>(args_and_token)...);
     auto&& token = std::get<sizeof...(A) - 1>(tup);
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      static_assert(callable_with<F, std::tuple_element_t<I, std::tuple<A...>>...>,
-                    "fiber::Pool::async_apply: arguments do not match the target");
-      auto st = submit_one(std::get<I>(tup)...);
-      return initiate<result_type>(std::forward<decltype(token)>(token), st, [](auto& st) {
-        async_result<R> r(st);
-        return r.get();
-      });
+      if constexpr (detail::check_target_args<F, std::tuple_element_t<I, std::tuple<A...>>...>()) {
+        auto st = submit_one(std::get<I>(tup)...);
+        return initiate<result_type>(std::forward<decltype(token)>(token), st, [](auto& st) {
+          async_result<R> r(st);
+          return r.get();
+        });
+      } else { // after the check's one error, keep the caller well-typed
+        return asio::async_initiate<decltype(token), void(std::exception_ptr, result_type)>([](auto&&...) {}, token);
+      }
     }(std::make_index_sequence<sizeof...(A) - 1>{});
   }
 
   /// Completion signature void(std::exception_ptr, std::vector<result_type>).
-  template <std::ranges::input_range In, class Token>
-    requires unary
+  template <class In, class Token>
   auto async_map(In&& inputs, Token&& token) {
-    auto st = submit_range<false>(inputs, opt_.chunksize);
-    return initiate<std::vector<result_type>>(std::forward<Token>(token), st,
-                                              [this](auto& st) { return this->collect(st); });
+    if constexpr (detail::check_map_inputs<F, In>()) {
+      auto st = submit_range<false>(inputs, opt_.chunksize);
+      return initiate<std::vector<result_type>>(std::forward<Token>(token), st,
+                                                [this](auto& st) { return this->collect(st); });
+    } else {
+      return asio::async_initiate<Token, void(std::exception_ptr, std::vector<result_type>)>([](auto&&...) {}, token);
+    }
   }
 
   // ---- lifecycle --------------------------------------------------------------
@@ -438,28 +493,26 @@ private:
     // are dropped).
     constexpr std::size_t stream_bytes = 256 * 1024;
     std::vector<detail::chunk_input> chunks;
-    std::vector<std::uint32_t> counts, ends;
+    std::vector<std::uint32_t> counts;
     std::uint64_t next_seq = 0;
     std::size_t unsent = 0;
-    writer w;
-    std::uint32_t count = 0;
+    detail::chunk_builder b(target::id, chunksize);
     auto flush = [&] {
-      if (!count) return;
-      unsent += w.size();
-      chunks.push_back({next_seq++, detail::chunk_msg{0, target::id, count, w.release()}, std::exchange(ends, {})});
-      counts.push_back(count);
-      w = writer();
-      count = 0;
+      if (!b.count()) return;
+      unsent += b.bytes();
+      counts.push_back(b.count());
+      chunks.push_back(b.take(next_seq++));
       if (unsent >= stream_bytes) {
-        send(st, std::exchange(chunks, {}));
+        send(core_, st, std::exchange(chunks, {}));
         unsent = 0;
       }
     };
     for (auto&& x : inputs) {
-      if constexpr (Star) write_tuple(w, x);
-      else write_arg<std::tuple_element_t<0, params>>(w, x);
-      ends.push_back(std::uint32_t(w.size())); // where this task's arguments end
-      if (++count == chunksize) flush();
+      if (b.add([&](writer& w) {
+            if constexpr (Star) write_tuple(w, x);
+            else write_arg<std::tuple_element_t<0, params>>(w, x);
+          }))
+        flush();
     }
     flush();
     {
@@ -468,7 +521,7 @@ private:
       st->input_done = true;
       st->counts = std::move(counts);
     }
-    if (!chunks.empty()) send(st, std::move(chunks));
+    if (!chunks.empty()) send(core_, st, std::move(chunks));
     return st;
   }
 
@@ -514,12 +567,12 @@ private:
     }
     std::vector<detail::chunk_input> chunks;
     chunks.push_back({0, detail::chunk_msg{0, target::id, 1, w.release()}, {}});
-    send(st, std::move(chunks));
+    send(core_, st, std::move(chunks));
     return st;
   }
 
-  void send(const std::shared_ptr<state>& st, std::vector<detail::chunk_input> chunks) {
-    auto core = core_;
+  static void send(const std::shared_ptr<detail::pool_core>& core, const std::shared_ptr<state>& st,
+                   std::vector<detail::chunk_input> chunks) {
     asio::post(detail::runtime::instance().executor(),
                [core, st, chunks = std::move(chunks)]() mutable { core->submit(st, std::move(chunks)); });
   }
@@ -616,7 +669,7 @@ private:
 
   private:
     struct impl {
-      Pool* pool;
+      std::shared_ptr<detail::pool_core> core; // not the Pool: the range may outlive it
       std::remove_cvref_t<In> input;
       std::size_t chunksize;
       std::shared_ptr<state> st;
@@ -624,11 +677,15 @@ private:
       std::uint64_t next_seq = 0;
       std::deque<std::pair<std::optional<result_type>, std::exception_ptr>> ready;
       std::size_t window;
+      std::size_t consumed = 0;          // chunks taken by the consumer
+      std::exception_ptr input_error;    // the input range threw (feeder, under st->m)
+      bool input_error_raised = false;   // consumer only
 
-      impl(Pool* p, In&& in, std::size_t cs) : pool(p), input(std::forward<In>(in)), chunksize(cs) {
-        pool->check_open();
-        st = pool->new_state(0);
-        window = std::size_t(pool->processes_) * 4 + 2;
+      impl(Pool* p, In&& in, std::size_t cs) : input(std::forward<In>(in)), chunksize(cs) {
+        p->check_open();
+        core = p->core_;
+        st = p->new_state(0);
+        window = std::size_t(p->processes_) * 4 + 2;
       }
       ~impl() {
         if (feeder.joinable()) {
@@ -640,39 +697,46 @@ private:
       void start() {
         feeder = std::jthread([this](std::stop_token stop) {
           std::uint64_t seq = 0;
-          writer w;
-          std::uint32_t count = 0;
-          std::vector<std::uint32_t> ends;
+          detail::chunk_builder b(target::id, chunksize);
+          // False once no more chunks are wanted: the consumer is gone, or
+          // the Pool was terminated (its chunks fail; reading on is pointless).
           auto flush = [&] {
-            if (!count) return;
+            if (!b.count()) return true;
             {
               std::unique_lock lk(st->m);
               // Back-pressure: don't run ahead of the consumer unboundedly.
-              st->cv.wait(lk, [&] { return stop.stop_requested() || st->expected - consumed_chunks() < window; });
-              st->counts.push_back(count);
+              st->cv.wait(lk, [&] { return stop.stop_requested() || st->expected - consumed < window; });
+              if (stop.stop_requested()) return false;
+              st->counts.push_back(b.count());
               ++st->expected;
             }
             std::vector<detail::chunk_input> c;
-            c.push_back({seq++, detail::chunk_msg{0, target::id, count, w.release()}, std::exchange(ends, {})});
-            pool->send(st, std::move(c));
-            w = writer();
-            count = 0;
+            c.push_back(b.take(seq++));
+            send(core, st, std::move(c));
+            return !core->terminated();
           };
-          for (auto&& x : input) {
-            if (stop.stop_requested()) return;
-            write_arg<std::tuple_element_t<0, params>>(w, x);
-            ends.push_back(std::uint32_t(w.size()));
-            if (++count == chunksize) flush();
+          // No exception may leave this thread: one from the input range
+          // reaches the consumer at its position, after the items before it.
+          std::exception_ptr failed;
+          try {
+            for (auto&& x : input) {
+              if (stop.stop_requested()) return;
+              if (b.add([&](writer& w) { write_arg<std::tuple_element_t<0, params>>(w, x); }) && !flush()) break;
+            }
+          } catch (...) {
+            failed = std::current_exception();
           }
-          flush();
+          try {
+            flush();
+          } catch (...) {
+            if (!failed) failed = std::current_exception();
+          }
           std::lock_guard lk(st->m);
+          input_error = failed;
           st->input_done = true;
           st->cv.notify_all();
         });
       }
-
-      std::size_t consumed = 0;
-      std::size_t consumed_chunks() const { return consumed; }
 
       std::optional<result_type> next() {
         for (;;) {
@@ -697,7 +761,12 @@ private:
             return have || (st->input_done && consumed == st->expected);
           });
           --st->chunk_waiters;
-          if (!have) return std::nullopt;
+          if (!have) {
+            // Every chunk is consumed: the input range's exception, if any,
+            // comes at its position (once), then the end.
+            if (input_error && !std::exchange(input_error_raised, true)) std::rethrow_exception(input_error);
+            return std::nullopt;
+          }
           if constexpr (!Ordered) st->arrival.pop_front();
           ++next_seq;
           ++consumed;

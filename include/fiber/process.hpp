@@ -5,6 +5,7 @@
 /// a Slurm job on a cluster).
 
 #include <fiber/backend/from_env.hpp>
+#include <fiber/detail/api_checks.hpp>
 #include <fiber/detail/link_drain.hpp>
 #include <fiber/detail/supervisor.hpp>
 #include <fiber/init.hpp>
@@ -154,15 +155,16 @@ public:
   /// Arguments are serialized now (copied, as multiprocessing pickles them).
   /// A wrong argument count or type is a compile-time error.
   template <auto F, class... A>
-    requires callable_with<F, A...>
   explicit basic_process(target_t<F>, A&&... args) : st_(std::make_shared<detail::process_state>()) {
     st_->name = "Process-" + std::to_string(detail::next_process_number());
-    writer w;
-    using params = typename target_t<F>::args_tuple;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (w.write(std::tuple_element_t<I, params>(std::forward<A>(args))), ...);
-    }(std::index_sequence_for<A...>{});
-    st_->run = detail::run_msg{target_t<F>::id, w.release()};
+    if constexpr (detail::check_target_args<F, A...>()) {
+      writer w;
+      using params = typename target_t<F>::args_tuple;
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (w.write(std::tuple_element_t<I, params>(std::forward<A>(args))), ...);
+      }(std::index_sequence_for<A...>{});
+      st_->run = detail::run_msg{target_t<F>::id, w.release()};
+    }
   }
 
   basic_process(basic_process&&) noexcept = default;

@@ -10,6 +10,7 @@
 /// int x = co_await q.async_get(asio::use_awaitable);
 /// ```
 
+#include <fiber/detail/api_checks.hpp>
 #include <fiber/impl/queue.hpp>
 #include <fiber/serialize.hpp>
 
@@ -66,8 +67,8 @@ namespace fiber {
 /// **Thread safety.** A handle may be used (and copied) from any thread
 /// concurrently. Blocking calls wait on the calling thread; the runtime
 /// thread never blocks.
-template <serializable T>
-class Queue {
+template <class T>
+class Queue : detail::check_item_type<T> {
 public:
   using value_type = T;
 
@@ -197,7 +198,7 @@ private:
     auto rep = detail::wait_on_runtime<detail::take_reply>(
         what, [&](auto cb) { detail::async_take(r, 0, detail::next_wait_id(), timeout, cb); });
     if (rep.tag != detail::take_tag::item) return std::nullopt;
-    return fiber::deserialize<T>(rep.item()); // bad bytes: serialization_error; the item is gone
+    return detail::decode_item<T>(rep.item()); // bad bytes: serialization_error; the item is gone
   }
 
   std::shared_ptr<detail::queue_state> st_;

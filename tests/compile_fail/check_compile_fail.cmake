@@ -5,6 +5,7 @@
 #
 # The source states its expectations in comments:
 #   // expect-error: <regex>        must match the compiler output (all must)
+#   // expect-first-error: <regex>  must match the first line that says "error:"
 #   // forbid-output: <regex>       must not match it
 #   // expect-error-count: <n>      exact number of "error:" diagnostics (default 1)
 #   // expect-compile: success      a control case that must compile cleanly
@@ -49,6 +50,7 @@ endif()
 
 file(STRINGS "${SRC}" expect_lines REGEX "^// expect-error: ")
 file(STRINGS "${SRC}" forbid_lines REGEX "^// forbid-output: ")
+file(STRINGS "${SRC}" first_lines REGEX "^// expect-first-error: ")
 file(STRINGS "${SRC}" count_lines REGEX "^// expect-error-count: ")
 file(STRINGS "${SRC}" success_lines REGEX "^// expect-compile: success")
 
@@ -70,7 +72,7 @@ endif()
 if(rc EQUAL 0)
   message(FATAL_ERROR "${name}: compiled, but it must not")
 endif()
-if(NOT expect_lines)
+if(NOT expect_lines AND NOT first_lines)
   message(FATAL_ERROR "${name}: no '// expect-error: <regex>' line; refusing to pass blindly")
 endif()
 
@@ -79,6 +81,13 @@ foreach(line IN LISTS expect_lines)
   string(REGEX REPLACE "^// expect-error: " "" re "${line}")
   if(NOT out MATCHES "${re}")
     string(APPEND failures "  expected output matching: ${re}\n")
+  endif()
+endforeach()
+foreach(line IN LISTS first_lines)
+  string(REGEX REPLACE "^// expect-first-error: " "" re "${line}")
+  string(REGEX MATCH "[^\n]*error:[^\n]*" first_error "${out}")
+  if(NOT first_error MATCHES "${re}")
+    string(APPEND failures "  first error line must match: ${re}\n  it is: ${first_error}\n")
   endif()
 endforeach()
 foreach(line IN LISTS forbid_lines)

@@ -15,6 +15,7 @@
 #include <fiber/detail/supervisor.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <deque>
 #include <map>
@@ -102,6 +103,7 @@ public:
     on_all_exited_ = std::move(done);
     if (now) {
       terminated_ = true;
+      stopped_.store(true, std::memory_order_relaxed);
       auto e = std::make_exception_ptr(error("fiber::Pool: terminated"));
       auto chunks = std::move(chunks_);
       chunks_.clear();
@@ -111,6 +113,9 @@ public:
     }
     maybe_finish();
   }
+
+  /// Any thread: terminated (submissions fail at once).
+  bool terminated() const noexcept { return stopped_.load(std::memory_order_relaxed); }
 
   unsigned live_workers() const {
     unsigned n = 0;
@@ -561,6 +566,7 @@ private:
   bool connected_since_stagger_ = false;
   std::unique_ptr<asio::steady_timer> stagger_timer_;
   bool closing_ = false, terminated_ = false;
+  std::atomic<bool> stopped_{false}; // terminated_, for other threads
   std::function<void()> on_all_exited_;
 };
 

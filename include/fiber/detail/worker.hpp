@@ -236,21 +236,48 @@ public:
     });
   }
 
-  /// Runs a `tasks` frame that the runtime thread read.
-  void run_tasks_frame(std::vector<chunk_view> chunks, std::shared_ptr<const message> owner) {
-    loop_.push([this, chunks = std::move(chunks), owner] { run_tasks(link_, direct_, chunks); });
-  }
-
-  /// A Process's target: runs for its lifetime; the runtime thread reads.
-  void run_process(run_msg r) {
-    reads_ = false;
-    loop_.push([r = std::move(r)] { run_process_target(r); });
+  /// One frame from the master, read by the main thread while it holds the
+  /// read side (`reader`), or by the runtime thread (`reader` null): tasks
+  /// run on the main thread (now, or queued), a Process's target runs for
+  /// the process's lifetime (the runtime thread reads from then on), other
+  /// frames (remote objects) are handled on the runtime thread.
+  void on_frame(frame_kind k, std::span<const std::byte> body, message& raw, const lent_reader* reader) {
+    switch (k) {
+    case frame_kind::heartbeat: return;
+    case frame_kind::shutdown: worker_exit(0);
+    case frame_kind::tasks: {
+      auto chunks = decode_tasks_view(body); // the arguments are read where they arrived (no copy)
+      if (reader) {
+        run_tasks(link_, direct_, chunks);
+        return buffer_cache::instance().give(std::move(raw));
+      }
+      auto owner = share_recycled(std::move(raw));
+      return loop_.push([this, chunks = std::move(chunks), owner] { run_tasks(link_, direct_, chunks); });
+    }
+    case frame_kind::run: {
+      auto msg = deserialize<run_msg>(body);
+      reads_ = false;
+      if (!reader) return loop_.push([msg = std::move(msg)] { run_process_target(msg); });
+      reader->give_back();
+      run_process_target(msg);
+    }
+    default: break;
+    }
+    if (reader) {
+      if (auto l = link_.lock()) l->deliver(std::move(raw)); // to the runtime thread
+    } else if (auto it = worker_extensions().find(std::uint8_t(k)); it != worker_extensions().end()) {
+      if (auto l = link_.lock()) it->second(l, body);
+    }
   }
 
   [[noreturn]] void run() {
     for (;;) {
       want_reader();
-      loop_.run_one();
+      try { // a failure in one work item (out of memory, say) ends that item, not the worker
+        loop_.run_one();
+      } catch (const std::exception& e) {
+        log(log_level::error, "worker: ", e.what());
+      }
     }
   }
 
@@ -270,21 +297,7 @@ private:
       l->note_received();
       try { // as peer_link's own reads do
         auto [k, body] = unframe(m);
-        switch (k) {
-        case frame_kind::heartbeat: break;
-        case frame_kind::tasks:
-          run_tasks(link_, direct_, decode_tasks_view(body)); // the arguments stay in m
-          buffer_cache::instance().give(std::move(m));
-          break;
-        case frame_kind::run: {
-          auto msg = deserialize<run_msg>(body);
-          reads_ = false;
-          r.give_back();
-          run_process_target(msg);
-        }
-        case frame_kind::shutdown: worker_exit(0);
-        default: l->deliver(std::move(m)); break;
-        }
+        on_frame(k, body, m, &r);
       } catch (const std::exception& e) {
         log(log_level::warning, "dropping malformed frame from the master: ", e.what());
       }
@@ -339,25 +352,11 @@ private:
                    }
                  }
                  main.set_link(l);
-                 std::weak_ptr<peer_link> weak = l;
                  // Frames read on the runtime thread (the main thread is busy,
                  // or has not borrowed the read side yet).
                  l->start(
-                     [weak, &main](frame_kind k, std::span<const std::byte> body, message& raw) {
-                       switch (k) {
-                       case frame_kind::run: main.run_process(deserialize<run_msg>(body)); break;
-                       case frame_kind::tasks: {
-                         // The arguments are read where they arrived (no copy).
-                         auto chunks = decode_tasks_view(body);
-                         main.run_tasks_frame(std::move(chunks), share_recycled(std::move(raw)));
-                         break;
-                       }
-                       case frame_kind::shutdown: worker_exit(0);
-                       default:
-                         if (auto it = worker_extensions().find(std::uint8_t(k)); it != worker_extensions().end())
-                           if (auto l = weak.lock()) it->second(l, body);
-                         break;
-                       }
+                     [&main](frame_kind k, std::span<const std::byte> body, message& raw) {
+                       main.on_frame(k, body, raw, nullptr);
                      },
                      [](const std::string& reason) {
                        log(log_level::info, "master link lost (", reason, "): exiting");

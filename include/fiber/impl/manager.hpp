@@ -22,6 +22,7 @@
 /// the result's bytes; 1: the method threw (type, message); 2: fiber::error).
 
 #include <fiber/backend/launcher.hpp>
+#include <fiber/detail/api_checks.hpp>
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/supervisor.hpp>
 #include <fiber/detail/worker.hpp>
@@ -158,10 +159,6 @@ constexpr bool is_described_method() {
 template <class T, auto M>
 concept remote_method = method_traits<decltype(M)>::is_method && is_described_method<T, M>();
 
-template <class T>
-inline constexpr bool always_false = false;
-template <auto>
-inline constexpr bool always_false_v = false;
 
 /// Arguments `A...` for parameters `P...` (decayed): same count, each convertible.
 template <class Params, class... A>
@@ -183,7 +180,9 @@ constexpr bool params_serializable() {
 template <class T, auto M, class... A>
 constexpr bool check_call() {
   using tr = method_traits<decltype(M)>;
-  if constexpr (!tr::is_method) {
+  if constexpr (!boost::describe::has_describe_members<T>::value) {
+    return false; // check_object_type has said why
+  } else if constexpr (!tr::is_method) {
     static_assert(always_false_v<M>,
                   "fiber::Remote<T>::call<&T::m>: m must be a pointer to a public, non-static member function of T");
     return false;
@@ -455,7 +454,13 @@ public:
         f = std::move(box_.front());
         box_.pop_front();
       }
-      f();
+      try { // tasks answer their caller themselves; nothing may end this thread
+        f();
+      } catch (const std::exception& e) {
+        log(log_level::error, "remote object task failed: ", e.what());
+      } catch (...) {
+        log(log_level::error, "remote object task failed with a non-standard exception");
+      }
     }
     actor_pool::instance().schedule(shared_from_this()); // fairness: others' turn
   }

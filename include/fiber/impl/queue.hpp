@@ -527,8 +527,15 @@ template <class T>
 std::vector<std::byte> put_payload(const op_header& h, const T& v) {
   writer w;
   h.write_to(w);
-  w.write(v);
+  if constexpr (serializable<T>) w.write(v); // else check_item_type has said why
   return w.release();
+}
+
+/// An item's value (serialization_error for bytes that are not a T).
+template <class T>
+T decode_item(std::span<const std::byte> bytes) {
+  if constexpr (serializable<T>) return fiber::deserialize<T>(bytes);
+  else throw serialization_error("fiber: not serializable"); // check_item_type has said why
 }
 
 /// Withdraw a waiting request (fire and forget; the waiter's own reply says
@@ -625,7 +632,7 @@ void start_async_take(const broker_ref& r, std::uint8_t end, Handler&& handler) 
     if (!e) {
       if (rep.tag == take_tag::item) {
         try {
-          v = fiber::deserialize<T>(rep.item());
+          v = decode_item<T>(rep.item());
         } catch (...) {
           e = std::current_exception();
         }
