@@ -19,12 +19,14 @@ required_conan_version = ">=2.0"
 class FiberConan(ConanFile):
     name = "fiber"
     version = "0.1.0"
+    license = "BSL-1.0"
     description = ("Python multiprocessing's model (Process, Queue, Pipe, Pool, "
                    "Manager) for C++20, on one machine or a cluster")
     topics = ("multiprocessing", "distributed", "asio", "nng", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
-    exports_sources = "include/*", "LICENSE*"
+    exports = "LICENSE"
+    exports_sources = "include/*", "LICENSE"
     no_copy_source = True
     # Only Boost's headers are used (PFR, Describe): don't build its libraries.
     default_options = {"boost/*:header_only": True}
@@ -51,7 +53,7 @@ class FiberConan(ConanFile):
         pass
 
     def package(self):
-        copy(self, "LICENSE*", self.source_folder,
+        copy(self, "LICENSE", self.source_folder,
              os.path.join(self.package_folder, "licenses"))
         copy(self, "*.hpp", os.path.join(self.source_folder, "include"),
              os.path.join(self.package_folder, "include"))
