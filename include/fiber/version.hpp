@@ -24,6 +24,6 @@
 /// @endcond
 
 /// The version as a string literal, "MAJOR.MINOR.PATCH" (e.g. "0.1.0").
-#define FIBER_VERSION_STRING                                                                                          \
-  FIBER_DETAIL_STRINGIZE(FIBER_VERSION_MAJOR)                                                                         \
+#define FIBER_VERSION_STRING                                                                                           \
+  FIBER_DETAIL_STRINGIZE(FIBER_VERSION_MAJOR)                                                                          \
   "." FIBER_DETAIL_STRINGIZE(FIBER_VERSION_MINOR) "." FIBER_DETAIL_STRINGIZE(FIBER_VERSION_PATCH)
