@@ -19,15 +19,24 @@ required_conan_version = ">=2.0"
 class FiberConan(ConanFile):
     name = "fiber"
     version = "0.1.0"
+    license = "BSL-1.0"
     description = ("Python multiprocessing's model (Process, Queue, Pipe, Pool, "
                    "Manager) for C++20, on one machine or a cluster")
     topics = ("multiprocessing", "distributed", "asio", "nng", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
-    exports_sources = "include/*", "LICENSE*"
+    exports = "LICENSE"
+    exports_sources = "include/*", "LICENSE"
     no_copy_source = True
-    # Only Boost's headers are used (PFR, Describe): don't build its libraries.
-    default_options = {"boost/*:header_only": True}
+    # Optional dependencies are options, as they are optional in
+    # cmake/fiberDependencies.cmake (tests/packaging/check_recipe.py checks
+    # that both list the same, required or optional alike).
+    options = {"with_tomlplusplus": [True, False]}  # fiber.toml configuration files
+    default_options = {
+        "with_tomlplusplus": True,
+        # Only Boost's headers are used (PFR, Describe): don't build its libraries.
+        "boost/*:header_only": True,
+    }
 
     def layout(self):
         basic_layout(self, src_folder=".")
@@ -39,6 +48,8 @@ class FiberConan(ConanFile):
         self.requires("asio/1.28.0")
         self.requires("boost/1.81.0")
         self.requires("openssl/[>=3 <4]")
+        if self.options.with_tomlplusplus:
+            self.requires("tomlplusplus/[>=3.3 <4]")
 
     def package_id(self):
         # Same headers for every configuration: one package.
@@ -51,7 +62,7 @@ class FiberConan(ConanFile):
         pass
 
     def package(self):
-        copy(self, "LICENSE*", self.source_folder,
+        copy(self, "LICENSE", self.source_folder,
              os.path.join(self.package_folder, "licenses"))
         copy(self, "*.hpp", os.path.join(self.source_folder, "include"),
              os.path.join(self.package_folder, "include"))
@@ -62,5 +73,8 @@ class FiberConan(ConanFile):
         self.cpp_info.bindirs = []
         self.cpp_info.libdirs = []
         self.cpp_info.requires = ["nng::nng", "asio::asio", "boost::headers", "openssl::crypto"]
+        if self.options.with_tomlplusplus:
+            self.cpp_info.requires.append("tomlplusplus::tomlplusplus")
+            self.cpp_info.defines.append("FIBER_HAS_TOMLPLUSPLUS=1")
         if self.settings.os in ("Linux", "FreeBSD"):
             self.cpp_info.system_libs = ["pthread"]

@@ -5,7 +5,7 @@
 // in-process C++ control (n/W sleeps of d back to back in this process, as
 // overhead.py's "inline" row does for Python). Baseline in the same run:
 // multiprocessing.Pool map(chunksize=1) and its own inline control, from
-// /work/shared/peers/overhead.py, run once per repetition interleaved with
+// bench/baselines/overhead.py, run once per repetition interleaved with
 // fiber's (so both see the same load). Pools are warmed up before timing.
 //
 //   bench_overhead [--workers 2] [--reps 3] [--reps-1ms 9] [--ideal 2.0] [--durations 1,10,100] [--smoke]

@@ -7,7 +7,7 @@
 //
 // Baselines: nng REQ/REP (ping-pong) and PUSH/PULL (throughput) between two
 // threads of this process. The cross-process floor (and a raw AF_UNIX
-// socketpair) is /work/shared/peers/nng_pingpong.c.
+// socketpair) is bench/baselines/nng_pingpong.c.
 //
 // Usage: bench_transport [--smoke] [--trips N] [--small N] [--big N]
 

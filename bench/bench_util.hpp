@@ -3,11 +3,11 @@
 // running a peer program as a subprocess and reading its figures, and the
 // `ROW | ... |` lines that bench/run_all.sh collects into bench/RESULTS.md.
 //
-// Peers: BENCH_PEERS (default: <source>/../shared/peers) holds the
-// Python scripts, run with BENCH_PYTHON (default /usr/bin/python3), and
-// the C sources; their binaries are looked for in BENCH_PEER_BIN
-// (default: <build>/peers, where run_all.sh compiles them) and compiled there
-// with `gcc -O2` on first use when missing. A baseline that cannot run is
+// Peers (the baselines, bench/baselines/README.md): BENCH_PEERS (default:
+// <source>/bench/baselines) holds the Python scripts, run with BENCH_PYTHON
+// (default /usr/bin/python3), and the C sources; their binaries are looked
+// for in BENCH_PEER_BIN (default: <build>/peers, where run_all.sh compiles
+// them) and compiled there with `gcc -O2` on first use when missing. A baseline that cannot run is
 // reported as n/a; the benchmark still exits 0 (a benchmark is not a test).
 // (Not FIBER_*: fiber refuses FIBER_ variables it does not know.)
 //
@@ -31,7 +31,7 @@
 #include <vector>
 
 #ifndef FIBER_BENCH_PEERS_DEFAULT
-#define FIBER_BENCH_PEERS_DEFAULT "../shared/peers"
+#define FIBER_BENCH_PEERS_DEFAULT "bench/baselines"
 #endif
 #ifndef FIBER_BENCH_PEER_BIN_DEFAULT
 #define FIBER_BENCH_PEER_BIN_DEFAULT "peers"
@@ -119,7 +119,7 @@ inline double grab(const std::string& text, const std::string& re) {
   return NAN;
 }
 
-/// Figures of /work/shared/peers/nng_pingpong.c (one run).
+/// Figures of bench/baselines/nng_pingpong.c (one run).
 struct nng_figures {
   double req_ipc_median_us = NAN, req_ipc_p99_us = NAN;
   double push_ipc_64_msgs = NAN;  ///< 64 B PUSH/PULL msg/s (median of its reps)

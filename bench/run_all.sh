@@ -1,30 +1,52 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issue 9 against its peers, in one go, and writes
+# Runs every benchmark of issue 9 against its baseline, in one go, and writes
 # bench/RESULTS.md (date, machine, every figure with its baseline, ratio and
-# target). Builds in Release in its own build directory, compiles the C peers
-# (/work/shared/peers: nng_pingpong.c, spawn.c) with gcc -O2, runs the Python
-# peers with /usr/bin/python3. Each benchmark runs its baseline in the same
-# process tree, repetition by repetition, and prints medians of >= 3 runs.
+# target). Builds in Release in its own build directory, compiles the C
+# baselines (bench/baselines: nng_pingpong.c, spawn.c) with gcc -O2, runs the
+# Python ones with /usr/bin/python3. Each benchmark runs its baseline in the
+# same process tree, repetition by repetition, and prints medians of >= 3 runs.
 # Nothing is pinned: figures are unpinned medians.
 #
 #   bash bench/run_all.sh            # ~6-8 minutes on 2 cores (plus the build)
+#   bash bench/run_all.sh --smoke    # every benchmark and baseline for a second
+#                                    #   or two: proves they run; fails if one
+#                                    #   fails or a baseline cannot run; writes
+#                                    #   BUILD_DIR/bench-logs/RESULTS-smoke.md
 #
 # Environment: BUILD_DIR (default build-bench), JOBS (default nproc),
-# BENCH_PEERS (default ../shared/peers next to the repository),
-# BENCH_PYTHON (default /usr/bin/python3), SKIP_BUILD=1 (use the
-# binaries already in BUILD_DIR), ONLY="overhead throughput ..." (a subset).
+# BENCH_PEERS (default bench/baselines), BENCH_PYTHON (default
+# /usr/bin/python3), SKIP_BUILD=1 (use the binaries already in BUILD_DIR),
+# ONLY="overhead throughput ..." (a subset).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 root=$(pwd)
+
+smoke=0
+for arg in "$@"; do
+  case $arg in
+    --smoke) smoke=1 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "run_all.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
 
 build=${BUILD_DIR:-build-bench}
 jobs=${JOBS:-$(nproc)}
-peers=${BENCH_PEERS:-$root/../shared/peers}
+peers=${BENCH_PEERS:-$root/bench/baselines}
+if [[ ! -f $peers/nng_pingpong.c ]]; then
+  echo "run_all.sh: no baselines in $peers (BENCH_PEERS)" >&2
+  exit 1
+fi
 export BENCH_PEERS=$peers
 export BENCH_PEER_BIN=$root/$build/peers
 export BENCH_PYTHON=${BENCH_PYTHON:-/usr/bin/python3}
 out=$root/bench/RESULTS.md
 logdir=$root/$build/bench-logs
+bench_args=()
+if ((smoke)); then
+  out=$logdir/RESULTS-smoke.md # never overwrite the measured bench/RESULTS.md
+  bench_args=(--smoke)
+fi
 benches=(serialize overhead throughput latency payload startup actors es scale)
 if [[ -n ${ONLY:-} ]]; then read -r -a benches <<<"$ONLY"; fi
 
@@ -45,19 +67,22 @@ fi
 t_built=$(date +%s)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
-echo "run_all.sh: compiling the C peers from $peers ..."
+echo "run_all.sh: compiling the C baselines from $peers ..."
 mkdir -p "$BENCH_PEER_BIN" "$logdir"
-gcc -O2 -o "$BENCH_PEER_BIN/nng_pingpong" "$peers/nng_pingpong.c" -lnng || echo "run_all.sh: nng_pingpong not built"
-gcc -O2 -o "$BENCH_PEER_BIN/spawn" "$peers/spawn.c" || echo "run_all.sh: spawn not built"
+baseline_failed=()
+gcc -O2 -o "$BENCH_PEER_BIN/nng_pingpong" "$peers/nng_pingpong.c" -lnng ||
+  { echo "run_all.sh: nng_pingpong not built"; baseline_failed+=(nng_pingpong.c); }
+gcc -O2 -o "$BENCH_PEER_BIN/spawn" "$peers/spawn.c" || { echo "run_all.sh: spawn not built"; baseline_failed+=(spawn.c); }
 
 rows=()
-declare -A seconds
+declare -A seconds status
 for b in "${benches[@]}"; do
   exe=$build/bench/bench_$b
   echo "run_all.sh: bench_$b (load: $(cut -d' ' -f1-3 /proc/loadavg)) ..."
   t0=$(date +%s)
   if [[ $b == serialize ]]; then
-    "$exe" >"$logdir/$b.log" 2>&1
+    "$exe" "${bench_args[@]}" >"$logdir/$b.log" 2>&1
+    status[$b]=$?
     # bench_serialize (not ours) prints time ratios; the table wants throughput ratios.
     mapfile -t r < <(awk '
       /^[^ ]/ { section = $0 }
@@ -71,8 +96,9 @@ for b in "${benches[@]}"; do
         f = ""; m = "" }' "$logdir/$b.log")
     rows+=("${r[@]}")
   else
-    "$exe" >"$logdir/$b.log" 2>&1
+    "$exe" "${bench_args[@]}" >"$logdir/$b.log" 2>&1
     rc=$?
+    status[$b]=$rc
     mapfile -t r < <(grep '^ROW |' "$logdir/$b.log")
     rows+=("${r[@]}")
     if [[ $rc -ne 0 || ${#r[@]} -eq 0 ]]; then
@@ -96,7 +122,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "- Machine: $(nproc) CPUs ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "- Load average when the runs started / ended: $load_start / $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- Commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- include bench ':!bench/RESULTS.md' 2>/dev/null || echo ' (with local changes)')"
-  echo "- Build: Release (\`-O3 -DNDEBUG\`), $build/; peers: $peers (Python: $BENCH_PYTHON, C: gcc -O2)"
+  echo "- Build: Release (\`-O3 -DNDEBUG\`), $build/; baselines: ${peers#"$root"/} (Python: $BENCH_PYTHON, C: gcc -O2)"
   echo "- Unpinned: no thread or process is pinned; figures are medians of >= 3 runs (latency: of per-run medians),"
   echo "  each run of fiber next to a run of its baseline. On a shared 2-CPU machine absolute numbers move"
   echo "  with the load; compare the ratios, taken in the same run."
@@ -142,7 +168,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   worker nng's poller and the main thread; in the master the poller, nng's callback thread,
   the runtime thread and the caller — where `mp.Pool.apply` wakes 4 (caller, task-handler
   thread, worker, result-handler thread). On this VM a round trip across vCPUs costs ~40 µs
-  and one on the same vCPU ~7 µs (`shared/peers/README.md`): before the worker read its link
+  and one on the same vCPU ~7 µs (`bench/baselines/README.md`): before the worker read its link
   itself (9 threads), the ratio changed sides from run to run (0.84–1.80x); since, 0.63–0.74x.
 - **ES**: es's default (automatic `--batch`) sends two pairs of episodes per task, 64 tasks
   per generation that each carry θ (35k floats, 139 kB) for ~14 ms of simulation early in
@@ -161,3 +187,23 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 NOTES
 } >"$out"
 echo "run_all.sh: wrote $out ($((t_end - t_start)) s in all)"
+
+# --smoke: a check, not a measurement. Every benchmark must exit 0 and every
+# baseline must have run (bench_util.hpp reports one that could not).
+if ((smoke)); then
+  bad=("${baseline_failed[@]}")
+  for b in "${benches[@]}"; do
+    [[ ${status[$b]:-none} == 0 ]] || bad+=("bench_$b: exit status ${status[$b]:-none}")
+    if [[ $b != serialize ]] && ! grep -q '^ROW |' "$logdir/$b.log"; then bad+=("bench_$b: no ROW line"); fi
+    # shellcheck disable=SC2016 # a literal backquote
+    if grep -qE '^bench: (peer .* not found|could not build|`.*` exited with status)' "$logdir/$b.log"; then
+      bad+=("bench_$b: a baseline did not run ($(grep -m1 -E '^bench: ' "$logdir/$b.log"))")
+    fi
+  done
+  if ((${#bad[@]})); then
+    printf 'run_all.sh --smoke: FAILED: %s\n' "${bad[@]}" >&2
+    echo "run_all.sh --smoke: logs in $logdir" >&2
+    exit 1
+  fi
+  echo "run_all.sh --smoke: ${#benches[@]} benchmarks and their baselines ran"
+fi

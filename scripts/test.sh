@@ -7,9 +7,11 @@
 # -O1 builds ~25% faster than -O2 and the tests assert behaviour, not speed),
 # with Ninja when available, then runs every registered test.
 # Environment: BUILD_DIR (default: build), JOBS (default: 2),
-#              CXXFLAGS_OPT (default: "-O1 -g1"), KEEP_GOING=1 (see below).
+#              CXXFLAGS_OPT (default: "-O1 -g1"), KEEP_GOING=1 (see below),
+#              TARGETS="test_a test_b" (build only these, not everything).
 # Examples:
 #   bash scripts/test.sh -- -R test_serialize        # one test
+#   TARGETS=test_serialize bash scripts/test.sh -- -R test_serialize   # and build only it
 #   BUILD_DIR=build-asan bash scripts/test.sh -DFIBER_SANITIZE=address,undefined -- -LE 'bench|packaging'
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -42,12 +44,14 @@ cmake -S . -B "$build" "${generator[@]}" \
 # KEEP_GOING=1 (CI): build everything that compiles, run the tests that were
 # built, and still fail at the end if anything did not compile.
 build_rc=0
+targets=()
+if [[ -n ${TARGETS:-} ]]; then read -r -a targets <<<"$TARGETS"; targets=(--target "${targets[@]}"); fi
 if [[ -n ${KEEP_GOING:-} ]]; then
   keep=()
   grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$build/CMakeCache.txt" && keep=(-- -k 0)
-  cmake --build "$build" -j "$jobs" "${keep[@]}" || build_rc=$?
+  cmake --build "$build" -j "$jobs" "${targets[@]}" "${keep[@]}" || build_rc=$?
 else
-  cmake --build "$build" -j "$jobs"
+  cmake --build "$build" -j "$jobs" "${targets[@]}"
 fi
 ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}"
 if ((build_rc)); then

@@ -1,5 +1,5 @@
 // Integration tests of fiber's public API on a real Slurm cluster
-// (bash /work/shared/rigs/slurm-up.sh): Process, Queue and Pool with
+// (bash tests/rigs/slurm-up.sh): Process, Queue and Pool with
 // fiber::backend::slurm, their exit codes (as batch jobs and as srun steps
 // of an allocation), reruns after scancel, and (with
 // `slurm-up.sh --nodes 3 --netns`, tag [netns], hidden by default) workers on
@@ -155,7 +155,7 @@ std::vector<std::string> lines(const std::string& s) {
 
 void require_rig() {
   static const bool up = !trim(shell("sinfo -h -o %t 2>/dev/null")).empty(); // once: sinfo retries ~9 s
-  if (!up) FAIL("no Slurm cluster answers: start it with bash /work/shared/rigs/slurm-up.sh");
+  if (!up) FAIL("no Slurm cluster answers: start it with bash tests/rigs/slurm-up.sh");
 }
 
 template <class Pred>
@@ -552,7 +552,7 @@ void require_netns_rig() {
   auto nodes = lines(shell("sinfo -h -N -o %N 2>/dev/null"));
   INFO("nodes: " << nodes.size());
   if (nodes.size() < 3 || !fs::exists("/run/netns/righost2"))
-    FAIL("needs the three-host rig: bash /work/shared/rigs/slurm-up.sh --nodes 3 --netns");
+    FAIL("needs the three-host rig: bash tests/rigs/slurm-up.sh --nodes 3 --netns");
 }
 
 /// Brings the link of host `i` back up however the test ends.

@@ -1,5 +1,5 @@
 // Tests of fiber::backend::slurm against a real Slurm cluster
-// (bash /work/shared/rigs/slurm-up.sh). CTest label `slurm`; the [unit]
+// (bash tests/rigs/slurm-up.sh). CTest label `slurm`; the [unit]
 // cases need no cluster. Every rig case owns its launcher, so a failing
 // REQUIRE unwinds through ~slurm_launcher, which scancels what it submitted.
 
@@ -48,7 +48,7 @@ bool rig_up() { return !fiber::detail::trim(shell("sinfo -h -o %t 2>/dev/null"))
 
 void require_rig() {
   static const bool up = rig_up(); // once: sinfo retries ~9 s against a dead controller
-  if (!up) FAIL("no Slurm cluster answers: start it with bash /work/shared/rigs/slurm-up.sh");
+  if (!up) FAIL("no Slurm cluster answers: start it with bash tests/rigs/slurm-up.sh");
 }
 
 /// Drive `ctx` until `pred` holds or `timeout` passes.

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Proves the three ways to consume fiber:
+# Proves the ways to consume fiber:
 #   1. cmake --install into a temporary prefix + find_package(fiber 0.1)
 #   2. add_subdirectory(<fiber source>)
 #   3. FetchContent_Declare(fiber SOURCE_DIR <fiber source>)
-# Each consumer is configured, built and run; for 2 and 3 the consumer's build
+#   4. FetchContent_Declare(fiber GIT_REPOSITORY file://<clone> GIT_TAG <commit>),
+#      the clone made from the source tree as it is now (local changes
+#      included); this consumer runs a Pool map (pool_map.cpp)
+# Each consumer is configured, built and run; for 2-4 the consumer's build
 # tree must not contain any of fiber's tests, examples or benchmarks.
 #
 # usage: run.sh [--source DIR] [--build DIR] [--work DIR] [--cxx COMPILER] [--generator G]
@@ -47,7 +50,7 @@ step() { printf '\n=== packaging: %s\n' "$*"; }
 fail() { printf 'packaging: FAILED: %s\n' "$*" >&2; exit 1; }
 
 # ---------------------------------------------------------------------------
-step "1/3 install + find_package(fiber 0.1)"
+step "1/4 install + find_package(fiber 0.1)"
 prefix=$work/prefix
 if [[ -z $build_dir ]]; then
   build_dir=$work/fiber-build
@@ -102,7 +105,7 @@ check_no_fiber_extras() { # build dir
 
 n=2
 for mode in add_subdirectory fetchcontent; do
-  step "$n/3 $mode"
+  step "$n/4 $mode"
   dir=$work/$mode
   cmake -S "$here/subdirectory" -B "$dir" "${common[@]}" \
     -DFIBER_SOURCE_DIR="$source_dir" -DFIBER_CONSUME="$mode"
@@ -111,5 +114,39 @@ for mode in add_subdirectory fetchcontent; do
   "$dir/consumer"
   n=$((n + 1))
 done
+
+# ---------------------------------------------------------------------------
+step "4/4 FetchContent from git: GIT_REPOSITORY file://<clone> GIT_TAG <commit>"
+command -v git >/dev/null || fail "git is needed for the FetchContent (git) consumer"
+clone=$work/fiber.git
+mkdir -p "$clone"
+if git -C "$source_dir" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  # The files git knows or would add (tracked, untracked but not ignored), as
+  # they are on disk: the clone holds what is being tested, uncommitted
+  # changes included, and no build tree.
+  while IFS= read -r -d '' f; do
+    [[ -e $source_dir/$f ]] && printf '%s\0' "$f"
+  done < <(git -C "$source_dir" ls-files -z --cached --others --exclude-standard) |
+    tar -C "$source_dir" --null -T - -cf - | tar -C "$clone" -xf -
+else
+  tar -C "$source_dir" --exclude='./build*' -cf - . | tar -C "$clone" -xf -
+fi
+git -C "$clone" init -q
+git -C "$clone" add -A
+git -C "$clone" -c user.name=fiber-packaging -c user.email=packaging@localhost \
+  commit -q -m "fiber as tested by tests/packaging/run.sh"
+commit=$(git -C "$clone" rev-parse HEAD)
+echo "clone: file://$clone at $commit"
+dir=$work/fetchcontent_git
+cmake -S "$here/fetchcontent_git" -B "$dir" "${common[@]}" \
+  -DFIBER_GIT_URL="file://$clone" -DFIBER_GIT_TAG="$commit"
+[[ -f $dir/_deps/fiber-src/include/fiber/fiber.hpp ]] || fail "FetchContent did not fetch fiber into $dir/_deps/fiber-src"
+[[ $(git -C "$dir/_deps/fiber-src" rev-parse HEAD) == "$commit" ]] || fail "FetchContent fetched another commit than $commit"
+check_no_fiber_extras "$dir"
+cmake --build "$dir" -j "$jobs"
+if grep -rqF -- "$source_dir/include" "$dir"; then
+  fail "the FetchContent (git) consumer compiled against the source tree instead of its fetched copy"
+fi
+"$dir/consumer"
 
 printf '\npackaging: all consumers built and ran\n'
