@@ -1,0 +1,621 @@
+# SPDX-License-Identifier: BSL-1.0
+# The HTTPS front: TLS per connection, authentication, routing of /version,
+# /healthz, discovery and /api/v1 REST paths to the registry, list paging,
+# chunked watch streams, pod logs, tables, and the Status bodies of errors.
+import base64
+import json
+import random
+import select
+import socket
+import ssl
+import time
+import traceback
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+import os
+import queue
+
+from . import errors as E
+from . import objects as O
+from . import schema as S
+from . import tables as T
+from .selectors import FieldSelector, LabelSelector
+from .store import now_rfc3339
+
+VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.4", "gitCommit": "fake", "gitTreeState": "clean",
+           "buildDate": "2025-04-22T16:00:00Z", "goVersion": "go1.23.6", "compiler": "gc",
+           "platform": "linux/amd64"}
+NOT_FOUND_PATH = E.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+class TLSServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, addr, ctx, cluster):
+        self.ctx = ctx
+        self.cluster = cluster
+        super().__init__(addr, Handler)
+
+    def finish_request(self, request, client_address):
+        request.settimeout(10)
+        try:
+            conn = self.ctx.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            self.cluster.log_line(f"tls handshake from {client_address[0]}:{client_address[1]} failed: {e}")
+            request.close()
+            return
+        conn.settimeout(None)
+        self.cluster.conns.add(conn)
+        try:
+            Handler(conn, client_address, self)
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            self.cluster.conns.discard(conn)
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def handle_error(self, request, client_address):
+        self.cluster.log_error(f"connection from {client_address}: " + traceback.format_exc())
+
+
+def _q(qs, key, default=None):
+    v = qs.get(key)
+    return v[0] if v else default
+
+
+def _bool(v):
+    return v in ("1", "true", "True")
+
+
+def wants_table(accept):
+    for part in (accept or "").split(","):
+        params = [p.strip() for p in part.split(";")]
+        if "as=Table" in params and params[0] in ("application/json", "*/*"):
+            return True
+    return False
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 300
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def version_string(self):
+        return ""
+
+    def do_GET(self):
+        self.dispatch("GET")
+
+    def do_POST(self):
+        self.dispatch("POST")
+
+    def do_PUT(self):
+        self.dispatch("PUT")
+
+    def do_PATCH(self):
+        self.dispatch("PATCH")
+
+    def do_DELETE(self):
+        self.dispatch("DELETE")
+
+    def do_HEAD(self):
+        self.dispatch("HEAD")
+
+    # ---------------------------------------------------------------- plumbing
+    @property
+    def cl(self):
+        return self.server.cluster
+
+    def read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def _headers(self, code, ctype, length=None, extra=None):
+        self.send_response_only(code)
+        self.send_header("Date", self.date_time_string())
+        self.send_header("Audit-Id", str(uuid.uuid4()))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.send_header("Content-Type", ctype)
+        self.send_header("X-Kubernetes-Pf-Flowschema-Uid", "fake")
+        self.send_header("X-Kubernetes-Pf-Prioritylevel-Uid", "fake")
+        for k, v in (extra or {}).items():
+            for one in (v if isinstance(v, list) else [v]):
+                self.send_header(k, one)
+        if length is not None:
+            self.send_header("Content-Length", str(length))
+        self.end_headers()
+        self.code = code
+
+    def send_json(self, code, obj, extra=None):
+        data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        self._headers(code, "application/json", len(data), extra)
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def send_text(self, code, text, ctype="text/plain; charset=utf-8"):
+        data = text.encode() if isinstance(text, str) else text
+        self._headers(code, ctype, len(data))
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def send_error_status(self, e):
+        extra = {"Retry-After": str(e.retry_after)} if e.retry_after else None
+        self.send_json(e.code, e.status(), extra)
+
+    def start_chunked(self, ctype="application/json"):
+        self._headers(200, ctype, None, {"Transfer-Encoding": "chunked"})
+
+    def chunk(self, data):
+        if isinstance(data, str):
+            data = data.encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def end_chunked(self):
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def client_gone(self):
+        try:
+            r, _, _ = select.select([self.connection], [], [], 0)
+            return bool(r)
+        except (OSError, ValueError):
+            return True
+
+    # ---------------------------------------------------------------- dispatch
+    def dispatch(self, method):
+        t0 = time.time()
+        self.code = 0
+        self.user = None
+        self.stat = None
+        url = urlsplit(self.path)
+        path, qs = url.path, parse_qs(url.query, keep_blank_values=True)
+        try:
+            body = self.read_body()
+        except (ValueError, OSError):
+            self.close_connection = True
+            return
+        try:
+            if path == "/fake" or path.startswith("/fake/"):
+                self.cl.control.handle(self, method, path, qs, body)
+                return
+            try:
+                self.user = self.cl.auth.authenticate(self.headers, self.connection.getpeercert())
+            except E.ApiError:
+                self.stat = "unauthorized"
+                raise
+            self.route(method, path, qs, body)
+        except E.ApiError as e:
+            self.send_error_status(e)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            self.close_connection = True
+        except Exception:
+            self.cl.log_error(f"{method} {self.path}: " + traceback.format_exc())
+            try:
+                self.send_error_status(E.ApiError(500, "InternalError", "an error on the server has prevented the request from succeeding"))
+            except OSError:
+                self.close_connection = True
+        finally:
+            if not (path == "/fake" or path.startswith("/fake/")):
+                self.cl.stats.count(self.stat or f"{method} {path}", self.code,
+                                    self.user.name if self.user else "system:anonymous")
+            self.cl.log_line(f"{method} {self.path} {self.code} user={self.user.name if self.user else '-'} "
+                             f"{(time.time() - t0) * 1000:.1f}ms")
+
+    def nonresource(self, verb, path):
+        self.cl.auth.authorize(self.user, verb, None, None, None, None, path)
+
+    def route(self, method, path, qs, body):
+        verb = {"GET": "get", "HEAD": "get", "POST": "post", "PUT": "put", "PATCH": "patch", "DELETE": "delete"}[method]
+        if path.rstrip("/") in ("/healthz", "/livez", "/readyz") or path.startswith(("/healthz/", "/livez/", "/readyz/")):
+            self.stat = f"get {path.rstrip('/')}"
+            self.nonresource(verb, path)
+            if method not in ("GET", "HEAD"):
+                raise E.method_not_allowed()
+            if _bool(_q(qs, "verbose", "false")) or "verbose" in qs:
+                self.send_text(200, "[+]ping ok\n[+]etcd ok\n[+]poststarthook/start-kube-apiserver-admission-initializer ok\n"
+                               f"{path.strip('/').split('/')[0]} check passed\n")
+            else:
+                self.send_text(200, "ok")
+            return
+        if path in ("/version", "/version/"):
+            self.stat = "get /version"
+            self.nonresource(verb, path)
+            self.send_json(200, VERSION)
+            return
+        if path in ("/api", "/api/"):
+            self.stat = "get /api"
+            self.nonresource(verb, path)
+            host = self.headers.get("Host") or f"127.0.0.1:{self.cl.port}"
+            self.send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.cl.port}"}]})
+            return
+        if path in ("/api/v1", "/api/v1/"):
+            self.stat = "get /api/v1"
+            self.nonresource(verb, path)
+            self.send_json(200, O.api_resource_list())
+            return
+        if path in ("/apis", "/apis/"):
+            self.stat = "get /apis"
+            self.nonresource(verb, path)
+            self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+            return
+        if path.startswith("/openapi/"):
+            self.stat = f"get {path}"
+            self.nonresource(verb, path)
+            if path == "/openapi/v3":
+                return self.send_json(200, S.openapi_root(self.cl.openapi_hash))
+            if path == "/openapi/v3/api/v1":
+                return self.send_json(200, S.openapi_v1())
+            raise NOT_FOUND_PATH  # /openapi/v2 (the full swagger document) is not served
+        if path.startswith("/api/v1/"):
+            return self.resource(method, path[len("/api/v1/"):].strip("/").split("/"), qs, body)
+        self.stat = f"get {path}"
+        self.nonresource(verb, path)
+        raise NOT_FOUND_PATH
+
+    # ---------------------------------------------------------------- resources
+    def resource(self, method, parts, qs, body):
+        watch_path = False
+        if parts and parts[0] == "watch":  # deprecated /api/v1/watch/... paths
+            watch_path = True
+            parts = parts[1:]
+        ns = None
+        if len(parts) >= 3 and parts[0] == "namespaces" and parts[2] not in ("status", "finalize"):
+            ns = parts[1]
+            parts = parts[2:]
+        if not parts or parts[0] not in O.KINDS:
+            self.stat = f"{method} /api/v1/{'/'.join(parts)}"
+            raise NOT_FOUND_PATH
+        resource, name, sub = parts[0], (parts[1] if len(parts) > 1 else None), (parts[2] if len(parts) > 2 else None)
+        info = O.KINDS[resource]
+        if len(parts) > 3 or (ns is not None and not info["namespaced"]) or \
+                (ns is None and info["namespaced"] and name is not None):
+            raise NOT_FOUND_PATH
+        if sub is not None and f"{resource}/{sub}" not in O.SUBRESOURCES:
+            raise NOT_FOUND_PATH
+        is_watch = watch_path or _bool(_q(qs, "watch"))
+        if method in ("GET", "HEAD"):
+            verb = ("watch" if is_watch else "list") if name is None else ("watch" if is_watch else "get")
+        elif method == "POST":
+            verb = "create"
+        elif method == "PUT":
+            verb = "update"
+        elif method == "PATCH":
+            verb = "patch"
+        else:
+            verb = "delete" if name is not None else "deletecollection"
+        self.stat = f"{verb} {resource}" + (f"/{sub}" if sub else "")
+        self.cl.auth.authorize(self.user, verb, resource, sub, ns, name, None)
+        if verb not in (O.SUBRESOURCES[f"{resource}/{sub}"]["verbs"] if sub else info["verbs"]):
+            raise E.method_not_allowed()
+        if method == "POST" and name is not None and sub != "eviction":
+            raise E.method_not_allowed()
+        key_ns = ns if info["namespaced"] else ""
+        dry = "All" in qs.get("dryRun", [])
+        table = wants_table(self.headers.get("Accept"))
+        reg = self.cl.registry
+        if verb in ("list", "watch"):
+            lsel = LabelSelector(_q(qs, "labelSelector", ""))
+            fsel = FieldSelector(resource, _q(qs, "fieldSelector", ""))
+            if name is not None:  # GET .../pods/NAME?watch=1: a watch on that one object
+                fsel = FieldSelector(resource, ",".join(x for x in (fsel.text, f"metadata.name={name}") if x))
+            if verb == "watch":
+                return self.serve_watch(resource, ns, lsel, fsel, qs, table)
+            return self.serve_list(resource, ns, lsel, fsel, qs, table)
+        if verb == "get":
+            if sub == "log":
+                return self.serve_log(ns, name, qs)
+            obj = self.cl.store.get(resource, key_ns, name)
+            if obj is None:
+                raise E.not_found(resource, name)
+            if table:
+                return self.send_json(200, T.table(resource, [obj], obj["metadata"]["resourceVersion"],
+                                                   _q(qs, "includeObject", "Metadata")))
+            return self.send_json(200, obj)
+        if verb == "create":
+            if sub == "eviction":
+                return self.evict(ns, name, body)
+            obj = O.parse_body(body, info["kind"])
+            warnings = self.field_validation(qs, info["kind"], obj, body)
+            out = reg.create(resource, ns if info["namespaced"] else None, obj, dry)
+            return self.send_json(201, out, warnings)
+        if verb == "update":
+            obj = O.parse_body(body, info["kind"])
+            warnings = self.field_validation(qs, info["kind"], obj, body)
+            return self.send_json(200, reg.update(resource, key_ns, name, obj, sub, dry), warnings)
+        if verb == "patch":
+            return self.send_json(200, reg.patch(resource, key_ns, name, self.headers.get("Content-Type"), body, sub, dry))
+        opts = self.delete_options(qs, body)
+        if verb == "delete":
+            still, gone = reg.delete(resource, key_ns, name, opts, dry)
+            if resource in ("pods", "namespaces") or still is not None:
+                return self.send_json(200, still if still is not None else gone)
+            md = gone["metadata"]
+            return self.send_json(200, E.status_success(md["name"], resource, md["uid"]))
+        # deletecollection
+        lsel = LabelSelector(_q(qs, "labelSelector", ""))
+        fsel = FieldSelector(resource, _q(qs, "fieldSelector", ""))
+        items = reg.delete_collection(resource, ns if info["namespaced"] else None, lsel, fsel, opts, dry)
+        _, rv = self.cl.store.list(resource, None)
+        return self.send_json(200, {"kind": info["listKind"], "apiVersion": "v1",
+                                    "metadata": {"resourceVersion": str(rv)},
+                                    "items": [self.strip(o) for o in items]})
+
+    def field_validation(self, qs, kind, obj, raw):
+        """fieldValidation=Strict rejects unknown and duplicate fields; Warn (the default) warns; Ignore."""
+        mode = _q(qs, "fieldValidation", "Warn") or "Warn"
+        if mode not in ("Ignore", "Warn", "Strict"):
+            raise E.bad_request(f"fieldValidation must be one of Ignore, Warn, Strict, got {mode}")
+        if mode == "Ignore":
+            return None
+        problems = [f'unknown field "{p}"' for p in S.unknown_fields(kind, obj)]
+        problems += [f'duplicate field "{p}"' for p in S.duplicate_fields(raw)]
+        if not problems:
+            return None
+        if mode == "Strict":
+            raise E.bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: strict decoding error: '
+                                + ", ".join(problems))
+        return {"Warning": [f'299 - {json.dumps(p)}' for p in problems]}
+
+    @staticmethod
+    def strip(o):
+        return {k: v for k, v in o.items() if k not in ("kind", "apiVersion")}
+
+    def delete_options(self, qs, body):
+        opts = {}
+        if _q(qs, "gracePeriodSeconds") is not None:
+            try:
+                opts["gracePeriodSeconds"] = int(_q(qs, "gracePeriodSeconds"))
+            except ValueError:
+                raise E.bad_request(f'strconv.ParseInt: parsing "{_q(qs, "gracePeriodSeconds")}": invalid syntax')
+        if _q(qs, "propagationPolicy"):
+            opts["propagationPolicy"] = _q(qs, "propagationPolicy")
+        if _q(qs, "orphanDependents") is not None:
+            opts["orphanDependents"] = _bool(_q(qs, "orphanDependents"))
+        if body.strip():
+            try:
+                b = json.loads(body)
+            except ValueError as e:
+                raise E.bad_request(f"couldn't get version/kind; json parse error: {e}")
+            if not isinstance(b, dict):
+                raise E.bad_request("couldn't get version/kind; json parse error")
+            for k in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents", "preconditions", "dryRun"):
+                if k in b and b[k] is not None:
+                    opts[k] = b[k]
+        g = opts.get("gracePeriodSeconds")
+        if g is not None and not isinstance(g, int):
+            raise E.bad_request("json: cannot unmarshal into Go struct field DeleteOptions.gracePeriodSeconds of type int64")
+        return opts
+
+    def evict(self, ns, name, body):
+        ev = O.parse_body(body, "Eviction") if body.strip() else {}
+        if ev.get("metadata", {}).get("name") not in (None, name):
+            raise E.bad_request(f"name in URL does not match name in Eviction object")
+        pod = self.cl.store.get("pods", ns, name)
+        if pod is None:
+            raise E.not_found("pods", name)
+        if pod["status"].get("phase") not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp"):
+            from .kubelet import set_cond
+
+            def fn(o):
+                set_cond(o["status"], "DisruptionTarget", "True", "EvictionByEvictionAPI", "Eviction API: evicting")
+            self.cl.store.mutate("pods", ns, name, fn, pod["metadata"]["uid"])
+        opts = ev.get("deleteOptions") or {}
+        self.cl.registry.delete("pods", ns, name, opts)
+        self.send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
+
+    # ---------------------------------------------------------------- list
+    def serve_list(self, resource, ns, lsel, fsel, qs, table):
+        info = O.KINDS[resource]
+        with self.cl.store.lock:
+            items, rv = self.cl.store.list(resource, ns)
+            oldest = self.cl.store.oldest_rv
+        cont = _q(qs, "continue")
+        start = None
+        if cont:
+            try:
+                tok = json.loads(base64.b64decode(cont))
+                start, crv = tok["start"], int(tok["rv"])
+            except Exception:
+                raise E.bad_request("continue key is not valid: illegal base64 data at input byte 0")
+            if crv < oldest:
+                raise E.expired("The provided continue parameter is too old to display a consistent list result. "
+                                "You can start a new list without the continue parameter, or use the continue "
+                                "token in this response to retrieve the remainder of the results. Continuing with "
+                                "the provided token results in an inconsistent list - objects that were created, "
+                                "modified, or deleted between the time the first chunk was returned and now may "
+                                "show up in the list.")
+            rv = crv
+        sel = [o for o in items if lsel.matches(o["metadata"].get("labels")) and fsel.matches(o)]
+        if start is not None:
+            sel = [o for o in sel if f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}" > start]
+        limit = int(_q(qs, "limit", "0") or 0)
+        meta = {"resourceVersion": str(rv)}
+        if limit > 0 and len(sel) > limit:
+            last = sel[limit - 1]["metadata"]
+            key = f"{last.get('namespace', '')}/{last['name']}"
+            meta["continue"] = base64.b64encode(json.dumps(
+                {"v": "meta.k8s.io/v1", "rv": int(rv), "start": key}, separators=(",", ":")).encode()).decode()
+            if lsel.empty() and fsel.empty():
+                meta["remainingItemCount"] = len(sel) - limit
+            sel = sel[:limit]
+        if table:
+            return self.send_json(200, T.table(resource, sel, meta["resourceVersion"], _q(qs, "includeObject", "Metadata"),
+                                               cont=meta.get("continue"), remaining=meta.get("remainingItemCount")))
+        self.send_json(200, {"kind": info["listKind"], "apiVersion": "v1", "metadata": meta,
+                             "items": [self.strip(o) for o in sel]})
+
+    # ---------------------------------------------------------------- watch
+    def serve_watch(self, resource, ns, lsel, fsel, qs, table):
+        cfg = self.cl.cfg
+        ts = _q(qs, "timeoutSeconds")
+        timeout = float(ts) if ts else cfg.min_request_timeout * (1 + random.random())
+        bookmarks = _bool(_q(qs, "allowWatchBookmarks"))
+        send_initial = _bool(_q(qs, "sendInitialEvents"))
+        w, err = self.cl.store.watch(resource, ns, lsel, fsel, _q(qs, "resourceVersion"), bookmarks, send_initial)
+        include = _q(qs, "includeObject", "Metadata")
+        first = [True]
+
+        def encode(etype, obj):
+            if table and etype != "ERROR" and etype != "BOOKMARK":
+                obj = T.table(resource, [obj], None, include, headers=first[0])
+                first[0] = False
+            return json.dumps({"type": etype, "object": obj}, separators=(",", ":")) + "\n"
+
+        def bookmark(annotate=False):
+            md = {"resourceVersion": str(self.cl.store.rv), "creationTimestamp": None}
+            if annotate:
+                md["annotations"] = {"k8s.io/initial-events-end": "true"}
+            obj = {"kind": O.KINDS[resource]["kind"], "apiVersion": "v1", "metadata": md}
+            if resource == "pods":
+                obj["spec"], obj["status"] = {"containers": None}, {}
+            return encode("BOOKMARK", obj)
+
+        self.cl.stats.watch_open(+1)
+        try:
+            self.start_chunked()
+            if err is not None:
+                self.chunk(encode("ERROR", err))
+                self.end_chunked()
+                return
+            deadline = time.time() + timeout
+            next_bm = time.time() + cfg.bookmark_interval
+            while True:
+                now = time.time()
+                if now >= deadline:
+                    break
+                wait = min(deadline - now, 0.5)
+                if bookmarks:
+                    wait = max(0.0, min(wait, next_bm - now))
+                try:
+                    item = w.q.get(timeout=wait)
+                except queue.Empty:
+                    if self.client_gone() or self.cl.stopping:
+                        self.close_connection = True
+                        return
+                    if bookmarks and time.time() >= next_bm:
+                        self.chunk(bookmark())
+                        next_bm = time.time() + cfg.bookmark_interval
+                    continue
+                kind = item[0]
+                if kind == "event":
+                    self.chunk(encode(item[1], item[2]))
+                elif kind == "initial-end":
+                    if bookmarks:
+                        self.chunk(bookmark(True))
+                elif kind == "error":
+                    self.chunk(encode("ERROR", item[1]))
+                    break
+                elif kind == "drop":
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    self.wfile = _Null()
+                    return
+                else:
+                    break
+            self.end_chunked()
+        finally:
+            self.cl.store.unwatch(w)
+            self.cl.stats.watch_open(-1)
+
+    # ---------------------------------------------------------------- logs
+    def serve_log(self, ns, name, qs):
+        pod = self.cl.store.get("pods", ns, name)
+        if pod is None:
+            raise E.not_found("pods", name)
+        names = [c["name"] for c in pod["spec"].get("containers") or []]
+        cname = _q(qs, "container")
+        if not cname:
+            if len(names) != 1:
+                raise E.bad_request(f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]")
+            cname = names[0]
+        if cname not in names:
+            raise E.bad_request(f"container {cname} is not valid for pod {name}")
+        if not pod["spec"].get("nodeName"):
+            raise E.bad_request(f"pod {name} does not have a host assigned")
+        cs = next((c for c in pod.get("status", {}).get("containerStatuses") or [] if c["name"] == cname), None)
+        sandbox = os.path.join(self.cl.kubelet.pods_dir, f"{ns}_{name}_{pod['metadata']['uid']}")
+        restarts = cs.get("restartCount", 0) if cs else 0
+        if _bool(_q(qs, "previous")):
+            if restarts == 0:
+                raise E.bad_request(f'previous terminated container "{cname}" in pod "{name}" not found')
+            path = os.path.join(sandbox, f"{cname}.{restarts - 1}.log")
+        else:
+            path = os.path.join(sandbox, f"{cname}.{restarts}.log")
+            waiting = (cs or {}).get("state", {}).get("waiting")
+            if not os.path.exists(path) and (cs is None or waiting):
+                reason = (waiting or {}).get("reason", "ContainerCreating")
+                why = {"ErrImagePull": "image can't be pulled",
+                       "ImagePullBackOff": "trying and failing to pull image"}.get(reason, reason)
+                raise E.bad_request(f'container "{cname}" in pod "{name}" is waiting to start: {why}')
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        tail = _q(qs, "tailLines")
+        if tail is not None:
+            n = int(tail)
+            lines = data.splitlines(keepends=True)
+            data = b"".join(lines[-n:]) if n > 0 else b""
+        limit = _q(qs, "limitBytes")
+        if limit is not None:
+            data = data[:int(limit)]
+        if not _bool(_q(qs, "follow")):
+            return self.send_text(200, data)
+        self.start_chunked("text/plain")
+        pos = os.path.getsize(path) if os.path.exists(path) else 0
+        if data:
+            self.chunk(data)
+        uid = pod["metadata"]["uid"]
+        while not self.cl.stopping:
+            p = self.cl.store.get("pods", ns, name)
+            st = None
+            if p is not None and p["metadata"]["uid"] == uid:
+                st = next((c for c in p.get("status", {}).get("containerStatuses") or [] if c["name"] == cname), None)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(pos)
+                    more = f.read()
+            except FileNotFoundError:
+                more = b""
+            if more:
+                pos += len(more)
+                self.chunk(more)
+                continue
+            if st is None or "running" not in st.get("state", {}):
+                break
+            if self.client_gone():
+                self.close_connection = True
+                return
+            time.sleep(0.05)  # polling a log file for growth, not synchronisation
+        self.end_chunked()
+
+
+class _Null:
+    def write(self, b):
+        return len(b)
+
+    def flush(self):
+        pass
