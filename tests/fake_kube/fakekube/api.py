@@ -26,6 +26,9 @@ from .store import now_rfc3339
 VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.4", "gitCommit": "fake", "gitTreeState": "clean",
            "buildDate": "2025-04-22T16:00:00Z", "goVersion": "go1.23.6", "compiler": "gc",
            "platform": "linux/amd64"}
+AUTHN_GROUP = {"name": "authentication.k8s.io",
+               "versions": [{"groupVersion": "authentication.k8s.io/v1", "version": "v1"}],
+               "preferredVersion": {"groupVersion": "authentication.k8s.io/v1", "version": "v1"}}
 NOT_FOUND_PATH = E.ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
 
@@ -255,8 +258,28 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/apis", "/apis/"):
             self.stat = "get /apis"
             self.nonresource(verb, path)
-            self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+            self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [AUTHN_GROUP]})
             return
+        if path.rstrip("/") == "/apis/authentication.k8s.io":
+            self.stat = "get /apis/authentication.k8s.io"
+            self.nonresource(verb, path)
+            return self.send_json(200, dict(AUTHN_GROUP, kind="APIGroup", apiVersion="v1"))
+        if path.rstrip("/") == "/apis/authentication.k8s.io/v1":
+            self.stat = "get /apis/authentication.k8s.io/v1"
+            self.nonresource(verb, path)
+            return self.send_json(200, {"kind": "APIResourceList", "apiVersion": "v1",
+                                        "groupVersion": "authentication.k8s.io/v1", "resources": [
+                                            {"name": "selfsubjectreviews", "singularName": "selfsubjectreview",
+                                             "namespaced": False, "kind": "SelfSubjectReview", "verbs": ["create"]}]})
+        if path.rstrip("/") == "/apis/authentication.k8s.io/v1/selfsubjectreviews":
+            self.stat = "create selfsubjectreviews"
+            if method != "POST":
+                raise E.method_not_allowed()
+            self.cl.auth.authorize(self.user, "create", "selfsubjectreviews", None, None, None, None)
+            u = self.user
+            return self.send_json(201, {"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+                                        "metadata": {"creationTimestamp": now_rfc3339()},
+                                        "status": {"userInfo": {"username": u.name, "groups": u.groups}}})
         if path.startswith("/openapi/"):
             self.stat = f"get {path}"
             self.nonresource(verb, path)

@@ -393,7 +393,8 @@ def parse_body(raw, kind):
     if k and kind and k != kind:
         raise E.bad_request(f"the object provided is unrecognized (must be of type {kind}): "
                             f"couldn't get version/kind; json parse error")
-    if av and av != "v1" and kind:
+    if av and kind and av != ("policy/v1" if kind == "Eviction" else "v1") and \
+            not (kind == "Eviction" and av == "policy/v1beta1"):
         raise E.bad_request(f'{kind} in version "{av}" cannot be handled as a {kind}: no kind "{kind}" is '
                             f'registered for version "{av}" in scheme "k8s.io/kubernetes/pkg/api/legacyscheme/scheme.go:30"')
     return obj

@@ -162,8 +162,8 @@ class Store:
         with self.lock:
             if self.expire_next_watch > 0:
                 self.expire_next_watch -= 1
-                start = int(rv_param) if (rv_param or "0").isdigit() else self.rv
-                return w, expired(f"too old resource version: {start} ({self.rv})").status()
+                start = int(rv_param) if rv_param and rv_param.isdigit() and rv_param != "0" else self.rv
+                return w, expired(f"too old resource version: {start} ({self.rv + 1})").status()
             if rv_param in (None, "", "0") or send_initial:
                 for (n, _), o in sorted(self.data[resource].items()):
                     w.offer("ADDED", resource, o, None)
