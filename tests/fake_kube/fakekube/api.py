@@ -18,6 +18,7 @@ import queue
 
 from . import errors as E
 from . import objects as O
+from . import protobuf as P
 from . import schema as S
 from . import tables as T
 from .selectors import FieldSelector, LabelSelector
@@ -219,8 +220,10 @@ class Handler(BaseHTTPRequestHandler):
             if not (path == "/fake" or path.startswith("/fake/")):
                 self.cl.stats.count(self.stat or f"{method} {path}", self.code,
                                     self.user.name if self.user else "system:anonymous")
+            ct = self.headers.get("Content-Type")
             self.cl.log_line(f"{method} {self.path} {self.code} user={self.user.name if self.user else '-'} "
-                             f"{(time.time() - t0) * 1000:.1f}ms")
+                             f"{(time.time() - t0) * 1000:.1f}ms" + (f" body={ct}" if ct else "") +
+                             f" accept={self.headers.get('Accept', '')} ua={self.headers.get('User-Agent', '')}")
 
     def nonresource(self, verb, path):
         self.cl.auth.authorize(self.user, verb, None, None, None, None, path)
@@ -356,12 +359,12 @@ class Handler(BaseHTTPRequestHandler):
         if verb == "create":
             if sub == "eviction":
                 return self.evict(ns, name, body)
-            obj = O.parse_body(body, info["kind"])
+            obj = self.decode_body(body, info["kind"])
             warnings = self.field_validation(qs, info["kind"], obj, body)
             out = reg.create(resource, ns if info["namespaced"] else None, obj, dry)
             return self.send_json(201, out, warnings)
         if verb == "update":
-            obj = O.parse_body(body, info["kind"])
+            obj = self.decode_body(body, info["kind"])
             warnings = self.field_validation(qs, info["kind"], obj, body)
             return self.send_json(200, reg.update(resource, key_ns, name, obj, sub, dry), warnings)
         if verb == "patch":
@@ -382,6 +385,16 @@ class Handler(BaseHTTPRequestHandler):
                                     "metadata": {"resourceVersion": str(rv)},
                                     "items": [self.strip(o) for o in items]})
 
+    def decode_body(self, body, kind):
+        ct = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if ct == "application/vnd.kubernetes.protobuf":
+            return P.decode(body, kind)
+        if ct not in ("application/json", "*/*", ""):
+            raise E.ApiError(415, "UnsupportedMediaType",
+                             f'the body of the request was in an unknown format - accepted media types include: '
+                             f'application/json, application/yaml, application/vnd.kubernetes.protobuf')
+        return O.parse_body(body, kind)
+
     def field_validation(self, qs, kind, obj, raw):
         """fieldValidation=Strict rejects unknown and duplicate fields; Warn (the default) warns; Ignore."""
         mode = _q(qs, "fieldValidation", "Warn") or "Warn"
@@ -389,6 +402,8 @@ class Handler(BaseHTTPRequestHandler):
             raise E.bad_request(f"fieldValidation must be one of Ignore, Warn, Strict, got {mode}")
         if mode == "Ignore":
             return None
+        if raw.startswith(P.MAGIC):
+            return None  # protobuf has no unknown fields to report
         problems = [f'unknown field "{p}"' for p in S.unknown_fields(kind, obj)]
         problems += [f'duplicate field "{p}"' for p in S.duplicate_fields(raw)]
         if not problems:
