@@ -785,6 +785,23 @@ class TestFaults(FakeTest):
         self.assertEqual(out["status"], "Success")
         self.fake.wait_until(lambda: self.get_pod("api-evicted") is None, 10, "evicted pod deleted")
 
+    def test_injected_errors(self):
+        self.fake.ctl("POST", "errors", {"verb": "create", "resource": "pods", "code": 429, "count": 2,
+                                         "retry_after_s": 3})
+        for _ in range(2):
+            st, hdrs, out = self.fake.request("POST", NS + "/pods", pod("throttled", sleeper()))
+            self.assertEqual(st, 429)
+            self.assertStatus(out, 429, "TooManyRequests")
+            self.assertEqual(hdrs.get("Retry-After"), "3")
+            self.assertEqual(out["details"]["retryAfterSeconds"], 3)
+        self.assertEqual(self.fake.request("GET", NS + "/pods")[0], 200)  # other verbs unaffected
+        self.create_pod(pod("throttled", sleeper()))  # the rule is used up
+        self.fake.ctl("POST", "errors", {"resource": "pods", "code": 503})
+        st, _, out = self.fake.request("GET", NS + "/pods/throttled")
+        self.assertEqual(st, 503)
+        self.assertStatus(out, 503, "ServiceUnavailable")
+        self.fake.ok("DELETE", NS + "/pods/throttled?gracePeriodSeconds=0")
+
     def test_stats(self):
         self.fake.ctl("POST", "stats/reset")
         self.create_pod(pod("counted", sleeper()))

@@ -21,6 +21,7 @@ from . import objects as O
 from . import protobuf as P
 from . import schema as S
 from . import tables as T
+from .control import injected_error
 from .selectors import FieldSelector, LabelSelector
 from .store import now_rfc3339
 
@@ -330,6 +331,9 @@ class Handler(BaseHTTPRequestHandler):
             verb = "delete" if name is not None else "deletecollection"
         self.stat = f"{verb} {resource}" + (f"/{sub}" if sub else "")
         self.cl.auth.authorize(self.user, verb, resource, sub, ns, name, None)
+        err = injected_error(self.cl, verb, resource + (f"/{sub}" if sub else ""))
+        if err is not None:
+            raise err
         if verb not in (O.SUBRESOURCES[f"{resource}/{sub}"]["verbs"] if sub else info["verbs"]):
             raise E.method_not_allowed()
         if method == "POST" and name is not None and sub != "eviction":

@@ -49,6 +49,8 @@ class Cluster:
         self.sa_dir = os.path.join(state_dir, "serviceaccount")
         self.sa_token = None
         self.openapi_hash = secrets.token_hex(32).upper()
+        self.inject = []  # /fake/errors rules
+        self.inject_lock = threading.Lock()
 
     # ------------------------------------------------------------------ logs
     def log_line(self, s):

@@ -36,6 +36,33 @@ class Stats:
                     "open_watches": self.open_watches}
 
 
+# Injected errors: kube-apiserver's reason and message for each code.
+ERROR_REASONS = {
+    429: ("TooManyRequests", "Too many requests, please try again later."),
+    500: ("InternalError", "Internal error occurred: injected by the fake API server"),
+    503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+    504: ("Timeout", "the server was unable to return a response in the time allotted, but may still be "
+                     "processing the request"),
+}
+
+
+def injected_error(cluster, verb, resource):
+    """An ApiError if an /fake/errors rule matches this request (and count it down), else None."""
+    from .errors import ApiError
+    with cluster.inject_lock:
+        for rule in cluster.inject:
+            if rule["count"] > 0 and rule["verb"] in ("*", verb) and rule["resource"] in ("*", resource):
+                rule["count"] -= 1
+                reason, msg = ERROR_REASONS[rule["code"]]
+                details = {"retryAfterSeconds": rule["retry_after_s"]} if rule["code"] in (429, 503, 504) else None
+                if rule["code"] == 429:
+                    details["causes"] = [{"reason": "UnexpectedServerResponse",
+                                          "message": "the request was throttled by API Priority and Fairness"}]
+                return ApiError(rule["code"], reason, msg, details,
+                                rule["retry_after_s"] if rule["code"] in (429, 503) else None)
+    return None
+
+
 class ControlError(Exception):
     def __init__(self, code, msg):
         super().__init__(msg)
@@ -138,6 +165,19 @@ class Control:
             return None
         if key == "forbid" and method == "DELETE":
             c.auth.deny.clear()
+            return None
+        if key == "errors" and method == "POST":
+            code = int(a.get("code", 500))
+            if code not in ERROR_REASONS:
+                raise ControlError(400, f"code must be one of {sorted(ERROR_REASONS)}")
+            with c.inject_lock:
+                c.inject.append({"verb": a.get("verb", "*"), "resource": a.get("resource", "*"),
+                                 "code": code, "count": int(a.get("count", 1)),
+                                 "retry_after_s": int(a.get("retry_after_s", 1))})
+            return None
+        if key == "errors" and method == "DELETE":
+            with c.inject_lock:
+                c.inject.clear()
             return None
         if key == "processes" and method == "GET":
             return {"processes": k.processes()}
