@@ -55,6 +55,9 @@ def parse_args(argv):
       help="environment variables (fnmatch pattern) of the fake passed to every container, as an image's ENV")
     a("--workdir", help="default working directory of containers (default: the pod's sandbox directory)")
     a("--sa-dir-env", metavar="NAME", help="also set NAME=<service-account dir> in every container")
+    a("--kubelet", choices=["process", "docker"], default="process",
+      help="process: each container is a local process group (fast; the image is ignored); docker: a Docker "
+           "container (--network host) when a daemon is available")
     a("--no-events", dest="events", action="store_false", help="do not record core/v1 Events")
     a("--die-with-parent", action="store_true", help="exit (SIGTERM) when the parent process dies")
     a("--log-file", help="request log (default: STATE/requests.log)")

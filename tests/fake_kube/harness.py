@@ -10,7 +10,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
 import http.client
@@ -251,3 +250,50 @@ def pid_alive(pid):
         return state != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+TEST_IMAGE = "fake-kube-test/sh:1"
+
+
+def docker_available():
+    import shutil
+    if not shutil.which("docker"):
+        return False
+    try:
+        r = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def ensure_test_image():
+    """A ~3 MB image (dash as /bin/sh, sleep, cat, and their libraries from this machine) made with
+    `docker import`: no registry is needed. Returns its name."""
+    import io
+    import re
+    import tarfile
+    if subprocess.run(["docker", "image", "inspect", TEST_IMAGE], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode == 0:
+        return TEST_IMAGE
+    files = set()
+    for b in ("/bin/dash", "/bin/sleep", "/bin/cat"):
+        files.add((b, "bin/" + os.path.basename(b)))
+        ldd = subprocess.run(["ldd", b], stdout=subprocess.PIPE, text=True).stdout
+        for lib in re.findall(r"(/\S+)", ldd):
+            files.add((os.path.realpath(lib), lib.lstrip("/")))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for src, dst in sorted(files, key=lambda x: x[1]):
+            tar.add(src, arcname=dst)
+        link = tarfile.TarInfo("bin/sh")
+        link.type, link.linkname = tarfile.SYMTYPE, "dash"
+        tar.addfile(link)
+        tmp = tarfile.TarInfo("tmp")
+        tmp.type, tmp.mode = tarfile.DIRTYPE, 0o1777
+        tar.addfile(tmp)
+    r = subprocess.run(["docker", "import", "-c", "ENV PATH=/bin", "-c", 'CMD ["/bin/sh"]', "-", TEST_IMAGE],
+                       input=buf.getvalue(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        raise RuntimeError(f"docker import failed: {r.stderr.decode(errors='replace')}")
+    return TEST_IMAGE

@@ -15,7 +15,7 @@ import unittest
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Fake, pod, pid_alive, summary  # noqa: E402
+from harness import Fake, docker_available, ensure_test_image, pod, pid_alive, summary  # noqa: E402
 
 NS = "/api/v1/namespaces/default"
 FAST = ["--image-pull-backoff", "0.5", "--restart-backoff", "0.3", "--config-retry-seconds", "0.2",
@@ -393,7 +393,7 @@ class TestWatch(FakeTest):
     def test_resume_from_resource_version(self):
         a = self.create_pod(pod("rv-a", sleeper(), labels={"w": "rv"}))
         rv = a["metadata"]["resourceVersion"]
-        b = self.create_pod(pod("rv-b", sleeper(), labels={"w": "rv"}))
+        self.create_pod(pod("rv-b", sleeper(), labels={"w": "rv"}))
         w = self.fake.watch(NS + f"/pods?watch=true&labelSelector=w%3Drv&resourceVersion={rv}")
         try:
             ev, seen = w.expect(lambda e: e["type"] == "ADDED")
@@ -840,6 +840,79 @@ class TestNodeLost(FakeTest):
         self.fake.ctl("POST", "node/recover")
         self.create_pod(pod("after", [PY, "-c", "pass"]))
         self.wait_phase("after", ("Succeeded",))
+
+
+@unittest.skipUnless(docker_available(), "no Docker daemon")
+class TestDockerKubelet(FakeTest):
+    """--kubelet docker: each container is a Docker container (image ENTRYPOINT/CMD, limits, SA mount)."""
+    args = FAST[:-2] + ["--min-grace-seconds", "2", "--kubelet", "docker"]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.image = ensure_test_image()
+        super().setUpClass()
+
+    def dpod(self, name, script, **kw):
+        return pod(name, ["/bin/sh", "-c", script], image=self.image, **kw)
+
+    def test_env_service_account_and_logs(self):
+        script = 'echo "$A $HOSTNAME $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"; ' \
+                 'cat /var/run/secrets/kubernetes.io/serviceaccount/token'
+        self.create_pod(self.dpod("d-env", script, container={"env": [{"name": "A", "value": "x"}]}))
+        p = self.wait_phase("d-env", ("Succeeded", "Failed"), timeout=60)
+        self.assertEqual(p["status"]["phase"], "Succeeded", p["status"])
+        self.assertTrue(cstate(p)["terminated"]["containerID"].startswith("docker://"))
+        log = self.fake.request("GET", NS + "/pods/d-env/log")[2]
+        sa_token = read(os.path.join(self.fake.info["sa_dir"], "token"))
+        self.assertEqual(log, f"x d-env 127.0.0.1:{self.fake.port}\n{sa_token}")
+
+    def test_args_replace_cmd(self):
+        # No command: the image's ENTRYPOINT (none) + args in place of its CMD, so "-c" is exec'd: StartError.
+        body = pod("d-args", None, image=self.image)
+        del body["spec"]["containers"][0]["command"]
+        body["spec"]["containers"][0]["args"] = ["-c", "exit 0"]
+        self.create_pod(body)
+        p = self.wait_phase("d-args", ("Failed",), timeout=60)
+        t = cstate(p)["terminated"]
+        self.assertEqual((t["exitCode"], t["reason"]), (128, "StartError"))
+        self.assertIn('exec: "-c"', t["message"])
+
+    def test_grace_period_and_oom(self):
+        self.create_pod(self.dpod("d-stubborn", "trap '' TERM; echo up; sleep 60 & wait; sleep 60"))
+        self.create_pod(self.dpod("d-oom", "x=a; while true; do x=$x$x$x; done",
+                                  container={"resources": {"limits": {"memory": "20Mi"}}}))
+        self.wait_phase("d-stubborn", ("Running",), timeout=60)
+        self.fake.wait_until(lambda: "up" in self.fake.request("GET", NS + "/pods/d-stubborn/log")[2], 20, "up")
+        t0 = time.time()
+        w = self.fake.watch(NS + "/pods?watch=1&resourceVersion=0&fieldSelector=metadata.name%3Dd-stubborn")
+        try:
+            self.fake.ok("DELETE", NS + "/pods/d-stubborn?gracePeriodSeconds=3")
+            ev, _ = w.expect(lambda e: phase_of(e) == "Failed", timeout=30)
+            self.assertEqual(cstate(ev["object"])["terminated"]["exitCode"], 137)
+            self.assertGreaterEqual(time.time() - t0, 2.9)
+            w.expect(lambda e: e["type"] == "DELETED", timeout=10)
+        finally:
+            w.close()
+        p = self.wait_phase("d-oom", ("Failed",), timeout=60)
+        t = cstate(p)["terminated"]
+        self.assertEqual((t["reason"], t["exitCode"]), ("OOMKilled", 137))
+
+    def test_pull_failure_is_the_daemons(self):
+        self.create_pod(pod("d-pull", ["/bin/true"], image="nosuch.invalid/fake-kube/none:1"))
+        p = self.fake.wait_until(lambda: (lambda p: p if cstate(p).get("waiting", {}).get("reason") in
+                                          ("ErrImagePull", "ImagePullBackOff") else None)(self.get_pod("d-pull")),
+                                 60, "pull failure")
+        self.assertEqual(p["status"]["phase"], "Pending")
+        self.fake.ok("DELETE", NS + "/pods/d-pull")
+
+    def test_stop_removes_containers(self):
+        with Fake("--kubelet", "docker") as fake:
+            fake.ok("POST", NS + "/pods", pod("d-left", ["/bin/sh", "-c", "sleep 300"], image=self.image))
+            fake.wait_until(lambda: fake.ctl("GET", "processes")["processes"], 60, "container up")
+        import subprocess
+        left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=fake-kube.pod=default/d-left"],
+                              stdout=subprocess.PIPE, text=True).stdout.split()
+        self.assertEqual(left, [])
 
 
 class TestShutdown(unittest.TestCase):

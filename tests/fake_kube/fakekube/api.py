@@ -250,7 +250,6 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/api", "/api/"):
             self.stat = "get /api"
             self.nonresource(verb, path)
-            host = self.headers.get("Host") or f"127.0.0.1:{self.cl.port}"
             self.send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.cl.port}"}]})
             return
@@ -395,8 +394,8 @@ class Handler(BaseHTTPRequestHandler):
             return P.decode(body, kind)
         if ct not in ("application/json", "*/*", ""):
             raise E.ApiError(415, "UnsupportedMediaType",
-                             f'the body of the request was in an unknown format - accepted media types include: '
-                             f'application/json, application/yaml, application/vnd.kubernetes.protobuf')
+                             'the body of the request was in an unknown format - accepted media types include: '
+                             'application/json, application/yaml, application/vnd.kubernetes.protobuf')
         return O.parse_body(body, kind)
 
     def field_validation(self, qs, kind, obj, raw):
@@ -450,7 +449,7 @@ class Handler(BaseHTTPRequestHandler):
     def evict(self, ns, name, body):
         ev = O.parse_body(body, "Eviction") if body.strip() else {}
         if ev.get("metadata", {}).get("name") not in (None, name):
-            raise E.bad_request(f"name in URL does not match name in Eviction object")
+            raise E.bad_request("name in URL does not match name in Eviction object")
         pod = self.cl.store.get("pods", ns, name)
         if pod is None:
             raise E.not_found("pods", name)

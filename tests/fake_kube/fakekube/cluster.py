@@ -206,7 +206,6 @@ class Cluster:
         self.gc.start()
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
                          name="http", daemon=True).start()
-        threading.Thread(target=self._reap_orphans, name="reaper", daemon=True).start()
         self.ready_info = {
             "url": url, "host": self.cfg.host, "port": self.port, "ca": self.ca,
             "token": self.token, "user": self.user, "admin_token": self.admin_token,
@@ -217,7 +216,8 @@ class Cluster:
         return self.ready_info
 
     def _children(self):
-        """(pid, ppid, state) of every process on the machine, from /proc."""
+        """(pid, ppid, state) of every process on the machine, from /proc. As a child subreaper the fake
+        inherits what its pods leave behind (e.g. a daemon in its own session); stop() kills those too."""
         out = []
         for d in os.listdir("/proc"):
             if not d.isdigit():
@@ -230,20 +230,6 @@ class Cluster:
             rest = s[s.rfind(")") + 2:].split()
             out.append((int(d), int(rest[1]), rest[0]))
         return out
-
-    def _reap_orphans(self):
-        """Reap processes a pod left behind that were re-parented to us (we are a child subreaper)."""
-        me = os.getpid()
-        while not self.stopping:
-            time.sleep(1.0)  # housekeeping period, not synchronisation
-            with self.kubelet.spawn_lock:
-                tracked = set(self.kubelet.pids)
-                for pid, ppid, state in self._children():
-                    if ppid == me and state == "Z" and pid not in tracked:
-                        try:
-                            os.waitpid(pid, os.WNOHANG)
-                        except ChildProcessError:
-                            pass
 
     def stop(self):
         self.stopping = True

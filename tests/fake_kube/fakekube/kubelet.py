@@ -3,33 +3,23 @@
 # containers as local process groups and reports status as a real kubelet does
 # (ContainerCreating -> Running -> Succeeded/Failed), with image-pull, config and
 # start errors, grace-period termination, restarts, and fault injection.
-import ctypes
-import fnmatch
 import hashlib
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 import traceback
 
 from . import node as N
+from . import runtime
+from .runtime import PullFailure, StartFailure
 from .errors import ApiError
 from .registry import decode_secret_value
 from .store import now_rfc3339
 
 TERMINAL = ("Succeeded", "Failed")
 COND_ORDER = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"]
-_libc = ctypes.CDLL(None, use_errno=True)
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_kubelet():
-    # In the child (fork, before exec): SIGKILL when the thread that forked us (the pod worker) ends.
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
 def normalize_image(img):
     name, digest = (img.split("@", 1) + [""])[:2] if "@" in img else (img, "")
     tag = ""
@@ -99,8 +89,7 @@ class Ctr:
         self.sandbox = sandbox
         self.state = "waiting"
         self.waiting = ("ContainerCreating", None)
-        self.proc = None
-        self.reaped = True
+        self.handle = None
         self.started_at = None
         self.exit = None  # (code, reason, message, finished_at)
         self.oom = False
@@ -289,7 +278,17 @@ class PodWorker:
                 return False
             err = self.k.image_failure(img)
             if err is None:
-                break
+                try:
+                    self.k.runtime.pull(img, ctr.spec.get("imagePullPolicy", "IfNotPresent"))
+                    break
+                except PullFailure as e:
+                    if e.reason == "ErrImageNeverPull":
+                        self.event("Warning", "ErrImageNeverPull", str(e), ctr=ctr)
+                        ctr.waiting = ("ErrImageNeverPull", str(e))
+                        self.set_status("Pending")
+                        self.wait(backoff)
+                        continue
+                    err = str(e)
             self.event("Normal", "Pulling", f'Pulling image "{image_with_tag(img)}"', ctr=ctr)
             self.event("Warning", "Failed", f'Failed to pull image "{image_with_tag(img)}": {err}', ctr=ctr)
             self.event("Warning", "Failed", "Error: ErrImagePull", ctr=ctr)
@@ -298,7 +297,7 @@ class PodWorker:
             self.wait(min(backoff, 1.0))
             if self.handle(self.interrupted()):
                 return False
-            if self.k.image_failure(img) is None:
+            if self.k.image_failure(img) is None and self.k.runtime.name == "process":
                 continue
             msg = f'Back-off pulling image "{image_with_tag(img)}"'
             self.event("Normal", "BackOff", msg, ctr=ctr)
@@ -306,7 +305,7 @@ class PodWorker:
             ctr.waiting = ("ImagePullBackOff", msg)
             self.set_status("Pending")
             deadline = time.time() + backoff
-            while time.time() < deadline and self.k.image_failure(img) is not None:
+            while time.time() < deadline and (self.k.image_failure(img) is not None or self.k.runtime.name != "process"):
                 if self.interrupted():
                     break
                 self.wait(deadline - time.time())
@@ -337,14 +336,7 @@ class PodWorker:
     def build_env(self, ctr):
         cfg = self.c.cfg
         p = self.pod()
-        base = {}
-        for pat in cfg.pass_env or []:
-            for k, v in os.environ.items():
-                if fnmatch.fnmatchcase(k, pat):
-                    base[k] = v
-        base.setdefault("PATH", os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"))
-        if "HOME" in os.environ:
-            base.setdefault("HOME", os.environ["HOME"])
+        base = self.k.runtime.base_env()
         base["HOSTNAME"] = self.name
         port = str(self.c.port)
         svc = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port,
@@ -442,37 +434,15 @@ class PodWorker:
         env = ctr.env
         cmd = [expand(a, env) for a in ctr.spec.get("command") or []]
         args = [expand(a, env) for a in ctr.spec.get("args") or []]
-        argv = cmd + args
-        cwd = ctr.spec.get("workingDir") or (self.c.cfg.workdir or self.sandbox)
-        ctr.container_id = "containerd://" + _hex(self.uid, ctr.name, str(ctr.restarts))
+        rt = self.k.runtime
+        ctr.container_id = rt.id_prefix + _hex(self.uid, ctr.name, str(ctr.restarts))
         ctr.image_id = normalize_image(ctr.spec["image"]).rsplit(":", 1)[0] + "@sha256:" + _hex(ctr.spec["image"])
         err = None
-        if not cmd:
-            err = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: "
-                   "runc create failed: unable to start container process: the fake kubelet has no image "
-                   "entrypoint: set the container's command: unknown")
-        else:
-            try:
-                os.makedirs(cwd, exist_ok=True)
-            except OSError:
-                pass
-            log = open(ctr.log_path(), "ab", buffering=0)
-            try:
-                with self.k.spawn_lock, self.plock:  # the orphan reaper must not take our child's exit
-                    ctr.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                                stderr=subprocess.STDOUT, start_new_session=True,
-                                                preexec_fn=_die_with_kubelet, close_fds=True)
-                    ctr.reaped = False
-                    self.k.pids.add(ctr.proc.pid)
-            except OSError as e:
-                why = "executable file not found in $PATH" if isinstance(e, FileNotFoundError) and "/" not in argv[0] \
-                    else (f"stat {argv[0]}: no such file or directory" if isinstance(e, FileNotFoundError)
-                          else ("permission denied" if isinstance(e, PermissionError) else e.strerror))
-                err = (f"failed to create containerd task: failed to create shim task: OCI runtime create "
-                       f"failed: runc create failed: unable to start container process: exec: \"{argv[0]}\": "
-                       f"{why}: unknown")
-            finally:
-                log.close()
+        try:
+            with self.plock:
+                ctr.handle = rt.start(self, ctr, cmd, args, env, ctr.log_path())
+        except StartFailure as e:
+            err = str(e)
         self.event("Normal", "Created", f"Created container {ctr.name}", ctr=ctr)
         now = time.time()
         ctr.started_at = now
@@ -484,29 +454,14 @@ class PodWorker:
             return
         ctr.state = "running"
         self.event("Normal", "Started", f"Started container {ctr.name}", ctr=ctr)
-        ctr.waiter = threading.Thread(target=self._wait_proc, args=(ctr, ctr.proc), daemon=True,
+        ctr.waiter = threading.Thread(target=self._wait, args=(ctr, ctr.handle), daemon=True,
                                       name=f"wait-{self.name}-{ctr.name}")
         ctr.waiter.start()
 
-    def _wait_proc(self, ctr, proc):
-        try:
-            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-        except ChildProcessError:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the rest of the container dies with its first process
-        except (ProcessLookupError, PermissionError):
-            pass
-        with self.plock:
-            rc = proc.wait()
-            ctr.reaped = True
-        self.k.untrack(proc.pid)
+    def _wait(self, ctr, handle):
+        code, oom = self.k.runtime.wait(handle)
         fin = time.time()
-        if rc < 0:
-            code = 128 - rc
-        else:
-            code = rc
-        if ctr.oom:
+        if ctr.oom or oom:
             reason, code = "OOMKilled", 137
         else:
             reason = "Completed" if code == 0 else "Error"
@@ -515,16 +470,8 @@ class PodWorker:
         self.poke()
 
     def signal(self, ctr, sig):
-        with self.plock:
-            if ctr.proc is None or ctr.reaped:
-                return
-            try:
-                if sig == signal.SIGKILL:
-                    os.killpg(ctr.proc.pid, sig)
-                else:
-                    os.kill(ctr.proc.pid, sig)  # SIGTERM reaches the container's PID 1 only
-            except (ProcessLookupError, PermissionError):
-                pass
+        if ctr.handle is not None and ctr.state == "running":
+            self.k.runtime.signal(ctr.handle, sig)
 
     def running(self):
         return [c for c in self.ctrs if c.state == "running"]
@@ -682,14 +629,13 @@ class Kubelet:
         self.workers = {}
         self.lock = threading.RLock()
         self.sched_lock = threading.Lock()
-        self.spawn_lock = threading.Lock()
+        self.runtime = runtime.make(cluster)
         self.failing = {}  # normalized image -> message (None: default message)
         for img in self.cfg.fail_image or []:
             self.failing[normalize_image(img)] = None
         self.stopping = False
         self.node_lost = False
         self.node_generation = 0
-        self.pids = set()
 
     # -- store hook (called under the store lock: only enqueue) --
     def hook(self, etype, resource, obj, prev):
@@ -719,14 +665,6 @@ class Kubelet:
     def worker_done(self, w):
         with self.lock:
             self.workers.pop(w.uid, None)
-
-    def track(self, pid):
-        with self.lock:
-            self.pids.add(pid)
-
-    def untrack(self, pid):
-        with self.lock:
-            self.pids.discard(pid)
 
     def reschedule(self):
         for w in list(self.workers.values()):
@@ -858,9 +796,9 @@ class Kubelet:
         out = []
         for w in list(self.workers.values()):
             for c in w.ctrs:
-                if c.proc is not None and not c.reaped:
-                    out.append({"namespace": w.ns, "pod": w.name, "uid": w.uid, "container": c.name,
-                                "pid": c.proc.pid})
+                d = self.runtime.describe(c.handle) if c.handle is not None else None
+                if d:
+                    out.append(dict({"namespace": w.ns, "pod": w.name, "uid": w.uid, "container": c.name}, **d))
         return out
 
     def stop(self):
@@ -872,5 +810,6 @@ class Kubelet:
         for w in ws:
             for c in w.ctrs:
                 w.signal(c, signal.SIGKILL)
+        self.runtime.shutdown()
         for w in ws:
             w.thread.join(10)

@@ -3,7 +3,6 @@
 # check with kube-scheduler's FailedScheduling messages, and the node lifecycle
 # controller's reaction to a lost node (NotReady, taint eviction, pod GC).
 import threading
-import time
 
 from . import objects as O
 from . import quantity
@@ -235,9 +234,10 @@ class NodeController:
         k.node_generation += 1
         name = self.c.cfg.node_name
         if self.store.get("nodes", "", name) is None:
-            self.store.create("nodes", node_object(self.c.cfg))
+            node = node_object(self.c.cfg)
+            O.new_meta(node, None, "Node")
+            self.store.create("nodes", node)
         else:
-            t = now_rfc3339()
             fresh = node_object(self.c.cfg)
 
             def fn(n):

@@ -326,7 +326,7 @@ def prepare_secret(sec):
     for k, v in data.items():
         try:
             base64.b64decode(v or "", validate=True)
-        except (binascii.Error, ValueError, TypeError) as e:
+        except (binascii.Error, ValueError, TypeError):
             raise E.bad_request(f'Secret in version "v1" cannot be handled as a Secret: illegal base64 data at input byte {_b64_bad_at(v)}')
     for k, v in (sec.pop("stringData", None) or {}).items():
         data[k] = base64.b64encode(str(v).encode()).decode()

@@ -73,7 +73,7 @@ def _ptr(path):
     if path == "":
         return []
     if not path.startswith("/"):
-        raise bad_request(f"the server rejected our request due to an error in our request")
+        raise bad_request("the server rejected our request due to an error in our request")
     return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
 
 
@@ -130,7 +130,7 @@ def json_patch(doc, ops):
             else:
                 raise bad_request(f"Unexpected kind: {kind}")
         except (KeyError, IndexError, ValueError, TypeError):
-            raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our request")
+            raise ApiError(422, "Invalid", "the server rejected our request due to an error in our request")
     return doc
 
 
@@ -147,6 +147,6 @@ def apply(content_type, doc, raw):
     if ct == "application/strategic-merge-patch+json":
         return strategic_merge_patch(doc, body)
     raise ApiError(415, "UnsupportedMediaType",
-                   f'the body of the request was in an unknown format - accepted media types include: '
-                   f'application/json-patch+json, application/merge-patch+json, '
-                   f'application/strategic-merge-patch+json')
+                   'the body of the request was in an unknown format - accepted media types include: '
+                   'application/json-patch+json, application/merge-patch+json, '
+                   'application/strategic-merge-patch+json')

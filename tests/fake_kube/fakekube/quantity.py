@@ -25,7 +25,7 @@ def parse(q):
     try:
         n = Fraction(num)
     except ValueError:
-        raise bad_request(f"unable to parse quantity's suffix")
+        raise bad_request("unable to parse quantity's suffix")
     if suf in _BIN:
         return n * _BIN[suf]
     if suf in _DEC:

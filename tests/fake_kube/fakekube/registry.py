@@ -4,7 +4,6 @@
 # immutability), delete (pod grace periods, finalizers, propagation policies).
 import base64
 import copy
-import json
 import time
 
 from . import errors as E

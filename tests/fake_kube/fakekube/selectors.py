@@ -138,7 +138,7 @@ class LabelSelector:
                         try:
                             n = int(toks[i])
                         except ValueError:
-                            fail(f"for 'Gt', 'Lt' operators, the value must be an integer")
+                            fail("for 'Gt', 'Lt' operators, the value must be an integer")
                         i += 1
                         reqs.append((k, op, (n,)))
                     else:
