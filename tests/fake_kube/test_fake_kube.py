@@ -942,6 +942,30 @@ class TestShutdown(unittest.TestCase):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def test_sigkill_leaves_no_process(self):
+        """Even a SIGKILLed fake takes its pods' processes along (children of children included)."""
+        tmp = tempfile.mkdtemp(prefix="fake-kube-test-")
+        try:
+            pidfile = os.path.join(tmp, "child.pid")
+            code = (f"import subprocess, time\n"
+                    f"p = subprocess.Popen(['{PY}', '-c', 'import time; time.sleep(120)'])\n"
+                    f"open('{pidfile}', 'w').write(str(p.pid))\n"
+                    f"time.sleep(120)\n")
+            fake = Fake(*FAST, state_dir=os.path.join(tmp, "state"))
+            try:
+                fake.ok("POST", NS + "/pods", pod("parent", [PY, "-c", code]))
+                fake.wait_until(lambda: read(pidfile), 15, "child pid")
+                pids = [p["pid"] for p in fake.ctl("GET", "processes")["processes"]] + [int(read(pidfile))]
+                self.assertEqual(len(pids), 2)
+                self.assertTrue(all(pid_alive(p) for p in pids))
+                fake.proc.kill()
+                fake.proc.wait(10)
+                fake.wait_until(lambda: not any(pid_alive(p) for p in pids), 10, "pod processes gone")
+            finally:
+                fake.stop()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def test_anonymous_auth_false(self):
         with Fake("--anonymous-auth", "false") as fake:
             st, _, out = fake.request("GET", "/version", token=None)

@@ -810,6 +810,6 @@ class Kubelet:
         for w in ws:
             for c in w.ctrs:
                 w.signal(c, signal.SIGKILL)
-        self.runtime.shutdown()
         for w in ws:
             w.thread.join(10)
+        self.runtime.shutdown()  # after the workers reaped their processes: the guardian has nothing left to kill

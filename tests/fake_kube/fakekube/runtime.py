@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import threading
 
 from . import quantity
@@ -31,6 +32,37 @@ class PullFailure(Exception):
         self.reason = reason
 
 
+class Guardian:
+    """The guardian process (guardian.py): told which process groups exist, kills them if the fake dies."""
+
+    def __init__(self, docker_label=""):
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", os.path.join(here, "guardian.py"), docker_label],
+                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+                                     text=True)
+        self.lock = threading.Lock()
+
+    def tell(self, line):
+        with self.lock:
+            try:
+                self.proc.stdin.write(line + "\n")
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                pass
+
+    def close(self):
+        with self.lock:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 class ProcHandle:
     def __init__(self, proc):
         self.proc = proc
@@ -44,6 +76,7 @@ class ProcessRuntime:
 
     def __init__(self, cluster):
         self.c = cluster
+        self.guardian = Guardian()
 
     def base_env(self):
         cfg = self.c.cfg
@@ -85,6 +118,7 @@ class ProcessRuntime:
                 raise StartFailure(f"failed to create containerd task: failed to create shim task: OCI runtime "
                                    f"create failed: runc create failed: unable to start container process: exec: "
                                    f"\"{argv[0]}\": {why}: unknown")
+        self.guardian.tell(f"+{proc.pid}")
         return ProcHandle(proc)
 
     def wait(self, h):
@@ -101,6 +135,7 @@ class ProcessRuntime:
         with h.lock:
             rc = h.proc.wait()
             h.reaped = True
+        self.guardian.tell(f"-{pid}")
         return (128 - rc if rc < 0 else rc), False
 
     def signal(self, h, sig):
@@ -119,7 +154,7 @@ class ProcessRuntime:
         return {"pid": h.proc.pid} if not h.reaped else None
 
     def shutdown(self):
-        pass
+        self.guardian.close()
 
 
 class DockerHandle:
@@ -135,6 +170,7 @@ class DockerRuntime:
     def __init__(self, cluster):
         self.c = cluster
         self.instance = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.guardian = Guardian(f"fake-kube.instance={self.instance}")
 
     def _docker(self, *args, timeout=120):
         return subprocess.run(["docker", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -217,6 +253,7 @@ class DockerRuntime:
         ids = self._docker("ps", "-aq", "--filter", f"label=fake-kube.instance={self.instance}").stdout.split()
         if ids:
             self._docker("rm", "-f", *ids)
+        self.guardian.close()
 
 
 def make(cluster):
