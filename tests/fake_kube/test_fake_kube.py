@@ -860,11 +860,11 @@ class TestDockerKubelet(FakeTest):
                  'cat /var/run/secrets/kubernetes.io/serviceaccount/token'
         self.create_pod(self.dpod("d-env", script, container={"env": [{"name": "A", "value": "x"}]}))
         p = self.wait_phase("d-env", ("Succeeded", "Failed"), timeout=60)
-        self.assertEqual(p["status"]["phase"], "Succeeded", p["status"])
-        self.assertTrue(cstate(p)["terminated"]["containerID"].startswith("docker://"))
         log = self.fake.request("GET", NS + "/pods/d-env/log")[2]
+        self.assertEqual(p["status"]["phase"], "Succeeded", (p["status"], log))
+        self.assertTrue(cstate(p)["terminated"]["containerID"].startswith("docker://"))
         sa_token = read(os.path.join(self.fake.info["sa_dir"], "token"))
-        self.assertEqual(log, f"x d-env 127.0.0.1:{self.fake.port}\n{sa_token}")
+        self.assertEqual(log, f"x d-env 127.0.0.1:{self.fake.port}\n{sa_token}", p["status"])
 
     def test_args_replace_cmd(self):
         # No command: the image's ENTRYPOINT (none) + args in place of its CMD, so "-c" is exec'd: StartError.

@@ -224,7 +224,9 @@ class DockerRuntime:
                                 stderr=subprocess.STDOUT)
         log.close()
         ctr.container_id = self.id_prefix + cid
-        return DockerHandle(name, cid, logs)
+        h = DockerHandle(name, cid, logs)
+        h.log_path = log_path
+        return h
 
     def wait(self, h):
         r = self._docker("wait", h.name, timeout=None)
@@ -238,6 +240,15 @@ class DockerRuntime:
         except subprocess.TimeoutExpired:
             h.logs.kill()
             h.logs.wait()
+        # `docker logs -f` can end before a quickly exiting container's last lines arrive: once it has
+        # exited, the whole log (of which the followed part is a prefix) replaces the file.
+        full = subprocess.run(["docker", "logs", h.name], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=60)
+        if full.returncode == 0:
+            tmp = h.log_path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(full.stdout)
+            os.replace(tmp, h.log_path)
         self._docker("rm", "-f", h.name)
         h.done = True
         return code, oom
