@@ -127,6 +127,7 @@ private:
     std::vector<std::uint32_t> ends;   // where each task's arguments end (splittable if count > 1)
     std::shared_ptr<split_rec> parent; // set on the parts of a split chunk
     std::uint32_t index = 0;           // this part's task in parent
+    std::string exit_note;             // how a dead holder's job ended, in its backend's words (out of memory)
   };
 
   std::uint64_t add_chunk(const std::shared_ptr<pool_job>& job, std::uint64_t seq, chunk_msg msg,
@@ -186,6 +187,8 @@ private:
     bool exited = false;
     std::unique_ptr<asio::steady_timer> start_timer;
     std::unique_ptr<asio::steady_timer> drain_timer; // exited, its link still being read to the end
+    std::string exit_reason;  // the backend's words on the job's end
+    std::uint64_t charged = 0; // the chunk charged with its death (its exit report may come after)
   };
 
   // Local workers start a few at a time: a starting worker is CPU-bound
@@ -473,6 +476,8 @@ private:
     if (it == workers_.end()) return;
     auto& w = it->second;
     w.exited = true;
+    w.exit_reason = ex.reason;
+    if (auto c = chunks_.find(w.charged); !ex.reason.empty() && c != chunks_.end()) c->second.exit_note = ex.reason;
     runtime::instance().forget_worker(id);
     if (!w.link && !w.retiring && !closing_) {
       ++failed_starts_;
@@ -498,7 +503,7 @@ private:
     if (it == workers_.end()) return;
     if (it->second.drain_timer) it->second.drain_timer->cancel();
     if (it->second.link) it->second.link->close("job ended");
-    lose(id, "job ended");
+    lose(id, it->second.exit_reason.empty() ? "job ended" : "job ended: " + it->second.exit_reason);
     workers_.erase(id);
     if (failed_starts_ > std::max(3u, 2 * s_.processes)) {
       fail_all(std::make_exception_ptr(backend_error("fiber::Pool " + s_.name + " (" +
@@ -545,7 +550,8 @@ private:
                                      ? "a chunk of " + std::to_string(rec.msg.count) + " tasks: its workers died "
                                      : "a task's workers died ";
         const std::string why = "fiber::Pool " + s_.name + ": " + what + std::to_string(rec.deaths) +
-                                " times (max_retries " + std::to_string(s_.max_retries) + "); last: " + reason;
+                                " times (max_retries " + std::to_string(s_.max_retries) + "); last: " + reason +
+                                (rec.exit_note.empty() ? "" : " (before: " + rec.exit_note + ")");
         if (rec.parent) {
           // This task fails in its place; the other parts still deliver.
           writer w;
@@ -558,6 +564,7 @@ private:
           rec.job->on_chunk_failed(rec.seq, std::make_exception_ptr(worker_lost(why)));
         }
       } else {
+        if (i == 0) it->second.charged = mine[i].second;
         requeue.push_back(mine[i].second);
       }
     }
