@@ -55,8 +55,10 @@ public:
 
   /// Runtime thread. Queue chunks of a job.
   void submit(std::shared_ptr<pool_job> job, std::vector<chunk_input> chunks) {
-    if (terminated_) {
-      for (auto& c : chunks) job->on_chunk_failed(c.seq, std::make_exception_ptr(error("fiber::Pool: terminated")));
+    if (terminated_ || failed_) {
+      // After fail_all (no worker can start), later calls fail the same way instead of waiting.
+      auto e = failed_ ? failed_ : std::make_exception_ptr(error("fiber::Pool: terminated"));
+      for (auto& c : chunks) job->on_chunk_failed(c.seq, e);
       return;
     }
     for (auto& c : chunks) {
@@ -589,6 +591,7 @@ private:
   }
 
   void fail_all(std::exception_ptr e) {
+    failed_ = e;
     auto chunks = std::move(chunks_);
     chunks_.clear();
     pending_.clear();
@@ -621,6 +624,7 @@ private:
   std::unique_ptr<asio::steady_timer> stagger_timer_;
   std::string last_start_failure_;
   bool closing_ = false, terminated_ = false;
+  std::exception_ptr failed_; // why fail_all ended the pool
   std::function<void()> on_all_exited_;
 };
 

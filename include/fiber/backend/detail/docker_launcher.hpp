@@ -328,6 +328,13 @@ private:
     if (opts_.tls)
       for (auto& f : opts_.tls_files) c.binds.push_back(f + ":" + f + ":ro");
     for (auto& b : opts_.binds) c.binds.push_back(b);
+    // One bind per destination (tls_ca is often tls_cert; Docker refuses duplicates).
+    std::set<std::string> seen;
+    std::erase_if(c.binds, [&](const std::string& b) {
+      auto from = b.find(':');
+      auto to = b.find(':', from + 1);
+      return !seen.insert(b.substr(from + 1, to == std::string::npos ? std::string::npos : to - from - 1)).second;
+    });
     if (s.resources.cpu > 0) c.nano_cpus = std::int64_t(s.resources.cpu) * 1'000'000'000;
     if (s.resources.memory_mb > 0) c.memory_bytes = std::int64_t(s.resources.memory_mb) << 20;
     c.gpus = s.resources.gpu;
@@ -529,28 +536,34 @@ private:
   void on_die(record& r, const std::string& exit_code) {
     if (r.reported) return;
     int code = std::atoi(exit_code.c_str());
-    const bool by_signal = code > 128 && code <= 128 + 64;
-    if (r.asked) {
-      const int sig = by_signal && (r.asked_mask >> (code - 128) & 1) ? code - 128 : r.asked;
-      return report(r, {backend::job_exit::kind::signalled, sig, "docker: container " + r.name + " stopped"});
-    }
+    // Out of memory beats what fiber asked: a Pool kills a worker whose link
+    // broke, and the link broke because the kernel killed it.
     if (r.oom) return report(r, oom_exit(r));
     // Killed (137) under a memory limit: Docker's `oom` event may follow its
     // `die`; wait a moment for it before calling it a SIGKILL.
     if (code == 137 && r.memory_mb > 0) {
       r.oom_grace = std::make_unique<asio::steady_timer>(ex_, std::chrono::milliseconds(250));
-      r.oom_grace->async_wait(guarded([name = r.name](docker_launcher& self, std::error_code ec) {
+      r.oom_grace->async_wait(guarded([name = r.name, code](docker_launcher& self, std::error_code ec) {
         auto* r = self.find(name);
         if (ec || !r || r->reported) return;
-        self.report(*r, {backend::job_exit::kind::signalled, 9, "docker: container " + r->name + " killed"});
+        self.report(*r, self.exit_of(*r, code));
       }));
       return;
+    }
+    report(r, exit_of(r, code));
+  }
+
+  backend::job_exit exit_of(const record& r, int code) const {
+    const bool by_signal = code > 128 && code <= 128 + 64;
+    if (r.asked) {
+      const int sig = by_signal && (r.asked_mask >> (code - 128) & 1) ? code - 128 : r.asked;
+      return {backend::job_exit::kind::signalled, sig, "docker: container " + r.name + " stopped"};
     }
     // A container's exit status is its init's: 128+n when the worker died of
     // signal n (a worker that exits with such a status says so first, and
     // Process keeps them apart, as for srun).
-    if (by_signal) return report(r, {backend::job_exit::kind::signalled, code - 128, ""});
-    report(r, {backend::job_exit::kind::exited, code, ""});
+    if (by_signal) return {backend::job_exit::kind::signalled, code - 128, ""};
+    return {backend::job_exit::kind::exited, code, ""};
   }
 
   // ---- output ----------------------------------------------------------------
