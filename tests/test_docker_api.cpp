@@ -144,7 +144,7 @@ TEST_CASE("docker helper: output then exit", "[.][docker-helper]") {
 
 TEST_CASE("DOCKER_HOST parsing", "[docker][unit]") {
   auto d = dk::parse_host("");
-  CHECK(d.unix_socket == "/var/run/docker.sock");
+  CHECK(d.unix_socket == "/var/run/docker.sock"); // DOCKER_HOST unset
   CHECK(d.base_url == "http://localhost");
   CHECK(dk::parse_host("unix:///run/user/1000/docker.sock").unix_socket == "/run/user/1000/docker.sock");
   CHECK(dk::parse_host("/tmp/d.sock").unix_socket == "/tmp/d.sock");
@@ -243,7 +243,7 @@ TEST_CASE("http: a request over a unix socket, kept-alive reuse, a failure at on
   io.run([&] { c.emplace(io.io.get_executor()); });
   http::request r;
   r.url = "http://localhost/_ping";
-  r.unix_socket = "/var/run/docker.sock";
+  r.unix_socket = dk::endpoint_from_env().unix_socket;
   r.timeout = 10s;
   for (int i = 0; i < 3; ++i) {
     auto f = io.run([&] { return c->async_request(r, asio::use_future); });
@@ -274,7 +274,7 @@ TEST_CASE("http: a stream delivers as it comes and ends when cancelled", "[docke
   const auto tag = random_tag();
   http::request r;
   r.url = "http://localhost/events?filters=" + dk::label_filter({"fiber.apitest=" + tag});
-  r.unix_socket = "/var/run/docker.sock";
+  r.unix_socket = dk::endpoint_from_env().unix_socket;
   std::mutex m;
   std::condition_variable cv;
   std::string got;

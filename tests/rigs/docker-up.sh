@@ -10,9 +10,17 @@
 # until `docker version` works. Containers then use the host network.
 # FIBER_DOCKER_RIG_DIR (default /var/tmp/fiber-docker-rig): pid file and log;
 # docker-down.sh stops the daemon only if this script started it.
+# DOCKER_HOST=unix:///other.sock: a private daemon on that socket, with its
+# state under FIBER_DOCKER_RIG_DIR (beside a system daemon, untouched).
 set -euo pipefail
 dir=${FIBER_DOCKER_RIG_DIR:-/var/tmp/fiber-docker-rig}
 mkdir -p "$dir"
+args=(--iptables=false --ip6tables=false --ip-forward=false --bridge=none --storage-driver=overlay2)
+host=${DOCKER_HOST:-unix:///var/run/docker.sock}
+if [[ $host != unix:///var/run/docker.sock ]]; then
+  [[ $host == unix://* ]] || { echo "docker-up: can start a daemon on a unix socket only (DOCKER_HOST=$host)" >&2; exit 1; }
+  args+=(-H "$host" --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/docker.pid")
+fi
 if docker version >/dev/null 2>&1; then
   echo "docker-up: a daemon already answers; using it as it is"
   exit 0
@@ -24,8 +32,7 @@ if ! command -v dockerd >/dev/null; then
   apt-get install -y -qq --no-install-recommends docker.io >/dev/null
 fi
 [[ $(id -u) == 0 ]] || { echo "docker-up: no daemon answers and starting dockerd needs root" >&2; exit 1; }
-dockerd --iptables=false --ip6tables=false --ip-forward=false --bridge=none \
-  --storage-driver=overlay2 >"$dir/dockerd.log" 2>&1 &
+dockerd "${args[@]}" >"$dir/dockerd.log" 2>&1 &
 echo $! >"$dir/dockerd.pid"
 for _ in $(seq 1 200); do
   if docker version >/dev/null 2>&1; then
