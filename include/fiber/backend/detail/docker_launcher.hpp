@@ -55,6 +55,7 @@ public:
   ~docker_launcher() override {
     shutting_down_ = true;
     api_.cancel();
+    if (!launched_) return; // nothing of this run can exist
     std::set<std::string> names;
     for (auto& [name, r] : jobs_)
       if (!r.destroyed) names.insert(name);
@@ -110,6 +111,7 @@ public:
                           (specs.empty() || specs[0].argv.empty() ? std::string("the program") : specs[0].argv[0]));
     if (weak_from_this().expired()) throw std::logic_error("docker: the launcher must be owned by a shared_ptr");
     std::vector<backend::job> jobs;
+    launched_ = launched_ || !specs.empty();
     for (std::size_t i = 0; i < specs.size(); ++i) {
       auto name = docker_impl::container_name(run_id_, specs[i].name);
       if (jobs_.count(name)) name += "-" + std::to_string(++dup_);
@@ -536,6 +538,7 @@ private:
   std::int64_t last_event_ns_ = 0;
   unsigned dup_ = 0;
   bool shutting_down_ = false;
+  bool launched_ = false;
   std::optional<std::string> listen_url_;
 };
 
