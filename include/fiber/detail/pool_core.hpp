@@ -129,7 +129,7 @@ private:
     std::vector<std::uint32_t> ends;   // where each task's arguments end (splittable if count > 1)
     std::shared_ptr<split_rec> parent; // set on the parts of a split chunk
     std::uint32_t index = 0;           // this part's task in parent
-    std::string exit_note;             // how a dead holder's job ended, in its backend's words (out of memory)
+    std::string exit_note{};           // how a dead holder's job ended, in its backend's words (out of memory)
   };
 
   std::uint64_t add_chunk(const std::shared_ptr<pool_job>& job, std::uint64_t seq, chunk_msg msg,
