@@ -308,6 +308,13 @@ struct other_binary {
     o.mount_binary = false;
   }
 };
+std::string& test_network() {
+  static std::string n;
+  return n;
+}
+struct on_network {
+  static void apply(fiber::detail::docker_options& o, fiber::detail::docker::endpoint&) { o.network = test_network(); }
+};
 struct with_tls {
   static void apply(fiber::detail::docker_options& o, fiber::detail::docker::endpoint&) { o.tls = true; }
 };
@@ -622,6 +629,33 @@ TEST_CASE("docker: workers dial back over tls+tcp when the master has a certific
   }
   for (auto k : {"tls_cert", "tls_key", "tls_ca"}) fiber::set_config(k, "");
   check_clean();
+}
+
+TEST_CASE("docker: workers on a user-defined network dial the network's gateway", "[docker][network]") {
+  configure();
+  test_network() = "fiber-it-" + std::to_string(::getpid());
+  auto made = lines(shell("docker network create " + test_network() + " 2>&1"));
+  struct network_guard {
+    ~network_guard() { shell("docker network rm " + test_network() + " >/dev/null 2>&1"); }
+  } guard;
+  REQUIRE_FALSE(made.empty());
+  REQUIRE(made.back().size() == 64);
+  const auto gateway =
+      trim(shell("docker network inspect -f '{{range .IPAM.Config}}{{.Gateway}}{{end}}' " + test_network()));
+  REQUIRE_FALSE(gateway.empty());
+  {
+    fiber::Pool<&square_where, docker_with<on_network>> pool{fiber::target<&square_where>, pool_opts(2, "dk-net")};
+    auto out = pool.map(inputs(20, 0));
+    REQUIRE(out.size() == 20);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      CHECK(out[i].y == std::int64_t(i * i));
+      CHECK(out[i].container);
+    }
+    auto urls = fiber::detail::runtime::instance().listener_urls();
+    INFO("gateway " << gateway);
+    CHECK(std::any_of(urls.begin(), urls.end(), [&](auto& u) { return u.rfind("tcp://" + gateway + ":", 0) == 0; }));
+  }
+  check_clean(); // the containers are gone before the network is removed
 }
 
 // ===========================================================================
