@@ -266,6 +266,29 @@ TEST_CASE("http: a request over a unix socket, kept-alive reuse, a failure at on
   io.run([&] { c.reset(); });
 }
 
+TEST_CASE("http: a per-request timeout ends a request that gets no complete answer", "[docker][http]") {
+  require_daemon();
+  io_thread io;
+  std::optional<http::client> c;
+  io.run([&] { c.emplace(io.io.get_executor()); });
+  http::request r; // an events stream with nothing to say: its body never ends
+  r.url = "http://localhost/events?filters=" + dk::label_filter({"fiber.apitest=none-" + random_tag()});
+  r.unix_socket = dk::endpoint_from_env().unix_socket;
+  r.timeout = 300ms;
+  auto t0 = clk::now();
+  auto f = io.run([&] { return c->async_request(r, asio::use_future); });
+  try {
+    f.get();
+    FAIL("expected a timeout");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == http::make_error(CURLE_OPERATION_TIMEDOUT));
+  }
+  auto took = clk::now() - t0;
+  CHECK(took >= 250ms);
+  CHECK(took < 5s);
+  io.run([&] { c.reset(); });
+}
+
 TEST_CASE("http: a stream delivers as it comes and ends when cancelled", "[docker][http]") {
   require_daemon();
   io_thread io;
