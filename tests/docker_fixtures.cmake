@@ -22,6 +22,9 @@ endif()
 string(MD5 _fiber_tree_hash "${PROJECT_BINARY_DIR}")
 string(SUBSTRING "${_fiber_tree_hash}" 0 10 _fiber_tree_hash)
 set(FIBER_DOCKER_TEST_IMAGE "fiber-test:${_fiber_tree_hash}" CACHE INTERNAL "image of the docker tests")
+# Every container the tests make carries it (docker.labels): docker_down checks
+# and removes this tree's containers only, not those of others on the daemon.
+set(FIBER_DOCKER_TEST_LABEL "fiber.test-tree=${_fiber_tree_hash}" CACHE INTERNAL "label of the docker tests' containers")
 set(_rigs ${CMAKE_CURRENT_SOURCE_DIR}/rigs)
 
 add_test(NAME docker_up COMMAND bash ${_rigs}/docker-up.sh)
@@ -44,14 +47,14 @@ add_test(NAME docker_image_remove
 set_tests_properties(docker_image_remove PROPERTIES
   FIXTURES_CLEANUP docker_image FIXTURES_REQUIRED docker_daemon LABELS docker TIMEOUT 60)
 
-add_test(NAME docker_down COMMAND bash ${_rigs}/docker-down.sh --check)
+add_test(NAME docker_down COMMAND bash ${_rigs}/docker-down.sh --check --label ${FIBER_DOCKER_TEST_LABEL})
 set_tests_properties(docker_down PROPERTIES FIXTURES_CLEANUP docker_daemon LABELS docker TIMEOUT 120)
 
 foreach(_t test_docker_api test_docker_integration)
   if(TEST ${_t})
     set_tests_properties(${_t} PROPERTIES
       FIXTURES_REQUIRED "docker_daemon;docker_image"
-      ENVIRONMENT "FIBER_DOCKER_IMAGE=${FIBER_DOCKER_TEST_IMAGE}"
+      ENVIRONMENT "FIBER_DOCKER_IMAGE=${FIBER_DOCKER_TEST_IMAGE};FIBER_DOCKER_LABELS=${FIBER_DOCKER_TEST_LABEL}"
       RESOURCE_LOCK docker_daemon)
   endif()
 endforeach()

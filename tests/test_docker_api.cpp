@@ -84,6 +84,8 @@ dk::container_spec helper(const std::string& tag, int exit_code, bool sleep = fa
   c.argv = {self_exe(), "[docker-helper]"};
   c.env = {"DOCKER_TEST_HELPER_EXIT=" + std::to_string(exit_code), sleep ? "DOCKER_TEST_HELPER_SLEEP=1" : "X=1"};
   c.labels = {{"app.kubernetes.io/managed-by", "fiber"}, {"fiber.apitest", tag}};
+  if (const char* l = std::getenv("FIBER_DOCKER_LABELS")) // the fixture's label of this build tree's containers
+    if (std::string kv = l; kv.find('=') != std::string::npos) c.labels[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
   auto dir = c.argv[0].substr(0, c.argv[0].rfind('/'));
   c.binds = {dir + ":" + dir + ":ro"};
   c.user = std::to_string(::getuid()) + ":" + std::to_string(::getgid());

@@ -172,6 +172,14 @@ std::string image() {
   return v ? v : "";
 }
 
+/// The fixture's docker.labels (FIBER_DOCKER_LABELS) as `docker create` options.
+std::string extra_labels() {
+  std::string out;
+  for (auto& kv : fiber::detail::docker_impl::split_list(fiber::detail::config_string("docker.labels")))
+    out += " --label '" + kv + "'";
+  return out;
+}
+
 /// Containers (any state) whose labels match all of `filters` ("k=v").
 std::vector<std::string> containers(const std::vector<std::string>& filters) {
   std::string cmd = "docker ps -aq";
@@ -671,7 +679,8 @@ TEST_CASE("docker: the sweep removes containers of masters that are gone, and on
     auto cmd = "docker create --name " + name + " --label app.kubernetes.io/managed-by=fiber --label fiber.run=sweeptest" +
                " --label fiber.master.host=" + me.host + " --label fiber.master.pid=" + me.pid +
                " --label fiber.master.start=" + start + " --label fiber.master.boot=" + me.boot +
-               " --label 'fiber.master.pidns=" + me.pidns + "' --network none " + image() + " /nonexistent";
+               " --label 'fiber.master.pidns=" + me.pidns + "'" + extra_labels() + " --network none " + image() +
+               " /nonexistent";
     auto out = lines(shell(cmd));
     return out.empty() ? std::string() : out.back();
   };
