@@ -245,21 +245,30 @@ void require_daemon() {
 }
 
 /// A directory every container sees at the same path (docker.binds), for
-/// tasks' start logs. Set before the first launcher is made.
+/// tasks' start logs and worker output; removed when this process exits.
 const std::string& shared_dir() {
-  static const std::string d = [] {
-    std::string t = "/tmp/fiber-docker-it-XXXXXX";
-    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
-    ::chmod(t.c_str(), 0777);
-    return t;
-  }();
-  return d;
+  struct dir {
+    std::string path = [] {
+      std::string t = "/tmp/fiber-docker-it-XXXXXX";
+      if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
+      ::chmod(t.c_str(), 0777);
+      return t;
+    }();
+    ~dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const dir d;
+  return d.path;
 }
 
-void configure() {
-  static const bool once = [] {
-    fiber::set_config("backend", "docker"); // the default Process, Queue, Pool: FIBER_BACKEND=docker
-    fiber::set_config("docker.binds", shared_dir() + ":" + shared_dir());
+/// The default Process, Queue, Pool: FIBER_BACKEND=docker. Set before the
+/// first launcher is made (it reads docker.binds once).
+void configure(bool with_shared_dir = true) {
+  static const bool once = [&] {
+    fiber::set_config("backend", "docker");
+    if (with_shared_dir) fiber::set_config("docker.binds", shared_dir() + ":" + shared_dir());
     return true;
   }();
   (void)once;
@@ -706,7 +715,7 @@ TEST_CASE("docker: the sweep removes containers of masters that are gone, and on
 
 // Run by the next test as a separate master, which it SIGKILLs.
 TEST_CASE("docker (child): a master with 2 container workers, waiting to be killed", "[.][docker-master-child]") {
-  configure();
+  configure(false); // SIGKILLed: nothing of its own to clean up
   fiber::Pool pool{fiber::target<&twice>, pool_opts(2, "dk-child")};
   REQUIRE(pool.map(std::vector{1, 2}) == std::vector{2, 4});
   REQUIRE(eventually([&] { return pool.live_workers() == 2; }, 60s));
@@ -756,6 +765,4 @@ TEST_CASE("docker: a SIGKILLed master's containers are gone within 5 s", "[docke
 TEST_CASE("docker: no container of these tests is left", "[docker][cleanup]") {
   configure();
   check_clean();
-  std::error_code ec;
-  fs::remove_all(shared_dir(), ec);
 }
