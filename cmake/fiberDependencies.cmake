@@ -10,6 +10,15 @@
 #   fiber::tomlplusplus    toml++ and FIBER_HAS_TOMLPLUSPLUS=1 when toml++ is
 #                          found (set FIBER_USE_TOMLPLUSPLUS=OFF to skip it);
 #                          an empty target otherwise
+#   fiber::curl            libcurl's headers, the dl library and FIBER_HAS_CURL=1
+#                          when libcurl's development files are found (Debian:
+#                          libcurl4-openssl-dev); libcurl itself is dlopen()ed
+#                          by the docker backend on first use, never linked
+#                          (see include/fiber/backend/detail/curl_loader.hpp);
+#                          an empty target otherwise
+#   fiber::json            nlohmann-json (Debian: nlohmann-json3-dev) and
+#                          FIBER_HAS_JSON=1 when found; an empty target otherwise
+#   The docker backend is compiled only with both (FIBER_HAS_DOCKER ON).
 #
 # It never stops the configure step itself. On the first missing dependency it
 # sets fiber_DEPENDENCY_ERROR to a message naming the Debian package to install
@@ -156,6 +165,44 @@ else()
 endif()
 unset(_fiber_toml_defs)
 unset(_fiber_toml_found)
+
+# --- libcurl headers + nlohmann-json (optional: the docker backend) --------------
+if(NOT TARGET fiber::curl)
+  add_library(fiber::curl INTERFACE IMPORTED)
+  find_package(CURL QUIET)
+  set(_fiber_curl_inc "")
+  if(TARGET CURL::libcurl)
+    get_target_property(_fiber_curl_inc CURL::libcurl INTERFACE_INCLUDE_DIRECTORIES)
+  endif()
+  if(NOT _fiber_curl_inc AND CURL_INCLUDE_DIRS)
+    set(_fiber_curl_inc "${CURL_INCLUDE_DIRS}")
+  endif()
+  if(CURL_FOUND AND _fiber_curl_inc)
+    set_target_properties(fiber::curl PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${_fiber_curl_inc}"
+      INTERFACE_LINK_LIBRARIES "${CMAKE_DL_LIBS}"
+      INTERFACE_COMPILE_DEFINITIONS FIBER_HAS_CURL=1)
+  endif()
+  unset(_fiber_curl_inc)
+endif()
+if(NOT TARGET fiber::json)
+  add_library(fiber::json INTERFACE IMPORTED)
+  find_package(nlohmann_json 3 CONFIG QUIET)
+  if(TARGET nlohmann_json::nlohmann_json)
+    set_target_properties(fiber::json PROPERTIES
+      INTERFACE_LINK_LIBRARIES nlohmann_json::nlohmann_json
+      INTERFACE_COMPILE_DEFINITIONS FIBER_HAS_JSON=1)
+  endif()
+endif()
+get_target_property(_fiber_curl_defs fiber::curl INTERFACE_COMPILE_DEFINITIONS)
+get_target_property(_fiber_json_defs fiber::json INTERFACE_COMPILE_DEFINITIONS)
+if(_fiber_curl_defs MATCHES "FIBER_HAS_CURL" AND _fiber_json_defs MATCHES "FIBER_HAS_JSON")
+  set(FIBER_HAS_DOCKER ON)
+else()
+  set(FIBER_HAS_DOCKER OFF)
+endif()
+unset(_fiber_curl_defs)
+unset(_fiber_json_defs)
 
 unset(_fiber_asio_line)
 unset(_fiber_asio_num)

@@ -49,7 +49,7 @@ struct config_key {
 
 // Keep in sync with the README's configuration table.
 inline constexpr config_key config_keys[] = {
-    {"backend", "FIBER_BACKEND", "local", "backend of backend::from_env: local | slurm"},
+    {"backend", "FIBER_BACKEND", "local", "backend of backend::from_env: local | slurm | docker"},
     {"log_level", "FIBER_LOG_LEVEL", "warning", "debug | info | warning | error | off"},
     {"log_dir", "FIBER_LOG_DIR", "", "if set, each process also logs to <log_dir>/<name>.log"},
     {"worker_output_dir", "FIBER_WORKER_OUTPUT_DIR", "",
@@ -76,6 +76,13 @@ inline constexpr config_key config_keys[] = {
     {"slurm.extra_args", "FIBER_SLURM_EXTRA_ARGS", "", "extra sbatch arguments (shell-split)"},
     {"slurm.launch_mode", "FIBER_SLURM_LAUNCH_MODE", "auto", "auto | sbatch | array | srun"},
     {"slurm.poll_interval_ms", "FIBER_SLURM_POLL_INTERVAL_MS", "500", "squeue polling period"},
+    {"docker.image", "FIBER_DOCKER_IMAGE", "", "image of the docker backend's containers (docs/backends/docker.md)"},
+    {"docker.mount_binary", "FIBER_DOCKER_MOUNT_BINARY", "true",
+     "bind-mount the executable's directory read-only at its own path (the image then needs only its libraries)"},
+    {"docker.network", "FIBER_DOCKER_NETWORK", "host", "container network: host, or a network whose gateway the master binds"},
+    {"docker.user", "FIBER_DOCKER_USER", "", "user[:group] the containers run as; default: the master's uid:gid; image: the image's"},
+    {"docker.binds", "FIBER_DOCKER_BINDS", "", "more bind mounts, comma-separated src:dst[:ro]"},
+    {"docker.labels", "FIBER_DOCKER_LABELS", "", "more container labels, comma-separated key=value"},
 };
 
 // Variables fiber sets for its own workers; not user configuration.

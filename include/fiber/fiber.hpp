@@ -4,6 +4,7 @@
 /// Pipe, Pool, Manager — as job-backed processes on a laptop or a cluster.
 /// See SPEC.md for the contract; each concept has its own header.
 
+#include <fiber/backend/docker.hpp>
 #include <fiber/backend/from_env.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/backend/local.hpp>

@@ -32,6 +32,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
   bool started = false, ended = false;
   std::optional<int> code;
   std::string refused;
+  std::string start_error; // the backend could not start the job (job_exit::start_failed)
   backend::job job;
   std::int64_t peer_pid = -1;
   std::uint64_t worker_id = 0;
@@ -124,6 +125,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
     std::lock_guard lk(m);
     ended = true;
     code = ex.exitcode();
+    if (ex.start_failed) start_error = ex.reason;
     cv.notify_all();
   }
 };
@@ -205,12 +207,14 @@ public:
   }
 
   /// Wait until the process ends. Throws fiber::handshake_error if its
-  /// binary was refused by the master.
+  /// binary was refused by the master, fiber::backend_error if the backend
+  /// could not start it after start() returned (e.g. Docker: no such image).
   void join() {
     std::unique_lock lk(st_->m);
     require_started("join");
     st_->cv.wait(lk, [&] { return st_->ended; });
     if (!st_->refused.empty()) throw handshake_error(st_->refused);
+    if (!st_->start_error.empty()) throw backend_error(st_->start_error);
   }
 
   /// Wait at most `timeout`; true if the process has ended.
@@ -220,6 +224,7 @@ public:
     require_started("join");
     if (!st_->cv.wait_for(lk, timeout, [&] { return st_->ended; })) return false;
     if (!st_->refused.empty()) throw handshake_error(st_->refused);
+    if (!st_->start_error.empty()) throw backend_error(st_->start_error);
     return true;
   }
 

@@ -4,6 +4,7 @@
 /// `backend` configuration key (FIBER_BACKEND; "local" when unset), so
 /// `FIBER_BACKEND=slurm ./app` moves an unchanged binary onto a cluster.
 
+#include <fiber/backend/detail/named_backends.hpp>
 #include <fiber/backend/local.hpp>
 #if __has_include(<fiber/backend/slurm.hpp>)
 #include <fiber/backend/slurm.hpp>
@@ -22,7 +23,11 @@ struct from_env {
 #if defined(FIBER_HAS_SLURM_BACKEND)
     if (which == "slurm") return slurm::make(std::move(ex));
 #endif
-    throw backend_error("fiber: unknown backend '" + which + "' (FIBER_BACKEND): expected local or slurm");
+    if (auto make = detail::find_backend(which)) return make(std::move(ex)); // docker: registered by its header
+    if (which == "docker")
+      throw backend_error("fiber: FIBER_BACKEND=docker, but this program does not contain the docker backend: include "
+                          "<fiber/fiber.hpp> or <fiber/backend/docker.hpp> in one of its source files");
+    throw backend_error("fiber: unknown backend '" + which + "' (FIBER_BACKEND): expected local, slurm or docker");
   }
 };
 

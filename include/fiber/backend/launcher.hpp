@@ -47,6 +47,9 @@ struct job_exit {
   enum class kind { exited, signalled, lost } how = kind::exited;
   int code = 0;            ///< exit status; signal number when signalled
   std::string reason;      ///< backend's words (e.g. Slurm state "NODE_FAIL")
+  /// The job never started: the backend refused it (e.g. Docker: no such
+  /// image); `reason` is its error, which Process::join raises as backend_error.
+  bool start_failed = false;
   /// multiprocessing-style exit code: status, -N for signal N, -9 when lost.
   int exitcode() const noexcept {
     return how == kind::exited ? code : how == kind::signalled ? -code : -9;

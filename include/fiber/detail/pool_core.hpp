@@ -76,8 +76,10 @@ public:
 
   /// Runtime thread. Queue chunks of a job.
   void submit(std::shared_ptr<pool_job> job, std::vector<chunk_input> chunks) {
-    if (terminated_) {
-      for (auto& c : chunks) job->on_chunk_failed(c.seq, std::make_exception_ptr(error("fiber::Pool: terminated")));
+    if (terminated_ || failed_) {
+      // After fail_all (no worker can start), later calls fail the same way instead of waiting.
+      auto e = failed_ ? failed_ : std::make_exception_ptr(error("fiber::Pool: terminated"));
+      for (auto& c : chunks) job->on_chunk_failed(c.seq, e);
       return;
     }
     for (auto& c : chunks) {
@@ -153,6 +155,7 @@ private:
     std::vector<std::uint32_t> ends;   // where each task's arguments end (splittable if count > 1)
     std::shared_ptr<split_rec> parent; // set on the parts of a split chunk
     std::uint32_t index = 0;           // this part's task in parent
+    std::string exit_note{};           // how a dead holder's job ended, in its backend's words (out of memory)
   };
 
   std::uint64_t add_chunk(const std::shared_ptr<pool_job>& job, std::uint64_t seq, chunk_msg msg,
@@ -216,6 +219,8 @@ private:
     bool retiring = false;
     bool exited = false;
     std::unique_ptr<asio::steady_timer> drain_timer; // exited, its link still being read to the end
+    std::string exit_reason;  // the backend's words on the job's end
+    std::uint64_t charged = 0; // the chunk charged with its death (its exit report may come after)
   };
 
   // Local workers start a few at a time: a starting worker is CPU-bound
@@ -434,11 +439,13 @@ private:
     dispatch();
   }
 
-  void on_exit(std::uint64_t id, const backend::job_exit&) {
+  void on_exit(std::uint64_t id, const backend::job_exit& ex) {
     auto it = workers_.find(id);
     if (it == workers_.end()) return;
     auto& w = it->second;
     w.exited = true;
+    w.exit_reason = ex.reason;
+    if (auto c = chunks_.find(w.charged); !ex.reason.empty() && c != chunks_.end()) c->second.exit_note = ex.reason;
     // A result sent just before a crash in the next task may still be
     // unread (see start_link_drain): read the link to its end before the
     // chunks are charged, or a finished task is charged with that crash.
@@ -457,7 +464,7 @@ private:
     if (it == workers_.end()) return;
     if (it->second.drain_timer) it->second.drain_timer->cancel();
     if (it->second.link) it->second.link->close("job ended");
-    lose(id, "job ended");
+    lose(id, it->second.exit_reason.empty() ? "job ended" : "job ended: " + it->second.exit_reason);
     workers_.erase(id);
     if (sup_->start_budget_exhausted(s_.processes)) {
       fail_all(sup_->start_failure());
@@ -498,7 +505,8 @@ private:
         auto rec = std::move(c->second);
         chunks_.erase(c);
         const std::string why = "fiber::Pool " + s_.name + ": a task's workers died " + std::to_string(rec.deaths) +
-                                " times (max_retries " + std::to_string(s_.max_retries) + "); last: " + reason;
+                                " times (max_retries " + std::to_string(s_.max_retries) + "); last: " + reason +
+                                (rec.exit_note.empty() ? "" : " (before: " + rec.exit_note + ")");
         if (rec.parent) {
           // This task fails in its place; the other parts still deliver.
           writer w;
@@ -510,6 +518,7 @@ private:
           rec.job->on_chunk_failed(rec.seq, std::make_exception_ptr(worker_lost(why)));
         }
       } else {
+        if (i == 0) it->second.charged = mine[i].second;
         requeue.push_back(mine[i].second);
       }
     }
@@ -534,6 +543,7 @@ private:
   }
 
   void fail_all(std::exception_ptr e) {
+    failed_ = e;
     auto chunks = std::move(chunks_);
     chunks_.clear();
     pending_.clear();
@@ -567,6 +577,7 @@ private:
   std::unique_ptr<asio::steady_timer> stagger_timer_;
   bool closing_ = false, terminated_ = false;
   std::atomic<bool> stopped_{false}; // terminated_, for other threads
+  std::exception_ptr failed_; // why fail_all ended the pool
   std::function<void()> on_all_exited_;
 };
 
