@@ -31,9 +31,13 @@ class FiberConan(ConanFile):
     # Optional dependencies are options, as they are optional in
     # cmake/fiberDependencies.cmake (tests/packaging/check_recipe.py checks
     # that both list the same, required or optional alike).
-    options = {"with_tomlplusplus": [True, False]}  # fiber.toml configuration files
+    options = {
+        "with_tomlplusplus": [True, False],  # fiber.toml configuration files
+        "with_http": [True, False],          # the docker and kubernetes backends (libcurl + nlohmann-json)
+    }
     default_options = {
         "with_tomlplusplus": True,
+        "with_http": True,
         # Only Boost's headers are used (PFR, Describe): don't build its libraries.
         "boost/*:header_only": True,
     }
@@ -50,6 +54,10 @@ class FiberConan(ConanFile):
         self.requires("openssl/[>=3 <4]")
         if self.options.with_tomlplusplus:
             self.requires("tomlplusplus/[>=3.3 <4]")
+        if self.options.with_http:
+            # libcurl is loaded with dlopen at run time; its headers are needed.
+            self.requires("libcurl/[>=7.80 <9]")
+            self.requires("nlohmann_json/[>=3.11 <4]")
 
     def package_id(self):
         # Same headers for every configuration: one package.
@@ -76,5 +84,8 @@ class FiberConan(ConanFile):
         if self.options.with_tomlplusplus:
             self.cpp_info.requires.append("tomlplusplus::tomlplusplus")
             self.cpp_info.defines.append("FIBER_HAS_TOMLPLUSPLUS=1")
+        if self.options.with_http:
+            self.cpp_info.requires += ["libcurl::curl", "nlohmann_json::nlohmann_json"]
+            self.cpp_info.defines += ["FIBER_HAS_CURL=1", "FIBER_HAS_JSON=1"]
         if self.settings.os in ("Linux", "FreeBSD"):
             self.cpp_info.system_libs = ["pthread"]

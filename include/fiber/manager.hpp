@@ -55,7 +55,11 @@
 /// then fail with fiber::error.
 
 #include <fiber/backend/from_env.hpp>
-#include <fiber/impl/manager.hpp>
+#include <fiber/detail/manager_core.hpp>
+#include <fiber/detail/object_host.hpp>
+#include <fiber/detail/object_registry.hpp>
+#include <fiber/detail/object_traits.hpp>
+#include <fiber/detail/remote_ref.hpp>
 #include <fiber/init.hpp>
 #include <fiber/shared.hpp>
 

@@ -7,6 +7,8 @@
 
 #include <fiber/backend/from_env.hpp>
 #include <fiber/detail/api_checks.hpp>
+#include <fiber/detail/imap_range.hpp>
+#include <fiber/detail/pool_call.hpp>
 #include <fiber/detail/pool_core.hpp>
 #include <fiber/init.hpp>
 #include <fiber/target.hpp>
@@ -50,110 +52,6 @@ struct pool_options {
   unsigned prefetch = 2;
 };
 
-namespace detail {
-
-/// Results of one submitted call, filled on the runtime thread, read by the caller.
-template <class R>
-struct call_state : pool_job {
-  std::mutex m;
-  std::condition_variable cv;
-  std::map<std::uint64_t, shared_bytes> blobs;            // seq -> results (in their frame)
-  std::map<std::uint64_t, std::exception_ptr> failed;    // seq -> why
-  std::deque<std::uint64_t> arrival;                     // completion order
-  std::size_t expected = 0;                              // chunks submitted
-  std::size_t finished = 0;
-  std::size_t chunk_waiters = 0; // imap consumers waiting for the next chunk (others wait for completion)
-  bool input_done = false;
-  std::function<void()> on_complete;                     // runtime thread, once
-  std::function<void(std::size_t)> on_progress;          // chunks' items done
-  std::vector<std::uint32_t> counts;                     // items per chunk, by seq
-
-  bool complete() const { return input_done && finished == expected; }
-  /// Under m: chunk `seq` has finished (its result or failure is stored).
-  /// True if waiters must be woken — a map's caller waits for the whole
-  /// call, and waking it per chunk would cost a context switch per task.
-  /// Moves on_complete into `done` once the call is complete.
-  bool chunk_finished_locked(std::uint64_t seq, std::function<void()>& done) {
-    arrival.push_back(seq);
-    ++finished;
-    if (!complete()) return chunk_waiters > 0;
-    done = std::move(on_complete);
-    return true;
-  }
-};
-
-template <class R>
-using item_result = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
-
-/// Reads one chunk's results blob: (value or exception) per item.
-template <class R>
-void decode_results(std::span<const std::byte> blob, std::size_t count,
-                    const std::function<void(std::size_t, item_result<R>&&)>& on_value,
-                    const std::function<void(std::size_t, std::exception_ptr)>& on_error) {
-  reader r(blob);
-  for (std::size_t i = 0; i < count; ++i) {
-    if (auto e = read_item(r)) {
-      on_error(i, std::move(e));
-      continue;
-    }
-    item_result<R> v{};
-    if constexpr (!std::is_same_v<item_result<R>, std::monostate>) r.read(v);
-    on_value(i, std::move(v));
-  }
-}
-
-inline int next_pool_number() {
-  static std::atomic<int> counter{1};
-  return counter++;
-}
-
-template <class Range>
-std::size_t size_hint(Range& r) {
-  if constexpr (std::ranges::sized_range<Range>) return std::size_t(std::ranges::size(r));
-  else return 0;
-}
-
-/// Serializes tasks into chunks of `chunksize`, recording where each task's
-/// arguments end (so that a chunk whose worker dies can be split).
-class chunk_builder {
-public:
-  chunk_builder(std::uint64_t target_id, std::size_t chunksize) : target_(target_id), chunksize_(chunksize) {}
-
-  /// Appends one task's arguments, written by `write(writer&)`; true once
-  /// the chunk is full.
-  template <class Write>
-  bool add(Write&& write) {
-    const auto mark = w_.size();
-    try {
-      write(w_);
-    } catch (...) {
-      w_.buffer().resize(mark); // the chunk keeps only whole tasks
-      throw;
-    }
-    ends_.push_back(std::uint32_t(w_.size())); // where this task's arguments end
-    return ++count_ == chunksize_;
-  }
-
-  std::uint32_t count() const noexcept { return count_; }
-  std::size_t bytes() const noexcept { return w_.size(); }
-
-  /// The chunk so far as chunk `seq` of its call; the builder starts afresh.
-  chunk_input take(std::uint64_t seq) {
-    chunk_input c{seq, chunk_msg{0, target_, count_, w_.release()}, std::exchange(ends_, {})};
-    w_ = writer();
-    count_ = 0;
-    return c;
-  }
-
-private:
-  std::uint64_t target_;
-  std::size_t chunksize_;
-  writer w_;
-  std::uint32_t count_ = 0;
-  std::vector<std::uint32_t> ends_;
-};
-
-} // namespace detail
 
 /// Handle of one apply_async: multiprocessing's AsyncResult.
 template <class R>
@@ -304,14 +202,14 @@ public:
   template <class In>
   auto imap(In&& inputs, std::size_t chunksize = 1) {
     if constexpr (detail::check_map_inputs<F, In>())
-      return lazy_range<In, true>(this, std::forward<In>(inputs), chunksize ? chunksize : 1);
+      return make_imap<true>(std::forward<In>(inputs), chunksize);
     else return std::vector<result_type>{}; // after the check's one error, keep the caller well-typed
   }
   /// Lazy results in completion order.
   template <class In>
   auto imap_unordered(In&& inputs, std::size_t chunksize = 1) {
     if constexpr (detail::check_map_inputs<F, In>())
-      return lazy_range<In, false>(this, std::forward<In>(inputs), chunksize ? chunksize : 1);
+      return make_imap<false>(std::forward<In>(inputs), chunksize);
     else return std::vector<result_type>{};
   }
 
@@ -503,14 +401,14 @@ private:
       counts.push_back(b.count());
       chunks.push_back(b.take(next_seq++));
       if (unsent >= stream_bytes) {
-        send(core_, st, std::exchange(chunks, {}));
+        detail::submit_chunks(core_, st, std::exchange(chunks, {}));
         unsent = 0;
       }
     };
     for (auto&& x : inputs) {
       if (b.add([&](writer& w) {
             if constexpr (Star) write_tuple(w, x);
-            else write_arg<std::tuple_element_t<0, params>>(w, x);
+            else detail::write_arg<std::tuple_element_t<0, params>>(w, x);
           }))
         flush();
     }
@@ -521,7 +419,7 @@ private:
       st->input_done = true;
       st->counts = std::move(counts);
     }
-    if (!chunks.empty()) send(core_, st, std::move(chunks));
+    if (!chunks.empty()) detail::submit_chunks(core_, st, std::move(chunks));
     return st;
   }
 
@@ -530,26 +428,16 @@ private:
     static_assert(std::tuple_size_v<std::remove_cvref_t<Tuple>> == traits::arity,
                   "fiber::Pool::starmap: each tuple must hold exactly the target's arguments");
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (write_arg<std::tuple_element_t<I, params>>(w, std::get<I>(t)), ...);
+      (detail::write_arg<std::tuple_element_t<I, params>>(w, std::get<I>(t)), ...);
     }(std::make_index_sequence<traits::arity>{});
   }
 
-  /// Writes an argument as parameter type P: as is when it already has that
-  /// type (no converted copy of, say, a large vector), else converted first.
-  /// A move-only argument passed as an rvalue (a Connection end) is taken
-  /// from the caller, as a Process takes it: the caller's object is empty
-  /// afterwards and no longer holds the end.
-  template <class P, class A>
-  static void write_arg(writer& w, A&& a) {
-    if constexpr (!std::is_same_v<std::remove_cvref_t<A>, P>) {
-      w.write(P(std::forward<A>(a)));
-    } else if constexpr (!std::is_copy_constructible_v<P> && !std::is_lvalue_reference_v<A> &&
-                         !std::is_const_v<std::remove_reference_t<A>>) {
-      P taken(std::move(a));
-      w.write(taken);
-    } else {
-      w.write(a);
-    }
+  template <bool Ordered, class In>
+  auto make_imap(In&& inputs, std::size_t chunksize) {
+    check_open();
+    return detail::imap_range<R, std::tuple_element_t<0, params>, In, Ordered>(
+        core_, new_state(0), std::size_t(processes_) * 4 + 2, std::forward<In>(inputs), chunksize ? chunksize : 1,
+        target::id);
   }
 
   template <class... A>
@@ -558,7 +446,7 @@ private:
     auto st = new_state(1, false);
     writer w;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (write_arg<std::tuple_element_t<I, params>>(w, std::forward<A>(args)), ...);
+      (detail::write_arg<std::tuple_element_t<I, params>>(w, std::forward<A>(args)), ...);
     }(std::index_sequence_for<A...>{});
     {
       std::lock_guard lk(st->m);
@@ -567,15 +455,11 @@ private:
     }
     std::vector<detail::chunk_input> chunks;
     chunks.push_back({0, detail::chunk_msg{0, target::id, 1, w.release()}, {}});
-    send(core_, st, std::move(chunks));
+    detail::submit_chunks(core_, st, std::move(chunks));
     return st;
   }
 
-  static void send(const std::shared_ptr<detail::pool_core>& core, const std::shared_ptr<state>& st,
-                   std::vector<detail::chunk_input> chunks) {
-    asio::post(detail::runtime::instance().executor(),
-               [core, st, chunks = std::move(chunks)]() mutable { core->submit(st, std::move(chunks)); });
-  }
+
 
   std::vector<result_type> collect(const std::shared_ptr<state>& st) {
     {
@@ -632,167 +516,6 @@ private:
         token);
   }
 
-  // ---- imap ---------------------------------------------------------------------
-
-  template <class In, bool Ordered>
-  class lazy_range {
-    struct impl;
-
-  public:
-    lazy_range(Pool* p, In&& in, std::size_t chunksize)
-        : impl_(std::make_shared<impl>(p, std::forward<In>(in), chunksize)) {
-      impl_->start();
-    }
-
-    class iterator {
-    public:
-      using value_type = result_type;
-      using difference_type = std::ptrdiff_t;
-      iterator() = default;
-      explicit iterator(impl* i) : self_(i) { ++*this; }
-      const result_type& operator*() const { return *cur_; }
-      result_type& operator*() { return *cur_; }
-      iterator& operator++() {
-        cur_ = self_->next();
-        return *this;
-      }
-      void operator++(int) { ++*this; }
-      friend bool operator==(const iterator& it, std::default_sentinel_t) { return !it.cur_; }
-
-    private:
-      impl* self_ = nullptr;
-      std::optional<result_type> cur_;
-    };
-
-    iterator begin() { return iterator(impl_.get()); }
-    std::default_sentinel_t end() { return {}; }
-
-  private:
-    struct impl {
-      std::shared_ptr<detail::pool_core> core; // not the Pool: the range may outlive it
-      std::remove_cvref_t<In> input;
-      std::size_t chunksize;
-      std::shared_ptr<state> st;
-      std::jthread feeder;
-      std::uint64_t next_seq = 0;
-      std::deque<std::pair<std::optional<result_type>, std::exception_ptr>> ready;
-      std::size_t window;
-      std::size_t consumed = 0;          // chunks taken by the consumer
-      std::exception_ptr input_error;    // the input range threw (feeder, under st->m)
-      bool input_error_raised = false;   // consumer only
-
-      impl(Pool* p, In&& in, std::size_t cs) : input(std::forward<In>(in)), chunksize(cs) {
-        p->check_open();
-        core = p->core_;
-        st = p->new_state(0);
-        window = std::size_t(p->processes_) * 4 + 2;
-      }
-      ~impl() {
-        if (feeder.joinable()) {
-          feeder.request_stop();
-          st->cv.notify_all();
-        }
-      }
-
-      void start() {
-        feeder = std::jthread([this](std::stop_token stop) {
-          std::uint64_t seq = 0;
-          detail::chunk_builder b(target::id, chunksize);
-          // False once no more chunks are wanted: the consumer is gone, or
-          // the Pool was terminated (its chunks fail; reading on is pointless).
-          auto flush = [&] {
-            if (!b.count()) return true;
-            {
-              std::unique_lock lk(st->m);
-              // Back-pressure: don't run ahead of the consumer unboundedly.
-              st->cv.wait(lk, [&] { return stop.stop_requested() || st->expected - consumed < window; });
-              if (stop.stop_requested()) return false;
-              st->counts.push_back(b.count());
-              ++st->expected;
-            }
-            std::vector<detail::chunk_input> c;
-            c.push_back(b.take(seq++));
-            send(core, st, std::move(c));
-            return !core->terminated();
-          };
-          // No exception may leave this thread: one from the input range
-          // reaches the consumer at its position, after the items before it.
-          std::exception_ptr failed;
-          try {
-            for (auto&& x : input) {
-              if (stop.stop_requested()) return;
-              if (b.add([&](writer& w) { write_arg<std::tuple_element_t<0, params>>(w, x); }) && !flush()) break;
-            }
-          } catch (...) {
-            failed = std::current_exception();
-          }
-          try {
-            flush();
-          } catch (...) {
-            if (!failed) failed = std::current_exception();
-          }
-          std::lock_guard lk(st->m);
-          input_error = failed;
-          st->input_done = true;
-          st->cv.notify_all();
-        });
-      }
-
-      std::optional<result_type> next() {
-        for (;;) {
-          if (!ready.empty()) {
-            auto [v, e] = std::move(ready.front());
-            ready.pop_front();
-            if (e) std::rethrow_exception(e);
-            return v;
-          }
-          std::unique_lock lk(st->m);
-          std::uint64_t seq = 0;
-          bool have = false;
-          ++st->chunk_waiters;
-          st->cv.wait(lk, [&] {
-            if constexpr (Ordered) {
-              have = st->blobs.count(next_seq) || st->failed.count(next_seq);
-              seq = next_seq;
-            } else {
-              have = !st->arrival.empty();
-              if (have) seq = st->arrival.front();
-            }
-            return have || (st->input_done && consumed == st->expected);
-          });
-          --st->chunk_waiters;
-          if (!have) {
-            // Every chunk is consumed: the input range's exception, if any,
-            // comes at its position (once), then the end.
-            if (input_error && !std::exchange(input_error_raised, true)) std::rethrow_exception(input_error);
-            return std::nullopt;
-          }
-          if constexpr (!Ordered) st->arrival.pop_front();
-          ++next_seq;
-          ++consumed;
-          st->cv.notify_all();
-          auto count = st->counts.at(seq);
-          if (auto f = st->failed.find(seq); f != st->failed.end()) {
-            // Every task of a chunk that could not run raises at its own
-            // position, so a consumer that catches and goes on stays aligned.
-            auto e = f->second;
-            st->failed.erase(f);
-            lk.unlock();
-            for (std::uint32_t i = 0; i < count; ++i) ready.emplace_back(std::nullopt, e);
-            continue;
-          }
-          auto blob = std::move(st->blobs.at(seq));
-          st->blobs.erase(seq);
-          lk.unlock();
-          // Each item in its place: a task that threw raises at its position.
-          detail::decode_results<R>(
-              blob.bytes, count, [&](std::size_t, result_type&& v) { ready.emplace_back(std::move(v), nullptr); },
-              [&](std::size_t, std::exception_ptr e) { ready.emplace_back(std::nullopt, e); });
-        }
-      }
-    };
-    std::shared_ptr<impl> impl_;
-  };
 
   pool_options opt_;
   std::shared_ptr<detail::pool_core> core_;

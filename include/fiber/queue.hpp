@@ -11,7 +11,9 @@
 /// ```
 
 #include <fiber/detail/api_checks.hpp>
-#include <fiber/impl/queue.hpp>
+#include <fiber/detail/broker.hpp>
+#include <fiber/detail/broker_client.hpp>
+#include <fiber/detail/queue_state.hpp>
 #include <fiber/serialize.hpp>
 
 #include <asio/async_result.hpp>

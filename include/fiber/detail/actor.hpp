@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/actor.hpp
+/// Actors for remote objects: a mailbox whose tasks run one at a time, in
+/// order, on an elastic pool of threads (used in manager processes).
+
+#include <fiber/detail/sched.hpp>
+#include <fiber/log.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace fiber::detail {
+
+class actor;
+
+/// Threads that run actors. A thread is added whenever an actor becomes
+/// runnable and no thread is idle, so objects never wait for each other (a
+/// method that blocks holds one thread, not the pool); threads idle for 30 s
+/// retire. Used only in manager processes, which end with _Exit: threads
+/// are detached.
+class actor_pool {
+public:
+  static actor_pool& instance() {
+    static auto* p = new actor_pool; // never destroyed: detached threads may still use it
+    return *p;
+  }
+
+  void schedule(std::shared_ptr<actor> a) {
+    std::unique_lock lk(m_);
+    ready_.push_back(std::move(a));
+    if (ready_.size() > idle_) {
+      lk.unlock();
+      std::thread([this] { run(); }).detach();
+    } else {
+      lk.unlock();
+      cv_.notify_one();
+    }
+  }
+
+private:
+  void run();
+
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<actor>> ready_;
+  std::size_t idle_ = 0;
+};
+
+/// A mailbox whose tasks run one at a time, in order, on pool threads.
+class actor : public std::enable_shared_from_this<actor> {
+public:
+  void post(std::function<void()> f) {
+    std::unique_lock lk(m_);
+    box_.push_back(std::move(f));
+    if (scheduled_) return;
+    scheduled_ = true;
+    lk.unlock();
+    actor_pool::instance().schedule(shared_from_this());
+  }
+
+  /// Run a batch of tasks, then give the thread back (rescheduling if more wait).
+  void run_some() {
+    for (int n = 0; n < 64; ++n) {
+      std::function<void()> f;
+      {
+        std::lock_guard lk(m_);
+        if (box_.empty()) {
+          scheduled_ = false;
+          return;
+        }
+        f = std::move(box_.front());
+        box_.pop_front();
+      }
+      try { // tasks answer their caller themselves; nothing may end this thread
+        f();
+      } catch (const std::exception& e) {
+        log(log_level::error, "remote object task failed: ", e.what());
+      } catch (...) {
+        log(log_level::error, "remote object task failed with a non-standard exception");
+      }
+    }
+    actor_pool::instance().schedule(shared_from_this()); // fairness: others' turn
+  }
+
+  /// No task waits behind the one running now.
+  bool nothing_queued() {
+    std::lock_guard lk(m_);
+    return box_.empty();
+  }
+
+private:
+  std::mutex m_;
+  std::deque<std::function<void()>> box_;
+  bool scheduled_ = false;
+};
+
+inline void actor_pool::run() {
+  use_user_policy(); // started from the runtime thread; methods are user code
+  std::unique_lock lk(m_);
+  for (;;) {
+    if (ready_.empty()) {
+      ++idle_;
+      bool got = cv_.wait_for(lk, std::chrono::seconds(30), [&] { return !ready_.empty(); });
+      --idle_;
+      if (!got) return;
+    }
+    auto a = std::move(ready_.front());
+    ready_.pop_front();
+    lk.unlock();
+    a->run_some();
+    a.reset();
+    lk.lock();
+  }
+}
+
+} // namespace fiber::detail

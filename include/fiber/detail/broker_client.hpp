@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/broker_client.hpp
+/// The client side of a broker: take and give items, cancel a waiting
+/// request, and the glue that completes Asio handlers with the outcome.
+
+#include <fiber/detail/broker_wire.hpp>
+#include <fiber/detail/runtime.hpp>
+#include <fiber/error.hpp>
+#include <fiber/serialize.hpp>
+
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/error.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <unistd.h>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace fiber::detail {
+
+/// Names a broker: the URL of the process it lives in and its service id.
+struct broker_ref {
+  std::string url;
+  std::uint64_t id = 0;
+};
+
+/// Unique in this process (names one waiting request at a broker).
+inline std::uint64_t next_wait_id() {
+  static std::atomic<std::uint64_t> next{1};
+  return next++;
+}
+
+/// A random 64-bit token (transfer ids: unique across processes).
+inline std::uint64_t random_token() {
+  static const std::uint64_t seed = [] {
+    std::random_device rd;
+    return (std::uint64_t(rd()) << 32) ^ rd() ^ (std::uint64_t(::getpid()) << 20);
+  }();
+  static std::atomic<std::uint64_t> counter{0};
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * ++counter; // splitmix64
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return z ? z : 1;
+}
+
+/// Milliseconds for the broker: 0 for a non-positive timeout, else rounded up.
+template <class Rep, class Period>
+std::int64_t timeout_ms(std::chrono::duration<Rep, Period> d) {
+  if (d <= d.zero()) return 0;
+  constexpr double cap = 1e12; // ~30 years: no overflow in the broker's timer
+  double ms = std::chrono::duration<double, std::milli>(d).count();
+  if (ms >= cap) return std::int64_t(cap);
+  return std::max<std::int64_t>(1, std::chrono::ceil<std::chrono::milliseconds>(d).count());
+}
+
+/// A get reply: [tag], or for an item [tag][ack?][item bytes].
+struct take_reply {
+  take_tag tag = take_tag::empty;
+  std::vector<std::byte> bytes;
+  std::span<const std::byte> item() const { return std::span<const std::byte>(bytes).subspan(2); }
+};
+
+inline std::exception_ptr bad_reply() {
+  return std::make_exception_ptr(serialization_error("fiber: malformed reply from a queue broker"));
+}
+
+/// Send a get; `done` runs on the runtime thread. A remote delivery is acked
+/// before `done` runs, so the broker forgets its copy only once the item is here.
+inline void async_take(const broker_ref& r, std::uint8_t end, std::uint64_t wait, std::int64_t timeout,
+                       std::function<void(std::exception_ptr, take_reply)> done) {
+  op_header h{wait, timeout, end};
+  runtime::instance().request(
+      r.url, r.id, queue_op::get, h.bytes(),
+      [r, h, done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
+        take_reply out;
+        if (!e) {
+          auto tag = p.empty() ? 255u : std::to_integer<unsigned>(p[0]);
+          if (tag > 2 || (tag == unsigned(take_tag::item) && p.size() < 2)) {
+            e = bad_reply();
+          } else {
+            out.tag = take_tag(tag);
+            if (out.tag == take_tag::item && p[1] != std::byte{0})
+              runtime::instance().request(r.url, r.id, queue_op::ack, h.bytes(), [](std::exception_ptr, auto) {});
+            out.bytes = std::move(p);
+          }
+        }
+        done(e, std::move(out));
+      });
+}
+
+/// Send a put whose payload (header + item) is already built.
+inline void async_give(const broker_ref& r, std::vector<std::byte> payload,
+                       std::function<void(std::exception_ptr, give_tag)> done) {
+  runtime::instance().request(r.url, r.id, queue_op::put, std::move(payload),
+                              [done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
+                                give_tag t = give_tag::full;
+                                if (!e) {
+                                  if (p.size() != 1 || std::to_integer<unsigned>(p[0]) > 2) e = bad_reply();
+                                  else t = give_tag(std::to_integer<unsigned>(p[0]));
+                                }
+                                done(e, t);
+                              });
+}
+
+/// Header + encoded value, in one buffer.
+template <class T>
+std::vector<std::byte> put_payload(const op_header& h, const T& v) {
+  writer w;
+  h.write_to(w);
+  if constexpr (serializable<T>) w.write(v); // else check_item_type has said why
+  return w.release();
+}
+
+/// An item's value (serialization_error for bytes that are not a T).
+template <class T>
+T decode_item(std::span<const std::byte> bytes) {
+  if constexpr (serializable<T>) return fiber::deserialize<T>(bytes);
+  else throw serialization_error("fiber: not serializable"); // check_item_type has said why
+}
+
+/// Withdraw a waiting request (fire and forget; the waiter's own reply says
+/// whether it was still waiting).
+inline void send_cancel(const broker_ref& r, std::uint8_t end, std::uint64_t wait) {
+  runtime::instance().request(r.url, r.id, queue_op::cancel, op_header{wait, 0, end}.bytes(),
+                              [](std::exception_ptr, auto) {});
+}
+
+/// Run `start(callback)` and wait on the calling thread for the callback.
+/// Blocking on the runtime thread would deadlock it: that is a logic_error.
+template <class R, class Start>
+R wait_on_runtime(const char* what, Start&& start) {
+  if (runtime::instance().on_runtime_thread())
+    throw std::logic_error(std::string(what) +
+                           ": blocking call on fiber's runtime thread (e.g. in a completion handler); "
+                           "use the async_ form there");
+  auto pr = std::make_shared<std::promise<R>>();
+  auto fut = pr->get_future();
+  start([pr](std::exception_ptr e, R v) {
+    if (e) pr->set_exception(e);
+    else pr->set_value(std::move(v));
+  });
+  return fut.get();
+}
+
+/// A control request (attach/detach/transfer): waited for off the runtime
+/// thread (so its effect is in place when the caller goes on), fire and
+/// forget on it; requests from one thread reach the broker in order either
+/// way. Errors (the owner is gone) are swallowed: nothing is left to update.
+inline void control(const broker_ref& r, std::uint32_t op, std::uint8_t end, std::uint64_t token) {
+  writer w;
+  w.write(end);
+  w.write(token);
+  auto& rt = runtime::instance();
+  if (rt.on_runtime_thread()) return rt.request(r.url, r.id, op, w.release(), [](std::exception_ptr, auto) {});
+  auto pr = std::make_shared<std::promise<void>>();
+  auto fut = pr->get_future();
+  rt.request(r.url, r.id, op, w.release(), [pr](std::exception_ptr, auto) { pr->set_value(); });
+  // Bounded: a runtime already stopped (static destruction) must not hang us.
+  if (fut.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
+    log(log_level::warning, "fiber: no answer from the broker at ", r.url, " (pipe bookkeeping skipped)");
+}
+
+inline std::exception_ptr aborted() {
+  return std::make_exception_ptr(std::system_error(asio::error::make_error_code(asio::error::operation_aborted)));
+}
+
+/// State of one async operation: the handler, work on its executor, and its
+/// cancellation slot (cleared on that executor just before the handler runs).
+template <class Handler>
+struct async_op {
+  using executor_type = asio::associated_executor_t<Handler, asio::any_io_executor>;
+  using slot_type = asio::associated_cancellation_slot_t<Handler>;
+
+  explicit async_op(Handler&& h)
+      : handler(std::move(h)),
+        work(asio::make_work_guard(asio::get_associated_executor(handler, runtime::instance().executor()))),
+        slot(asio::get_associated_cancellation_slot(handler)) {}
+
+  /// Cancellation (any type) asks the broker to withdraw the request.
+  void on_cancel(broker_ref r, std::uint8_t end, std::uint64_t wait) {
+    if (slot.is_connected())
+      slot.assign([r = std::move(r), end, wait](asio::cancellation_type) { send_cancel(r, end, wait); });
+  }
+
+  /// Run the handler with `args` on its associated executor.
+  template <class... Args>
+  static void complete(std::shared_ptr<async_op> self, Args... args) {
+    auto ex = self->work.get_executor();
+    asio::dispatch(ex, [self = std::move(self), args = std::make_tuple(std::move(args)...)]() mutable {
+      if (self->slot.is_connected()) self->slot.clear();
+      auto h = std::move(self->handler);
+      self->work.reset();
+      std::apply([&](auto&&... a) { std::move(h)(std::move(a)...); }, std::move(args));
+    });
+  }
+
+  Handler handler;
+  asio::executor_work_guard<executor_type> work;
+  slot_type slot;
+};
+
+/// Take one item and complete `handler(std::exception_ptr, T)`: the item, or
+/// serialization_error (bytes not a T: the item is dropped), eof_error,
+/// worker_lost, fiber::error, or operation_aborted when cancelled while waiting.
+template <class T, class Handler>
+void start_async_take(const broker_ref& r, std::uint8_t end, Handler&& handler) {
+  auto op = std::make_shared<async_op<std::decay_t<Handler>>>(std::move(handler));
+  auto wait = next_wait_id();
+  op->on_cancel(r, end, wait);
+  async_take(r, end, wait, -1, [op](std::exception_ptr e, take_reply rep) {
+    T v{};
+    if (!e) {
+      if (rep.tag == take_tag::item) {
+        try {
+          v = decode_item<T>(rep.item());
+        } catch (...) {
+          e = std::current_exception();
+        }
+      } else {
+        e = aborted();
+      }
+    }
+    async_op<std::decay_t<Handler>>::complete(op, e, std::move(v));
+  });
+}
+
+/// Put one item (already encoded) and complete `handler(std::exception_ptr)`.
+template <class Handler>
+void start_async_give(const broker_ref& r, std::uint8_t end, std::uint64_t wait, std::vector<std::byte> payload,
+                      Handler&& handler) {
+  auto op = std::make_shared<async_op<std::decay_t<Handler>>>(std::move(handler));
+  op->on_cancel(r, end, wait);
+  async_give(r, std::move(payload), [op](std::exception_ptr e, give_tag t) {
+    if (!e && t != give_tag::stored) e = aborted();
+    async_op<std::decay_t<Handler>>::complete(op, e);
+  });
+}
+
+} // namespace fiber::detail

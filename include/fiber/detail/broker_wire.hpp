@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/broker_wire.hpp
+/// The request protocol of Queue and Pipe brokers. Every item operation
+/// starts with the header [u64 wait id][i64 timeout ms: -1 forever, 0 now]
+/// [u8 end]; `wait id` is unique in the calling process, so (link, wait id)
+/// names one waiting request at the broker (for cancel and ack).
+///  - put:    header, item bytes → [u8 give_tag]   (eof: the reader is gone)
+///  - get:    header             → [u8 take_tag] (item: then [u8 ack?][item bytes...]; eof: end of pipe)
+///  - poll:   header             → [u8 0/1]
+///  - cancel: header             → empty; the waiter (if still waiting) is answered `cancelled`
+///  - ack:    header             → empty; a remote getter confirms it received the item
+///  - size:   —                  → [u64]
+///  - attach / detach / transfer (pipes): [u8 end][u64 token] → empty
+///
+/// Exactly once: an item leaves the broker in the reply to one get. A reply
+/// to another process may be lost if that process dies, so the broker keeps
+/// a copy until the getter acks it; when the getter's link closes
+/// (service::peer_gone) unacknowledged items go back to the front of the
+/// queue. Timeouts are the broker's (a timer on the runtime thread that
+/// answers "empty"), so an item is never taken and then dropped.
+
+#include <fiber/detail/service.hpp>
+#include <fiber/serialize.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fiber::detail {
+
+namespace queue_op {
+inline constexpr std::uint32_t put = 1, get = 2, poll = 3, cancel = 4, ack = 5, size = 6;
+inline constexpr std::uint32_t attach = 10, detach = 11, transfer = 12;
+} // namespace queue_op
+
+/// First byte of a get reply.
+enum class take_tag : std::uint8_t { item = 0, empty = 1, cancelled = 2 };
+/// The byte of a put reply.
+enum class give_tag : std::uint8_t { stored = 0, full = 1, cancelled = 2 };
+
+inline void reply_text(const reply_fn& reply, wire_status status, const std::string& msg) {
+  reply(status, failure_payload(msg));
+}
+
+inline void reply_byte(const reply_fn& reply, std::uint8_t b) { reply(wire_status::ok, {std::byte{b}}); }
+
+/// Header of an item operation.
+struct op_header {
+  std::uint64_t wait = 0;
+  std::int64_t timeout_ms = -1;
+  std::uint8_t end = 0;
+
+  void write_to(writer& w) const {
+    w.write(wait);
+    w.write(timeout_ms);
+    w.write(end);
+  }
+  static op_header read_from(reader& r) {
+    op_header h;
+    h.wait = r.read<std::uint64_t>();
+    h.timeout_ms = r.read<std::int64_t>();
+    h.end = r.read<std::uint8_t>();
+    return h;
+  }
+  std::vector<std::byte> bytes() const {
+    writer w;
+    write_to(w);
+    return w.release();
+  }
+};
+
+} // namespace fiber::detail
