@@ -51,7 +51,7 @@ class FiberConan(ConanFile):
         self.requires("nng/1.5.2")
         self.requires("asio/1.28.0")
         self.requires("boost/1.81.0")
-        self.requires("openssl/[>=3 <4]")
+        self.requires("mbedtls/[>=2.28 <4]")
         if self.options.with_tomlplusplus:
             self.requires("tomlplusplus/[>=3.3 <4]")
         if self.options.with_http:
@@ -80,7 +80,7 @@ class FiberConan(ConanFile):
         self.cpp_info.set_property("cmake_target_name", "fiber::fiber")
         self.cpp_info.bindirs = []
         self.cpp_info.libdirs = []
-        self.cpp_info.requires = ["nng::nng", "asio::asio", "boost::headers", "openssl::crypto"]
+        self.cpp_info.requires = ["nng::nng", "asio::asio", "boost::headers", "mbedtls::mbedcrypto"]
         if self.options.with_tomlplusplus:
             self.cpp_info.requires.append("tomlplusplus::tomlplusplus")
             self.cpp_info.defines.append("FIBER_HAS_TOMLPLUSPLUS=1")

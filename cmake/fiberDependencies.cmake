@@ -5,7 +5,8 @@
 # header-only, so dependencies are looked up again on the consumer's machine.
 #
 # Defines (or reuses) these imported targets:
-#   Threads::Threads, nng::nng, OpenSSL::Crypto, Boost::headers
+#   Threads::Threads, nng::nng, Boost::headers
+#   fiber::mbedcrypto      mbedTLS's libmbedcrypto (HMAC-SHA256)
 #   fiber::asio            standalone Asio include directory + ASIO_STANDALONE
 #   fiber::tomlplusplus    toml++ and FIBER_HAS_TOMLPLUSPLUS=1 when toml++ is
 #                          found (set FIBER_USE_TOMLPLUSPLUS=OFF to skip it);
@@ -32,9 +33,9 @@
 set(fiber_DEPENDENCY_ERROR "")
 
 set(_fiber_debian_hint
-  "On Debian bookworm run `sudo bash scripts/setup.sh` from fiber's source tree, \
+  "On Debian bookworm run `bash scripts/setup.sh` from fiber's source tree, \
 or: apt-get install --no-install-recommends libnng-dev libasio-dev \
-libboost1.81-dev libssl-dev")
+libboost1.81-dev libmbedtls-dev")
 
 # --- threads -----------------------------------------------------------------
 set(THREADS_PREFER_PTHREAD_FLAG ON)
@@ -54,13 +55,24 @@ ${_fiber_debian_hint}")
   return()
 endif()
 
-# --- OpenSSL libcrypto (HMAC for the connection handshake) ----------------------
-find_package(OpenSSL QUIET COMPONENTS Crypto)
-if(NOT TARGET OpenSSL::Crypto)
-  set(fiber_DEPENDENCY_ERROR
-    "fiber: OpenSSL's libcrypto (OpenSSL::Crypto) not found; fiber uses it for \
-HMAC authentication. Install the Debian package libssl-dev. ${_fiber_debian_hint}")
-  return()
+# --- mbedTLS libmbedcrypto (HMAC-SHA256 for the connection handshake) -----------
+# The library nng's TLS uses (Debian's libnng-dev depends on libmbedtls-dev),
+# so it is in the process already: no library of its own to load at start-up.
+# conan: mbedtls
+if(NOT TARGET fiber::mbedcrypto)
+  find_path(FIBER_MBEDTLS_INCLUDE_DIR NAMES mbedtls/md.h DOC "Directory holding mbedtls/md.h")
+  find_library(FIBER_MBEDCRYPTO_LIBRARY NAMES mbedcrypto DOC "mbedTLS's libmbedcrypto")
+  if(NOT FIBER_MBEDTLS_INCLUDE_DIR OR NOT FIBER_MBEDCRYPTO_LIBRARY)
+    set(fiber_DEPENDENCY_ERROR
+      "fiber: mbedTLS's libmbedcrypto (mbedtls/md.h) not found; fiber uses it for \
+HMAC authentication. Install the Debian package libmbedtls-dev (libnng-dev \
+depends on it). ${_fiber_debian_hint}")
+    return()
+  endif()
+  add_library(fiber::mbedcrypto INTERFACE IMPORTED)
+  set_target_properties(fiber::mbedcrypto PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${FIBER_MBEDTLS_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "${FIBER_MBEDCRYPTO_LIBRARY}")
 endif()
 
 # --- Boost >= 1.81 headers (PFR, Describe) ------------------------------------

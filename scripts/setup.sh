@@ -14,7 +14,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libnng-dev libasio-dev libboost1.81-dev
-  catch2 libtomlplusplus-dev libcli11-dev libssl-dev
+  catch2 libtomlplusplus-dev libcli11-dev libmbedtls-dev openssl
   nlohmann-json3-dev libcurl4-openssl-dev
   libmujoco-dev libmujoco-samples gnuplot-nox
   clang libclang-rt-14-dev clang-format doxygen

@@ -81,7 +81,9 @@ public:
       read_big_ = true;
       return {big_->data() + big_fill_, big_->size() - big_fill_};
     }
-    if (!rbuf_) rbuf_ = std::make_unique<std::byte[]>(capacity);
+    // Not zero-filled: a memset would fault in all 16 pages per connection
+    // before a byte arrives; a handshake's few hundred bytes touch one.
+    if (!rbuf_) rbuf_ = std::make_unique_for_overwrite<std::byte[]>(capacity);
     if (rpos_ == rend_) {
       rpos_ = rend_ = 0;
     } else if (capacity - rend_ < capacity / 4) { // tail short: move the rest down

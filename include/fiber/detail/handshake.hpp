@@ -9,9 +9,7 @@
 #include <fiber/error.hpp>
 #include <fiber/serialize.hpp>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <mbedtls/md.h>
 
 #include <array>
 #include <cstdint>
@@ -80,15 +78,25 @@ inline nonce_t random_nonce() {
   return n;
 }
 
+/// HMAC-SHA256 (RFC 2104) of `data` under `key`, through mbedTLS's
+/// libmbedcrypto, which nng's TLS loads into every process anyway (see
+/// docs/RATIONALE.md on start-up cost). Throws fiber::error if mbedTLS fails.
 inline mac_t hmac(std::string_view key, std::span<const std::byte> data) {
   mac_t out{};
-  unsigned len = 0;
-  ::HMAC(EVP_sha256(), key.data(), int(key.size()), reinterpret_cast<const unsigned char*>(data.data()), data.size(),
-         out.data(), &len);
+  static const mbedtls_md_info_t* sha256 = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
+  if (!sha256 || mbedtls_md_hmac(sha256, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
+                                 reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data()) != 0)
+    throw error("fiber: HMAC-SHA256 failed (mbedTLS)");
   return out;
 }
 
-inline bool mac_equal(const mac_t& a, const mac_t& b) { return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0; }
+/// Constant-time comparison: the time taken does not depend on where the
+/// MACs differ.
+inline bool mac_equal(const mac_t& a, const mac_t& b) {
+  volatile std::uint8_t diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff = std::uint8_t(diff | (a[i] ^ b[i]));
+  return diff == 0;
+}
 
 /// What the client's MAC covers: the server's nonce and the identity it claims.
 inline mac_t client_proof(std::string_view secret, const nonce_t& server_nonce, const auth_msg& a) {

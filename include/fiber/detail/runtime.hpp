@@ -27,8 +27,6 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
-#include <openssl/crypto.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -252,12 +250,6 @@ public:
 
 private:
   runtime() : guard_(asio::make_work_guard(ctx_)) {
-    // libcrypto registers its atexit cleanup on first use. Doing that here,
-    // before this static is complete, makes it run after ~runtime (atexit is
-    // LIFO), so the runtime thread's OPENSSL_thread_stop() still frees its
-    // per-thread state; initialised later (first HMAC on the runtime thread),
-    // the cleanup ran first and LeakSanitizer reported 904 bytes.
-    OPENSSL_init_crypto(OPENSSL_INIT_LOAD_CONFIG, nullptr);
     build_id_ = detail::build_id();
     exe_ = self_exe_path();
     if (argv_.empty()) argv_.push_back(exe_);
@@ -276,9 +268,10 @@ private:
           log(log_level::error, "runtime: unhandled exception: ", e.what());
         }
       }
-      OPENSSL_thread_stop(); // HMAC's per-thread state, else LeakSanitizer reports it
     });
-    while (thread_id_ == std::thread::id{}) std::this_thread::yield();
+    // Nothing reaches the thread before this constructor returns: no need
+    // to wait (spin) until it has stored its id itself.
+    thread_id_ = thread_.get_id();
   }
 
   void dial(const std::string& url, role r, std::uint64_t worker_id, connect_done done, clock::time_point give_up,
