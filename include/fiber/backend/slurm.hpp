@@ -4,18 +4,10 @@
 /// The Slurm backend: each job-backed process is one Slurm batch job, one task
 /// of a job array, or one job step of the allocation the master runs in.
 ///
-/// ## Why the command-line tools, not libslurm
 /// fiber runs `sbatch`, `srun`, `squeue`, `scontrol` and `scancel` with
 /// posix_spawn (no shell: arguments are a vector, so no quoting bugs; a
-/// clean signal mask; output captured through pipes). libslurm
-/// (`libslurm-dev`) has no stable API or ABI: `slurm_submit_batch_job` and
-/// the job_desc/job_info structs change between major releases, and
-/// `slurm.h` must match the controller's version, so a binary linked against
-/// one release breaks on the next. The CLI is the interface Slurm keeps
-/// stable, it is what every user's cluster exposes (site wrappers, lua
-/// job_submit plugins, `SLURM_CONF`, configless setups all apply), it adds no
-/// build dependency to a header-only library, and its cost (~10 ms per
-/// call) is nothing beside Slurm's ~1 s scheduling pass. Needs Slurm >= 20.11
+/// clean signal mask; output captured through pipes), not libslurm, which
+/// has no stable API or ABI (docs/RATIONALE.md). Needs Slurm >= 20.11
 /// (`squeue -O exit_code`, `srun --exact`); checked on 22.05.
 ///
 /// ## Launch modes (key `slurm.launch_mode`)
@@ -40,14 +32,8 @@
 /// * `auto` (default): `srun` inside an allocation, else `array` for more
 ///   than one spec, else `sbatch`.
 ///
-/// Measured on the rig (Slurm 22.05, batch_sched_delay=0, 2 real cores),
-/// bench/bench_slurm_startup.cpp, 8 one-CPU jobs, submission -> all 8
-/// processes started, median of 9 [min..max]: srun steps 0.19 s
-/// [0.15..0.26]; per-job sbatch 0.82 s [0.27..0.86]; array 0.82 s
-/// [0.77..0.88] (1 node and 3 netns nodes alike). Batch jobs and arrays
-/// both start on the controller's next scheduling pass (~1 s period), so an
-/// array only saves submission calls (1 instead of n, ~10 ms each) here;
-/// steps skip the scheduler and are ~4x faster.
+/// Steps skip Slurm's scheduling pass and start about 4x faster than batch
+/// jobs; an array only saves submission calls (docs/RATIONALE.md).
 ///
 /// ## The secret never reaches argv or the batch script
 /// The spec's environment (it carries fiber's secret) goes into the

@@ -207,7 +207,7 @@ private:
     p.link = l;
     std::weak_ptr<manager_core> weak = shared_from_this();
     l->start(
-        [weak, wid](frame_kind k, std::span<const std::byte> body, message&) {
+        [weak](frame_kind k, std::span<const std::byte> body, message&) {
           if (auto s = weak.lock(); s && k == frame_kind::object_reply) s->on_reply(body);
         },
         [weak, wid](const std::string& reason) {

@@ -7,10 +7,9 @@
 /// wake-up preemption skips woken tasks whose policy is not SCHED_NORMAL
 /// (kernel/sched/fair.c, check_preempt_wakeup_fair: batch tasks "do not
 /// preempt non-idle tasks"). A worker's result wakes the master's I/O threads,
-/// often on the worker's own core (wake-affine); as normal threads they
-/// preempted the worker for ~50 µs before its next task in about one 1 ms task
-/// of five (bench_overhead, perf sched); as batch threads they run on an idle
-/// core, or when the running task blocks or its slice ends. Processes fiber
+/// often on the worker's own core; as normal threads they preempted the
+/// worker before its next task (docs/RATIONALE.md); as batch threads they run
+/// on an idle core, or when the running task blocks or its slice ends. Processes fiber
 /// starts get the policy of the thread that started the runtime, not the I/O
 /// thread's, and so do the actor threads a manager starts.
 

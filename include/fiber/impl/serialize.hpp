@@ -410,8 +410,7 @@ template <class T> void decode(reader& r, T& out) {
     } else if constexpr (memcpy_wire<E>) {
       const std::size_t n = r.read_length(sizeof(E));
       const std::span<const std::byte> s = r.read_span(n * sizeof(E));
-      // resize() zero-fills before the copy: measured (bench/bench_serialize)
-      // at well under 2x a bare memcpy, and std::allocator offers nothing better.
+      // resize() zero-fills before the copy (docs/RATIONALE.md: cheap enough).
       out.resize(n);
       if (n != 0) std::memcpy(out.data(), s.data(), s.size());
     } else if constexpr (!check_default_initializable<E>()) {

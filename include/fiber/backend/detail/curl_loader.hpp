@@ -4,15 +4,12 @@
 /// libcurl, opened with dlopen the first time an HTTP backend needs it: the
 /// functions fiber calls, as a table of pointers. Internal to fiber.
 ///
-/// Why not link libcurl: fiber is header-only and every program that can
-/// choose a backend at run time (backend::from_env) would need libcurl and
-/// its ~30 dependent libraries (nghttp2, krb5, ldap, gnutls, ...) loaded into
-/// *every* process it starts, workers included. Measured on the 2-core CI
-/// machine: a program that only links libcurl starts in 4.6-9.6 ms instead of
-/// 1.4 ms, which would cost the local backend's 8-worker startup more than
-/// its whole 20 ms budget. Opened on demand, only a master that uses the
-/// Docker (or Kubernetes) backend pays, once. The headers are still libcurl's
-/// (libcurl4-openssl-dev), so types and constants are checked at compile time.
+/// Not linked: every program that can choose a backend at run time would
+/// otherwise load libcurl and its ~30 dependent libraries into every process
+/// it starts, workers included (several ms per start: docs/RATIONALE.md).
+/// Opened on demand, only a master that uses the Docker or Kubernetes backend
+/// pays, once. The headers are still libcurl's (libcurl4-openssl-dev), so
+/// types and constants are checked at compile time.
 
 #include <curl/curl.h>
 

@@ -319,7 +319,8 @@ private:
         done.emplace_back(it->second, m->data.result);
         transfers_.erase(it);
       }
-      for (auto& [t, rc] : done) {
+      for (auto& [transfer, rc] : done) {
+        auto t = transfer; // clang 14 cannot capture a structured binding
         auto ec = impl_::finish_code(*api_, *t, rc);
         api_->multi_remove_handle(multi_, t->easy);
         impl_::cleanup_easy(*api_, *t);
