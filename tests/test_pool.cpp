@@ -11,6 +11,10 @@
 #include <asio/use_future.hpp>
 
 #include <atomic>
+#include <cstdio>
+#include <tuple>
+#include <map>
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <future>
@@ -209,6 +213,103 @@ TEST_CASE("imap is lazy and ordered; imap_unordered yields everything", "[pool]"
   std::multiset<int> want;
   for (int x : iota(50)) want.insert(x * x);
   CHECK(un == want);
+}
+
+// --- initializer, maxtasksperchild (issue 21) ---------------------------------
+
+std::string g_init_tag; // set by the initializer in each worker; empty in the master
+void set_tag(std::string tag, int times) {
+  for (int i = 0; i < times; ++i) g_init_tag += tag;
+}
+std::string tag_of_worker(int) { return g_init_tag; }
+void failing_setup(int) { throw std::runtime_error("cannot open the environment"); }
+// Records each worker's start: one line per initializer run, O_APPEND so that
+// lines from several workers never interleave.
+void count_start(std::string file) {
+  std::FILE* f = std::fopen(file.c_str(), "a");
+  if (!f) throw std::runtime_error("cannot open " + file);
+  std::fprintf(f, "%d\n", int(::getpid()));
+  std::fclose(f);
+}
+
+TEST_CASE("an initializer runs once in every worker before its first task, also in replacements",
+          "[pool][initializer]") {
+  fiber::Pool pool{fiber::target<&tag_of_worker>, {.processes = 2}, fiber::target<&set_tag>, std::string("ab"), 2};
+  auto tags = pool.map(iota(20));
+  CHECK(std::all_of(tags.begin(), tags.end(), [](auto& t) { return t == "abab"; }));
+  // A replacement of a killed worker, and a worker added by resize, run it too.
+  auto pids = pool.worker_pids();
+  REQUIRE(!pids.empty());
+  ::kill(pid_t(pids.front()), SIGKILL);
+  pool.resize(3);
+  auto again = pool.map(iota(60), 1);
+  CHECK(std::all_of(again.begin(), again.end(), [](auto& t) { return t == "abab"; }));
+  CHECK(g_init_tag.empty()); // never in the master
+}
+
+TEST_CASE("an initializer that always throws fails the Pool's calls with worker_lost naming its error",
+          "[pool][initializer]") {
+  fiber::Pool pool{fiber::target<&square>, {.processes = 1}, fiber::target<&failing_setup>, 0};
+  try {
+    (void)pool.map(iota(4));
+    FAIL("map returned although no worker can initialize");
+  } catch (const fiber::worker_lost& e) {
+    CHECK_THAT(e.what(), Catch::Contains("cannot open the environment"));
+    CHECK_THAT(e.what(), Catch::Contains("initializer"));
+  }
+}
+
+TEST_CASE("maxtasksperchild = 1: every task in a fresh worker, no task lost", "[pool][maxtasks]") {
+  char tmpl[] = "/tmp/fiber-maxtasks-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  const std::string starts = std::string(tmpl) + "/starts";
+  const int n = 1000;
+  {
+    fiber::Pool pool{fiber::target<&getpid_task>, {.processes = 4, .maxtasksperchild = 1},
+                     fiber::target<&count_start>, starts};
+    auto pids = pool.map(iota(n));
+    CHECK(pids.size() == std::size_t(n));
+    // A worker never runs a second task: every task's pid is one start.
+    std::ifstream in(starts);
+    std::vector<int> started;
+    for (int p; in >> p;) started.push_back(p);
+    CHECK(started.size() >= std::size_t(n));
+    std::map<int, int> runs;
+    for (auto p : pids) ++runs[p];
+    for (auto& [p, k] : runs) CHECK(k <= std::count(started.begin(), started.end(), p));
+  }
+  std::remove(starts.c_str());
+  ::rmdir(tmpl);
+}
+
+TEST_CASE("map_async, starmap_async and async_starmap; a callback token runs on fiber's runtime thread",
+          "[pool][async]") {
+  fiber::Pool squares{fiber::target<&square>, {.processes = 2}};
+  auto res = squares.map_async(std::vector{1, 2, 3});
+  CHECK(res.get() == std::vector<int>{1, 4, 9});
+  CHECK(res.ready());
+  CHECK(res.successful());
+
+  fiber::Pool adds{fiber::target<&add>, {.processes = 2}};
+  std::vector<std::tuple<int, int>> pairs{{1, 2}, {3, 4}};
+  auto sres = adds.starmap_async(pairs);
+  CHECK(sres.get(std::chrono::seconds(30)) == std::vector<int>{3, 7});
+  auto fut = adds.async_starmap(pairs, asio::use_future);
+  CHECK(fut.get() == std::vector<int>{3, 7});
+
+  fiber::Pool failing{fiber::target<&fail_on_three>, {.processes = 1}};
+  auto bad = failing.map_async(std::vector{1, 3});
+  bad.wait();
+  CHECK_FALSE(bad.successful());
+  CHECK_THROWS_AS(bad.get(), fiber::remote_error);
+
+  std::promise<std::pair<int, bool>> got;
+  squares.async_apply(7, [&got](std::exception_ptr e, int r) {
+    got.set_value({e ? -1 : r, fiber::detail::runtime::instance().on_runtime_thread()});
+  });
+  auto [value, on_runtime] = got.get_future().get();
+  CHECK(value == 49);
+  CHECK(on_runtime);
 }
 
 // CPython's test_imap_handle_iterable_exception: a generator that fails at

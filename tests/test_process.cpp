@@ -1,11 +1,20 @@
 #include <fiber/process.hpp>
 
+#include <fiber/pipe.hpp>
+#include <fiber/wait.hpp>
+
 #include <fiber/backend/local.hpp>
 #include <fiber/backend/slurm.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <asio/use_future.hpp>
+
 #include <csignal>
+#include <cstdio>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
 #include <cstdlib>
 #include <thread>
 #include <unistd.h>
@@ -22,6 +31,65 @@ void returns_normally(std::string s, std::vector<int> v) {
   if (s != "hello" || v.size() != 3) std::exit(9);
 }
 int pid_in_worker() { return ::getpid(); }
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path + ".tmp") << text;
+  std::filesystem::rename(path + ".tmp", path); // readers never see half a file
+}
+
+// A daemon child: waits for SIGTERM (PR_SET_PDEATHSIG would send SIGKILL)
+// and records that it came, from the handler (async-signal-safe calls only).
+char sigterm_marker[256];
+void wait_for_sigterm(std::string marker, fiber::Connection<int> ready) {
+  std::snprintf(sigterm_marker, sizeof sigterm_marker, "%s", marker.c_str());
+  struct sigaction sa {};
+  sa.sa_handler = [](int) {
+    int fd = ::open(sigterm_marker, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      (void)!::write(fd, "SIGTERM", 7);
+      ::close(fd);
+    }
+    ::_exit(0);
+  };
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ready.send(1);
+  for (;;) ::pause();
+}
+
+// A non-daemon child: still busy when its parent exits; the marker proves it
+// finished (a child whose parent did not wait would die with it).
+void finish_late(std::string marker) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  write_file(marker, "done");
+}
+
+// A nested master: a daemon and a non-daemon child, then std::exit(3)
+// without joining either.
+void exit_with_children(std::string dir) {
+  auto [ready, ready_w] = fiber::Pipe<int>(false);
+  fiber::Process d{fiber::target<&wait_for_sigterm>, dir + "/daemon", std::move(ready_w)};
+  d.set_daemon(true);
+  d.start();
+  (void)ready.recv(); // its SIGTERM handler is in place
+  auto* kept = new fiber::Process{fiber::target<&finish_late>, dir + "/non-daemon"}; // outlives exit
+  kept->start();
+  write_file(dir + "/daemon.pid", std::to_string(*d.pid()));
+  write_file(dir + "/non-daemon.pid", std::to_string(*kept->pid()));
+  std::exit(3); // d's destructor does not run: at-exit handling ends both
+}
+
+// Echoes one item back, then returns.
+void echo_once(fiber::Connection<int> c) { c.send(c.recv() * 2); }
+
+// 0 when parent_process() names this process's parent, else which check failed.
+void check_parent(std::int64_t expected_pid) {
+  auto p = fiber::parent_process();
+  if (!p) std::exit(10);
+  if (p->pid != expected_pid) std::exit(11);
+  if (p->name != "master") std::exit(12);
+  if (!p->is_alive()) std::exit(13);
+  if (p->join(std::chrono::milliseconds(10))) std::exit(14);
+}
 
 // The local backend, with exits reported as an srun step reports them: one
 // exit status, 128+n for a task killed by signal n, mapped by the Slurm
@@ -171,4 +239,89 @@ TEST_CASE("the handshake refuses a worker with a different registry", "[process]
     CHECK(what.find("master runs build") != std::string::npos);
   }
   CHECK(p.exitcode() != 0);
+}
+
+TEST_CASE("at exit, daemon children are terminated and non-daemon children joined", "[process][daemon]") {
+  std::string dir = "/tmp/fiber-daemon-XXXXXX";
+  REQUIRE(::mkdtemp(dir.data()));
+  fiber::Process parent{fiber::target<&exit_with_children>, dir};
+  parent.start();
+  REQUIRE(parent.join(std::chrono::seconds(60)));
+  CHECK(parent.exitcode().value_or(-1000) == 3);
+  auto read = [&](const std::string& f) {
+    std::string s;
+    std::ifstream(dir + "/" + f) >> s;
+    return s;
+  };
+  CHECK(read("non-daemon") == "done");  // joined before the parent exited
+  CHECK(read("daemon") == "SIGTERM");   // terminated, not killed with its parent
+  for (auto f : {"daemon.pid", "non-daemon.pid"}) {
+    auto pid = std::stoll(read(f));
+    CHECK(fiber_test::process_gone(pid));
+  }
+  std::filesystem::remove_all(dir);
+  fiber_test::require_no_children();
+}
+
+TEST_CASE("set_daemon after start is a logic error; daemon() reads it", "[process][daemon]") {
+  fiber::Process p{fiber::target<&exit_with>, 0};
+  CHECK_FALSE(p.daemon());
+  p.set_daemon(true);
+  CHECK(p.daemon());
+  p.start();
+  CHECK_THROWS_AS(p.set_daemon(false), std::logic_error);
+  p.join();
+}
+
+TEST_CASE("fiber::wait on a Connection and a Process, and on a sentinel", "[process][wait]") {
+  auto [a, b] = fiber::Pipe<int>();
+  fiber::Process p{fiber::target<&echo_once>, std::move(b)};
+  p.start();
+  // The child blocks in recv: nothing is ready yet.
+  CHECK(fiber::wait({a, p}, std::chrono::milliseconds(50)).empty());
+  a.send(21);
+  auto ready = fiber::wait({a, p});
+  REQUIRE_FALSE(ready.empty());
+  CHECK(ready.front() == fiber::waitable(a)); // a comes first in the list
+  CHECK(a.recv() == 42);
+  p.join();
+  auto ended = fiber::wait({p.sentinel()}, std::chrono::seconds(10));
+  REQUIRE(ended.size() == 1);
+  CHECK(ended[0] == fiber::waitable(p));
+  fiber_test::require_no_children();
+}
+
+TEST_CASE("close releases an ended Process; it refuses while running and after", "[process][close]") {
+  fiber::Process p{fiber::target<&sleep_ms>, 60000};
+  p.set_name("closing");
+  p.start();
+  CHECK_THROWS_AS(p.close(), std::logic_error);
+  p.terminate();
+  p.join();
+  p.close();
+  CHECK(p.name() == "closing");
+  CHECK_THROWS_WITH(p.exitcode(), Catch::Contains("closing was closed"));
+  CHECK_THROWS_AS(p.join(), std::logic_error);
+  p.close(); // twice is harmless
+}
+
+TEST_CASE("async_join completes when the process ends", "[process][async]") {
+  fiber::Process p{fiber::target<&exit_with>, 7};
+  CHECK_THROWS_AS(p.async_join(asio::use_future), std::logic_error);
+  p.start();
+  auto done = p.async_join(asio::use_future);
+  done.get();
+  CHECK(p.exitcode() == 7);
+  // Already ended: completes at once.
+  std::promise<std::exception_ptr> again;
+  p.async_join([&](std::exception_ptr e) { again.set_value(e); });
+  CHECK(again.get_future().get() == nullptr);
+}
+
+TEST_CASE("parent_process names the master in a worker and is empty in the master", "[process][helpers]") {
+  CHECK_FALSE(fiber::parent_process());
+  fiber::Process p{fiber::target<&check_parent>, std::int64_t(::getpid())};
+  p.start();
+  p.join();
+  CHECK(p.exitcode() == 0);
 }

@@ -2,7 +2,7 @@
 /// @file fiber.hpp
 /// Everything fiber offers: Python multiprocessing's model — Process, Queue,
 /// Pipe, Pool, Manager — as job-backed processes on a laptop or a cluster.
-/// See SPEC.md for the contract; each concept has its own header.
+/// docs/reference/ is the user's reference; each concept has its own header.
 
 #include <fiber/backend/docker.hpp>
 #include <fiber/backend/from_env.hpp>
@@ -16,16 +16,9 @@
 #include <fiber/process.hpp>
 #include <fiber/serialize.hpp>
 #include <fiber/target.hpp>
-
-#if __has_include(<fiber/queue.hpp>)
+#include <fiber/version.hpp>
+#include <fiber/wait.hpp>
 #include <fiber/queue.hpp>
-#endif
-#if __has_include(<fiber/pipe.hpp>)
 #include <fiber/pipe.hpp>
-#endif
-#if __has_include(<fiber/manager.hpp>)
 #include <fiber/manager.hpp>
-#endif
-#if __has_include(<fiber/backend/slurm.hpp>)
 #include <fiber/backend/slurm.hpp>
-#endif

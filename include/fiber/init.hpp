@@ -1,14 +1,23 @@
 #pragma once
 /// @file init.hpp
-/// Program entry and helpers: fiber::init, cpu_count, current_process.
+/// Program entry and helpers: fiber::init, cpu_count, current_process,
+/// parent_process.
 
+#include <fiber/detail/host_name.hpp>
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/worker.hpp>
 
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
+
+#include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace fiber {
@@ -49,6 +58,52 @@ struct process_info {
 inline process_info current_process() {
   auto& rt = detail::runtime::instance();
   return {rt.process_name(), ::getpid(), rt.is_worker()};
+}
+
+/// The process that started this worker, as multiprocessing.parent_process().
+/// Copyable; its functions may be called from any thread.
+struct parent_info {
+  std::string name;  ///< the parent's name: "master", or a worker's name
+  std::int64_t pid;  ///< the parent's pid on its own host
+  std::string host;  ///< the parent's host name
+
+  /// True while the parent runs. On another host than the parent's this is
+  /// true for as long as this worker runs: a worker whose master vanishes
+  /// exits within the heartbeat timeout.
+  bool is_alive() const {
+    if (host != detail::host_name()) return true;
+    return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
+  }
+
+  /// Waits at most `timeout` for the parent to end; true if it has. On
+  /// another host, waits the whole timeout and returns false (see is_alive).
+  template <class Rep, class Period>
+  bool join(std::chrono::duration<Rep, Period> timeout) const {
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(timeout).count();
+    if (host != detail::host_name()) {
+      std::this_thread::sleep_for(timeout);
+      return false;
+    }
+    int fd = int(::syscall(SYS_pidfd_open, pid_t(pid), 0));
+    if (fd < 0) return !is_alive();
+    ::pollfd p{fd, POLLIN, 0};
+    int r;
+    do r = ::poll(&p, 1, int(std::min<long long>(ms, 1LL << 30)));
+    while (r < 0 && errno == EINTR);
+    ::close(fd);
+    return r > 0;
+  }
+};
+
+/// The parent of this worker (the process whose Process or Pool started
+/// it), or nullopt in a master. `if (auto p = fiber::parent_process()) p->join(1s);`
+inline std::optional<parent_info> parent_process() {
+  if (!detail::runtime::instance().is_worker()) return std::nullopt;
+  const char* name = std::getenv("FIBER_INTERNAL_PARENT_NAME");
+  const char* pid = std::getenv("FIBER_INTERNAL_PARENT_PID");
+  const char* host = std::getenv("FIBER_INTERNAL_PARENT_HOST");
+  if (!name || !pid || !host) return std::nullopt;
+  return parent_info{name, std::strtoll(pid, nullptr, 10), host};
 }
 
 } // namespace fiber

@@ -166,6 +166,13 @@ public:
     }
   }
 
+  /// fiber::wait's hook: a readable end is ready when recv() would not
+  /// block. Throws std::logic_error for a closed or send-only end.
+  friend std::function<void()> fiber_watch(Connection& c, std::function<void()> ready) {
+    c.require(c.readable_, "wait on", "a send-only end");
+    return detail::watch_readable(c.ref_, c.end_, std::move(ready));
+  }
+
   /// True after close(), after being moved from, and when default-constructed.
   bool closed() const noexcept { return !attached_; }
   /// Whether this end may recv / send.

@@ -36,6 +36,11 @@ namespace fiber {
 /// Pool options (an aggregate: use designated initializers).
 struct pool_options {
   unsigned processes = 0;      ///< workers; 0 = fiber::cpu_count()
+  /// Tasks a worker runs before it exits and is replaced (Python's
+  /// maxtasksperchild); 0: unlimited. Tasks, not chunks: the automatic
+  /// chunksize is at most this, and a chunk is never split, so a larger
+  /// explicit chunksize lets a worker run one whole chunk. No task is lost.
+  unsigned maxtasksperchild = 0;
   std::size_t chunksize = 0;   ///< inputs per task message; 0 = automatic
   int max_retries = 3;         ///< reruns of a task after its worker *died*
   fiber::resources resources{};///< per worker, asked of the backend
@@ -53,64 +58,62 @@ struct pool_options {
 };
 
 
-/// Handle of one apply_async: multiprocessing's AsyncResult.
-template <class R>
+/// Handle of an asynchronous Pool call: multiprocessing's AsyncResult.
+/// `T` is the target's result for apply_async (get() returns std::monostate
+/// for void), `std::vector<R>` for map_async and starmap_async. Copyable
+/// (copies share the call); any member may be called from any thread. The
+/// call goes on if the handle is dropped; its results are then discarded.
+template <class T>
 class async_result {
 public:
-  /// Wait and return the value; rethrows remote_error / worker_lost.
-  detail::item_result<R> get() {
-    wait();
-    return take();
+  using value_type = detail::item_result<T>;
+
+  /// Waits, then returns the value (decoded anew on every call). Throws what
+  /// the call raised: remote_error (the target threw), worker_lost (its
+  /// workers died too often), fiber::error (the Pool was terminated).
+  value_type get() {
+    st_->wait();
+    return take_();
   }
-  /// As get(), but throws fiber::timeout_error if not ready within `timeout`.
+  /// As get(), but throws fiber::timeout_error if not ready within `timeout`
+  /// (the call itself goes on).
   template <class Rep, class Period>
-  detail::item_result<R> get(std::chrono::duration<Rep, Period> timeout) {
-    std::unique_lock lk(st_->m);
-    if (!st_->cv.wait_for(lk, timeout, [&] { return st_->complete(); }))
-      throw timeout_error("fiber::async_result::get: not ready within the timeout");
-    lk.unlock();
-    return take();
+  value_type get(std::chrono::duration<Rep, Period> timeout) {
+    if (!st_->wait_for(timeout)) throw timeout_error("fiber::async_result::get: not ready within the timeout");
+    return take_();
   }
+  /// Whether the call has completed (never blocks).
   bool ready() const {
     std::lock_guard lk(st_->m);
     return st_->complete();
   }
-  void wait() const {
-    std::unique_lock lk(st_->m);
-    st_->cv.wait(lk, [&] { return st_->complete(); });
-  }
+  /// Blocks until the call has completed.
+  void wait() const { st_->wait(); }
+  /// Blocks at most `timeout`; true if the call has completed.
   template <class Rep, class Period>
   bool wait(std::chrono::duration<Rep, Period> timeout) const {
-    std::unique_lock lk(st_->m);
-    return st_->cv.wait_for(lk, timeout, [&] { return st_->complete(); });
+    return st_->wait_for(timeout);
   }
-  /// True once ready and no exception was raised.
+  /// Whether the call completed without an exception. Throws std::logic_error
+  /// while it is not ready (Python's ValueError).
   bool successful() const {
-    std::lock_guard lk(st_->m);
-    if (!st_->complete()) throw std::logic_error("fiber::async_result::successful: not ready");
-    if (!st_->failed.empty()) return false;
-    const auto& b = st_->blobs.at(0).bytes;
-    return !b.empty() && detail::wire_status(b[0]) == detail::wire_status::ok;
+    if (!ready()) throw std::logic_error("fiber::async_result::successful: not ready");
+    try {
+      (void)take_();
+      return true;
+    } catch (...) {
+      return false;
+    }
   }
 
 private:
   template <auto, backend::policy>
   friend class Pool;
-  explicit async_result(std::shared_ptr<detail::call_state<R>> st) : st_(std::move(st)) {}
+  async_result(std::shared_ptr<detail::call_sync> st, std::function<value_type()> take)
+      : st_(std::move(st)), take_(std::move(take)) {}
 
-  detail::item_result<R> take() {
-    std::lock_guard lk(st_->m);
-    if (!st_->failed.empty()) std::rethrow_exception(st_->failed.begin()->second);
-    std::optional<detail::item_result<R>> out;
-    std::exception_ptr err;
-    detail::decode_results<R>(
-        st_->blobs.at(0).bytes, 1, [&](std::size_t, detail::item_result<R>&& v) { out = std::move(v); },
-        [&](std::size_t, std::exception_ptr e) { err = e; });
-    if (err) std::rethrow_exception(err);
-    return std::move(*out);
-  }
-
-  std::shared_ptr<detail::call_state<R>> st_;
+  std::shared_ptr<detail::call_sync> st_;
+  std::function<value_type()> take_;
 };
 
 /// A pool of job-backed workers running target F.
@@ -134,19 +137,28 @@ public:
   using result_type = detail::item_result<typename target::result_type>;
   using R = typename target::result_type;
 
-  explicit Pool(target_t<F>, pool_options opt = {}) : opt_(std::move(opt)) {
-    static_assert(detail::check_target<F>());
-    if (opt_.processes == 0) opt_.processes = cpu_count();
-    if (opt_.name.empty()) opt_.name = "pool-" + std::to_string(detail::next_pool_number());
-    if (opt_.prefetch == 0) opt_.prefetch = 1;
-    auto& rt = detail::runtime::instance();
-    rt.sync([&] {
-      core_ = std::make_shared<detail::pool_core>(
-          detail::pool_settings{opt_.name, opt_.processes, opt_.max_retries, opt_.prefetch, opt_.resources},
-          rt.template launcher<Backend>());
-      core_->start();
-    });
-    processes_ = opt_.processes;
+  /// Starts `opt.processes` workers (at first a core's worth at a time on
+  /// the local backend); work starts with the first one up. Throws
+  /// backend_error if the backend cannot start them.
+  explicit Pool(target_t<F>, pool_options opt = {}) : opt_(std::move(opt)) { start({}); }
+
+  /// As above; every worker runs `initializer(initargs...)` once, before its
+  /// first task — also workers started later (resize, replacement of a dead
+  /// one): Python's initializer/initargs. A worker whose initializer throws
+  /// exits and is replaced; when every start keeps failing so (more than
+  /// max(3, 2 × processes) in a row), calls fail with fiber::worker_lost
+  /// naming the initializer's error. A wrong initarg is a compile-time error.
+  template <auto I, class... IA>
+  Pool(target_t<F>, pool_options opt, target_t<I>, IA&&... initargs) : opt_(std::move(opt)) {
+    if constexpr (detail::check_target_args<I, IA...>()) {
+      static_assert(detail::check_target<I>());
+      writer w;
+      using init_params = typename target_t<I>::args_tuple;
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (detail::write_arg<std::tuple_element_t<K, init_params>>(w, std::forward<IA>(initargs)), ...);
+      }(std::index_sequence_for<IA...>{});
+      start(detail::run_msg{target_t<I>::id, w.release()});
+    }
   }
 
   Pool(const Pool&) = delete;
@@ -158,23 +170,26 @@ public:
   // ---- blocking API ---------------------------------------------------------
 
   /// f applied to every input, in input order. Inputs: any input range of
-  /// F's single argument. Throws the first task's exception in input order.
+  /// F's single argument (a target of several arguments: starmap). Throws
+  /// the first task's exception in input order; an exception thrown by the
+  /// input range itself reaches the caller as it is. `chunksize`: inputs per
+  /// task message; 0: automatic (about four chunks per worker).
   template <class In>
   std::vector<result_type> map(In&& inputs, std::size_t chunksize = 0) {
     if constexpr (detail::check_map_inputs<F, In>()) {
-      auto st = submit_range<false>(inputs, chunksize ? chunksize : opt_.chunksize);
-      return collect(st);
+      return detail::collect<R>(*submit_range<false>(inputs, chunksize));
     } else {
       return {};
     }
   }
 
-  /// Like map, for a target of several arguments: a range of std::tuple.
+  /// Like map, for a target of several arguments: each element of `tuples`
+  /// is a std::tuple holding exactly the target's arguments, each convertible
+  /// to its parameter (else a compile-time error naming the rule).
   template <class In>
   std::vector<result_type> starmap(In&& tuples, std::size_t chunksize = 0) {
     if constexpr (detail::check_starmap_inputs<F, In>()) {
-      auto st = submit_range<true>(tuples, chunksize ? chunksize : opt_.chunksize);
-      return collect(st);
+      return detail::collect<R>(*submit_range<true>(tuples, chunksize));
     } else {
       return {};
     }
@@ -187,18 +202,44 @@ public:
     else return result_type{};
   }
 
-  /// f(args...) on a worker; returns at once with a handle.
+  /// f(args...) on a worker; returns at once with a handle (get, wait,
+  /// ready, successful). For Python's callback / error_callback, use
+  /// async_apply with a callback as the completion token.
   template <class... A>
   async_result<R> apply_async(A&&... args) {
-    if constexpr (detail::check_target_args<F, A...>()) return async_result<R>(submit_one(std::forward<A>(args)...));
-    else return async_result<R>(nullptr);
+    if constexpr (detail::check_target_args<F, A...>()) {
+      auto st = submit_one(std::forward<A>(args)...);
+      return async_result<R>(st, [st] { return detail::take_one<R>(*st); });
+    } else {
+      return async_result<R>(nullptr, {});
+    }
+  }
+
+  /// map, returning at once with a handle whose get() gives the results.
+  template <class In>
+  async_result<std::vector<result_type>> map_async(In&& inputs, std::size_t chunksize = 0) {
+    if constexpr (detail::check_map_inputs<F, In>()) return handle(submit_range<false>(inputs, chunksize));
+    else return {nullptr, {}};
+  }
+
+  /// starmap, returning at once with a handle whose get() gives the results.
+  template <class In>
+  async_result<std::vector<result_type>> starmap_async(In&& tuples, std::size_t chunksize = 0) {
+    if constexpr (detail::check_starmap_inputs<F, In>()) return handle(submit_range<true>(tuples, chunksize));
+    else return {nullptr, {}};
   }
 
   /// Lazy, ordered results. The input range is read as results are consumed
   /// (by a feeder thread, so a slow or blocking input never stalls results
   /// already computed); never materialized. A task that failed (remote_error,
   /// worker_lost) throws from the increment that reaches its position; the
-  /// iteration may go on after catching, with every later result in its place.
+  /// iteration may go on after catching, with every later result in its
+  /// place. An exception thrown by the input range arrives after the results
+  /// of the items before it, at its position; the Pool stays usable.
+  /// `chunksize`: inputs per task message, 1 by default (as Python).
+  /// Lifetime: the returned range owns the input (moved or copied in) and
+  /// shares the Pool's scheduler; it may outlive the Pool, whose destruction
+  /// terminates the work: what was not computed then throws fiber::error.
   template <class In>
   auto imap(In&& inputs, std::size_t chunksize = 1) {
     if constexpr (detail::check_map_inputs<F, In>())
@@ -215,8 +256,18 @@ public:
 
   // ---- asynchronous API (Asio completion tokens) -------------------------------
 
-  /// Completion signature void(std::exception_ptr, result_type); the handler
-  /// runs on its associated executor (e.g. the coroutine's, for use_awaitable).
+  /// f(args...) on a worker, asynchronously; the last argument is an Asio
+  /// completion token. Completion signature `void(std::exception_ptr,
+  /// result_type)`; the handler runs on its associated executor (the
+  /// coroutine's for use_awaitable; fiber's runtime thread for a plain
+  /// callback, which is Python's apply_async callback and error_callback in
+  /// one: keep it short and non-blocking). Arguments are serialized at
+  /// initiation. Cancellation is not supported: a submitted task runs.
+  ///
+  /// ```cpp
+  /// int r = co_await pool.async_apply(3, asio::use_awaitable);
+  /// pool.async_apply(3, [](std::exception_ptr e, int r) { if (!e) use(r); });
+  /// ```
   template <class... A>
     requires(sizeof...(A) >= 1)
   auto async_apply(A&&... args_and_token) {
@@ -225,23 +276,35 @@ public:
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       if constexpr (detail::check_target_args<F, std::tuple_element_t<I, std::tuple<A...>>...>()) {
         auto st = submit_one(std::get<I>(tup)...);
-        return initiate<result_type>(std::forward<decltype(token)>(token), st, [](auto& st) {
-          async_result<R> r(st);
-          return r.get();
-        });
+        return initiate<result_type>(std::forward<decltype(token)>(token), st,
+                                     [](auto& st) { return detail::take_one<R>(*st); });
       } else { // after the check's one error, keep the caller well-typed
         return asio::async_initiate<decltype(token), void(std::exception_ptr, result_type)>([](auto&&...) {}, token);
       }
     }(std::make_index_sequence<sizeof...(A) - 1>{});
   }
 
-  /// Completion signature void(std::exception_ptr, std::vector<result_type>).
+  /// map, asynchronously. Completion signature
+  /// `void(std::exception_ptr, std::vector<result_type>)`; the handler runs on
+  /// its associated executor (default: fiber's runtime thread — keep such
+  /// handlers short and non-blocking). Inputs are serialized at initiation.
+  /// Cancellation is not supported: submitted tasks run.
   template <class In, class Token>
   auto async_map(In&& inputs, Token&& token) {
     if constexpr (detail::check_map_inputs<F, In>()) {
-      auto st = submit_range<false>(inputs, opt_.chunksize);
-      return initiate<std::vector<result_type>>(std::forward<Token>(token), st,
-                                                [this](auto& st) { return this->collect(st); });
+      return initiate<std::vector<result_type>>(std::forward<Token>(token), submit_range<false>(inputs, 0),
+                                                [](auto& st) { return detail::collect<R>(*st); });
+    } else {
+      return asio::async_initiate<Token, void(std::exception_ptr, std::vector<result_type>)>([](auto&&...) {}, token);
+    }
+  }
+
+  /// starmap, asynchronously; as async_map.
+  template <class In, class Token>
+  auto async_starmap(In&& tuples, Token&& token) {
+    if constexpr (detail::check_starmap_inputs<F, In>()) {
+      return initiate<std::vector<result_type>>(std::forward<Token>(token), submit_range<true>(tuples, 0),
+                                                [](auto& st) { return detail::collect<R>(*st); });
     } else {
       return asio::async_initiate<Token, void(std::exception_ptr, std::vector<result_type>)>([](auto&&...) {}, token);
     }
@@ -297,6 +360,26 @@ public:
 private:
   using state = detail::call_state<R>;
 
+  void start(std::optional<detail::run_msg> initializer) {
+    static_assert(detail::check_target<F>());
+    if (opt_.processes == 0) opt_.processes = cpu_count();
+    if (opt_.name.empty()) opt_.name = "pool-" + std::to_string(detail::next_pool_number());
+    if (opt_.prefetch == 0) opt_.prefetch = 1;
+    auto& rt = detail::runtime::instance();
+    rt.sync([&] {
+      core_ = std::make_shared<detail::pool_core>(
+          detail::pool_settings{opt_.name, opt_.processes, opt_.max_retries, opt_.prefetch, opt_.resources,
+                                opt_.maxtasksperchild, std::move(initializer)},
+          rt.template launcher<Backend>());
+      core_->start();
+    });
+    processes_ = opt_.processes;
+  }
+
+  async_result<std::vector<result_type>> handle(std::shared_ptr<state> st) {
+    return {st, [st] { return detail::collect<R>(*st); }};
+  }
+
   void check_open() {
     std::lock_guard lk(m_);
     if (closed_) throw std::logic_error("fiber::Pool: submit after close()");
@@ -319,14 +402,12 @@ private:
 
   /// `maps`: the call is a map (progress is reported for maps only).
   std::shared_ptr<state> new_state(std::size_t total_items, bool maps = true) {
-    auto st = std::make_shared<state>();
-    st->target_id = target::id;
-    std::weak_ptr<state> weak = st;
+    std::function<void(std::size_t)> on_progress;
     auto progress = maps ? opt_.progress : nullptr;
     bool bar = maps && (opt_.progress_bar || detail::config_bool("progress")) && ::isatty(2);
     if (progress || bar) {
       auto items_done = std::make_shared<std::size_t>(0);
-      st->on_progress = [progress, bar, total_items, items_done](std::size_t n) {
+      on_progress = [progress, bar, total_items, items_done](std::size_t n) {
         *items_done += n;
         if (progress) progress(*items_done, total_items);
         if (bar) {
@@ -337,51 +418,23 @@ private:
         }
       };
     }
-    st->on_chunk = [weak](std::uint64_t seq, std::uint32_t items, detail::shared_bytes blob) {
-      auto st = weak.lock();
-      if (!st) return;
-      if (st->on_progress) st->on_progress(items); // before completion wakes the caller
-      std::function<void()> done;
-      bool wake = false;
-      {
-        std::lock_guard lk(st->m);
-        st->blobs.emplace(seq, std::move(blob));
-        wake = st->chunk_finished_locked(seq, done);
-      }
-      if (wake) st->cv.notify_all();
-      if (done) done();
-    };
-    st->on_chunk_failed = [weak](std::uint64_t seq, std::exception_ptr e) {
-      auto st = weak.lock();
-      if (!st) return;
-      std::function<void()> done;
-      bool wake = false;
-      {
-        std::lock_guard lk(st->m);
-        // Moved, not copied: the runtime thread keeps no reference, so the
-        // exception is released by the thread that reads it (TSan cannot see
-        // the ordering of libstdc++'s uninstrumented reference count).
-        st->failed.emplace(seq, std::move(e));
-        wake = st->chunk_finished_locked(seq, done);
-      }
-      if (wake) st->cv.notify_all();
-      if (done) done();
-    };
-    return st;
+    return detail::make_call<R>(target::id, std::move(on_progress));
   }
 
   // Python's rule (multiprocessing/pool.py, _map_async): about 4 chunks per
-  // worker, so 4 tasks on 4 workers are 4 chunks of 1 — all run at once.
+  // worker, so 4 tasks on 4 workers are 4 chunks of 1 — all run at once; at
+  // most maxtasksperchild, so a worker's budget is not overrun.
   std::size_t auto_chunksize(std::size_t n) const {
     if (n == 0) return 1;
     std::size_t per = std::size_t(processes_) * 4;
-    std::size_t c = n / per + (n % per ? 1 : 0);
-    return std::max<std::size_t>(1, c);
+    std::size_t c = std::max<std::size_t>(1, n / per + (n % per ? 1 : 0));
+    return opt_.maxtasksperchild ? std::min<std::size_t>(c, opt_.maxtasksperchild) : c;
   }
 
   template <bool Star, class In>
   std::shared_ptr<state> submit_range(In& inputs, std::size_t chunksize) {
     check_open();
+    if (chunksize == 0) chunksize = opt_.chunksize;
     std::size_t n = detail::size_hint(inputs);
     if (chunksize == 0) chunksize = std::ranges::sized_range<In> ? auto_chunksize(n) : 1;
     auto st = new_state(n);
@@ -452,6 +505,7 @@ private:
       std::lock_guard lk(st->m);
       st->expected = 1;
       st->input_done = true;
+      st->counts = {1};
     }
     std::vector<detail::chunk_input> chunks;
     chunks.push_back({0, detail::chunk_msg{0, target::id, 1, w.release()}, {}});
@@ -460,33 +514,6 @@ private:
   }
 
 
-
-  std::vector<result_type> collect(const std::shared_ptr<state>& st) {
-    {
-      std::unique_lock lk(st->m);
-      st->cv.wait(lk, [&] { return st->complete(); });
-    }
-    std::lock_guard lk(st->m);
-    const auto& counts = st->counts;
-    std::vector<result_type> out;
-    std::size_t total = 0;
-    for (auto c : counts) total += c;
-    out.reserve(total);
-    std::exception_ptr first;
-    for (std::size_t seq = 0; seq < counts.size(); ++seq) {
-      // In input order: a chunk that could not run (worker_lost) raises at
-      // its place, after any earlier task's remote_error.
-      if (auto f = st->failed.find(seq); f != st->failed.end()) std::rethrow_exception(f->second);
-      detail::decode_results<R>(
-          st->blobs.at(seq).bytes, counts[seq], [&](std::size_t, result_type&& v) { out.push_back(std::move(v)); },
-          [&](std::size_t, std::exception_ptr e) {
-            if (!first) first = e;
-            out.emplace_back();
-          });
-      if (first) std::rethrow_exception(first);
-    }
-    return out;
-  }
 
   template <class T, class Token, class Extract>
   auto initiate(Token&& token, std::shared_ptr<state> st, Extract extract) {
@@ -528,5 +555,7 @@ template <auto F>
 Pool(target_t<F>, pool_options) -> Pool<F>;
 template <auto F>
 Pool(target_t<F>) -> Pool<F>;
+template <auto F, auto I, class... IA>
+Pool(target_t<F>, pool_options, target_t<I>, IA&&...) -> Pool<F>;
 
 } // namespace fiber

@@ -6,12 +6,19 @@
 
 #include <fiber/backend/from_env.hpp>
 #include <fiber/detail/api_checks.hpp>
-#include <fiber/detail/link_drain.hpp>
-#include <fiber/detail/supervisor.hpp>
+#include <fiber/detail/process_state.hpp>
 #include <fiber/init.hpp>
 #include <fiber/target.hpp>
+#include <fiber/wait.hpp>
+
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/post.hpp>
 
 #include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <functional>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -21,130 +28,6 @@
 #include <vector>
 
 namespace fiber {
-namespace detail {
-
-struct process_state : std::enable_shared_from_this<process_state> {
-  std::mutex m;
-  std::condition_variable cv;
-  std::string name;
-  run_msg run;
-  fiber::resources res;
-  bool started = false, ended = false;
-  std::optional<int> code;
-  std::string refused;
-  std::string start_error; // the backend could not start the job (job_exit::start_failed)
-  backend::job job;
-  std::int64_t peer_pid = -1;
-  std::uint64_t worker_id = 0;
-  std::shared_ptr<supervisor> sup;  // runtime thread only
-  std::shared_ptr<peer_link> link;  // runtime thread only
-  // Runtime thread only: the status the worker said it exits with, and a
-  // "killed by signal" report held until the link ends (see on_exit).
-  std::optional<std::int32_t> reported_exit;
-  std::optional<backend::job_exit> held_exit;
-  std::unique_ptr<asio::steady_timer> hold_timer;
-
-  /// Runtime thread: start the job through a supervisor of its own.
-  void launch(std::shared_ptr<backend::launcher> l) {
-    std::weak_ptr<process_state> weak = shared_from_this();
-    sup = std::make_shared<supervisor>(
-        std::move(l), "fiber::Process " + name, "processes",
-        supervisor::events{[weak](std::uint64_t, std::shared_ptr<peer_link> l) {
-                             if (auto s = weak.lock()) s->on_connect(std::move(l));
-                             else l->close("process object gone");
-                           },
-                           [weak](std::uint64_t, const backend::job_exit& ex) {
-                             if (auto s = weak.lock()) s->on_exit(ex);
-                           },
-                           [weak](std::uint64_t, const std::string& reason) {
-                             if (auto s = weak.lock()) {
-                               std::lock_guard lk(s->m);
-                               s->refused = reason;
-                             }
-                           }});
-    worker_id = sup->launch({name}, res).at(0);
-    std::lock_guard lk(m);
-    job = *sup->job(worker_id);
-  }
-
-  void on_connect(std::shared_ptr<detail::peer_link> l) {
-    link = l;
-    {
-      std::lock_guard lk(m);
-      peer_pid = l->peer().pid;
-    }
-    std::weak_ptr<process_state> weak = shared_from_this();
-    l->start(
-        [weak](frame_kind k, std::span<const std::byte> body, message&) {
-          if (k != frame_kind::exiting) return;
-          auto self = weak.lock();
-          if (!self) return;
-          try {
-            reader r(body);
-            self->reported_exit = r.read<std::int32_t>();
-          } catch (const std::exception&) {
-            log(log_level::warning, self->name, ": dropping a malformed exit report");
-          }
-        },
-        [weak](const std::string& reason) {
-          auto self = weak.lock();
-          if (!self || self->ended) return;
-          if (self->held_exit) return self->finish_exit(*self->held_exit); // every frame is in
-          // A live job that stopped answering is killed; the exit report follows.
-          if (reason == "heartbeat missed") {
-            log(log_level::warning, self->name, ": ", reason, ": killing it");
-            self->sup->cancel(self->worker_id, 9);
-          }
-        });
-    l->send(frame(frame_kind::run, run));
-  }
-
-  void on_exit(const backend::job_exit& ex) {
-    // srun reports a step that exited with 128+n as killed by signal n. The
-    // worker sends the status it exits with in that range (frame `exiting`)
-    // before its link ends: hold such a report until the link has ended
-    // (every frame read) or for at most link_drain_limit.
-    if (ex.how == backend::job_exit::kind::signalled && link && !link->closed() && !reported_exit) {
-      held_exit = ex;
-      hold_timer = start_link_drain([weak = std::weak_ptr<process_state>(shared_from_this())] {
-        auto self = weak.lock();
-        if (self && self->held_exit && !self->ended) self->finish_exit(*self->held_exit);
-      });
-      return;
-    }
-    finish_exit(ex);
-  }
-
-  void finish_exit(backend::job_exit ex) {
-    held_exit.reset();
-    hold_timer.reset();
-    if (ex.how == backend::job_exit::kind::signalled && reported_exit && *reported_exit == 128 + ex.code)
-      ex = {backend::job_exit::kind::exited, *reported_exit, ex.reason};
-    if (link) link->close("exited");
-    link.reset();
-    std::lock_guard lk(m);
-    ended = true;
-    code = ex.exitcode();
-    if (ex.start_failed) start_error = ex.reason;
-    cv.notify_all();
-  }
-};
-
-inline int next_process_number() {
-  static std::atomic<int> counter{1};
-  return counter++;
-}
-
-inline std::mutex& children_mutex() {
-  static std::mutex m;
-  return m;
-}
-inline std::vector<std::weak_ptr<process_state>>& children() {
-  static std::vector<std::weak_ptr<process_state>> c;
-  return c;
-}
-
-} // namespace detail
 
 /// A job-backed process running one target. Movable, not copyable.
 ///
@@ -186,12 +69,14 @@ public:
   /// Start the job. Throws std::logic_error if already started,
   /// fiber::backend_error if the backend cannot start it.
   void start() {
+    check_open("start");
     {
       std::lock_guard lk(st_->m);
       if (st_->started) throw std::logic_error("fiber::Process::start: process already started");
       st_->started = true;
     }
     auto& rt = detail::runtime::instance();
+    detail::arm_children_at_exit();
     auto st = st_;
     try {
       rt.sync([&] { st->launch(rt.template launcher<Backend>()); });
@@ -210,6 +95,7 @@ public:
   /// binary was refused by the master, fiber::backend_error if the backend
   /// could not start it after start() returned (e.g. Docker: no such image).
   void join() {
+    check_open("join");
     std::unique_lock lk(st_->m);
     require_started("join");
     st_->cv.wait(lk, [&] { return st_->ended; });
@@ -220,6 +106,7 @@ public:
   /// Wait at most `timeout`; true if the process has ended.
   template <class Rep, class Period>
   bool join(std::chrono::duration<Rep, Period> timeout) {
+    check_open("join");
     std::unique_lock lk(st_->m);
     require_started("join");
     if (!st_->cv.wait_for(lk, timeout, [&] { return st_->ended; })) return false;
@@ -229,6 +116,7 @@ public:
   }
 
   bool is_alive() const {
+    check_open("is_alive");
     std::lock_guard lk(st_->m);
     return st_->started && !st_->ended;
   }
@@ -237,6 +125,7 @@ public:
   /// (also on backends whose report cannot tell exit status 128+N from signal N,
   /// as srun's cannot: the worker reports its status before it exits).
   std::optional<int> exitcode() const {
+    check_open("exitcode");
     std::lock_guard lk(st_->m);
     return st_->code;
   }
@@ -248,24 +137,117 @@ public:
 
   /// OS process id once known (local: at start; cluster: when it connects).
   std::optional<std::int64_t> pid() const {
+    check_open("pid");
     std::lock_guard lk(st_->m);
     if (st_->job.pid > 0) return st_->job.pid;
     if (st_->peer_pid > 0) return st_->peer_pid;
     return std::nullopt;
   }
 
-  const std::string& name() const noexcept { return st_->name; }
+  const std::string& name() const noexcept { return st_ ? st_->name : closed_name_; }
   /// Set before start(); the worker's name in logs and current_process().
-  void set_name(std::string n) { st_->name = std::move(n); }
+  void set_name(std::string n) {
+    check_open("set_name");
+    st_->name = std::move(n);
+  }
   /// Resources requested of the backend; set before start().
-  void set_resources(const fiber::resources& r) { st_->res = r; }
+  void set_resources(const fiber::resources& r) {
+    check_open("set_resources");
+    st_->res = r;
+  }
+
+  /// A daemon process is terminated (SIGTERM, then SIGKILL after 2 s) when
+  /// this program exits; a non-daemon one is joined first. Set before
+  /// start(); throws std::logic_error after it.
+  ///
+  /// ```cpp
+  /// fiber::Process p{fiber::target<&serve>};
+  /// p.set_daemon(true);
+  /// p.start(); // main may return: p is terminated, not waited for
+  /// ```
+  void set_daemon(bool d) {
+    check_open("set_daemon");
+    std::lock_guard lk(st_->m);
+    if (st_->started) throw std::logic_error("fiber::Process::set_daemon: set it before start()");
+    st_->daemon = d;
+  }
+  /// Whether the process is a daemon (set_daemon).
+  bool daemon() const {
+    check_open("daemon");
+    std::lock_guard lk(st_->m);
+    return st_->daemon;
+  }
+
+  /// Something fiber::wait can wait on together with Connections: ready once
+  /// the process has ended (multiprocessing's `sentinel`). Refers to this
+  /// Process, which must outlive it.
+  fiber::waitable sentinel() { return fiber::waitable(*this); }
+
+  /// Releases what the handle holds once the process has ended; afterwards
+  /// any call but name() and the destructor throws std::logic_error.
+  /// Throws std::logic_error while the process runs.
+  void close() {
+    if (!st_) return;
+    {
+      std::lock_guard lk(st_->m);
+      if (st_->started && !st_->ended)
+        throw std::logic_error("fiber::Process::close: the process is still running; join() it first");
+    }
+    closed_name_ = st_->name;
+    st_.reset();
+  }
+
+  /// Waits asynchronously for the process to end.
+  ///
+  /// Completion signature: `void(std::exception_ptr)`: null once it has ended
+  /// (read exitcode()), fiber::handshake_error or fiber::backend_error as for
+  /// join(). The handler runs on the handler's associated executor (the
+  /// runtime's, where fiber's threads live, if none). Throws
+  /// std::logic_error at once if not started. Not cancellable: the handler
+  /// runs when the process ends (terminate() it to end the wait). The
+  /// Process must outlive the operation.
+  ///
+  /// ```cpp
+  /// co_await p.async_join(asio::use_awaitable);
+  /// std::cout << *p.exitcode() << '\n';
+  /// ```
+  template <asio::completion_token_for<void(std::exception_ptr)> Token>
+  auto async_join(Token&& token) {
+    require_started("async_join");
+    return asio::async_initiate<Token, void(std::exception_ptr)>(
+        [st = st_](auto handler) {
+          auto ex = asio::get_associated_executor(handler, detail::runtime::instance().executor());
+          auto h = std::make_shared<decltype(handler)>(std::move(handler));
+          (void)st->watch([st, h, ex] {
+            std::exception_ptr e;
+            {
+              std::lock_guard lk(st->m);
+              if (!st->refused.empty()) e = std::make_exception_ptr(handshake_error(st->refused));
+              else if (!st->start_error.empty()) e = std::make_exception_ptr(backend_error(st->start_error));
+            }
+            asio::post(ex, [h, e]() mutable { std::move (*h)(e); });
+          });
+        },
+        token);
+  }
+
+  /// For fiber::wait: calls `ready` once the process has ended.
+  friend std::function<void()> fiber_watch(basic_process& p, std::function<void()> ready) {
+    p.require_started("sentinel");
+    return p.st_->watch(std::move(ready));
+  }
 
 private:
+  void check_open(const char* what) const {
+    if (!st_) throw std::logic_error(std::string("fiber::Process::") + what + ": " + closed_name_ + " was closed");
+  }
   void require_started(const char* what) const {
+    check_open(what);
     if (!st_->started) throw std::logic_error(std::string("fiber::Process::") + what + ": process not started");
   }
 
   void signal(int sig) {
+    check_open("terminate/kill");
     {
       std::lock_guard lk(st_->m);
       if (!st_->started || st_->ended) return;
@@ -294,6 +276,7 @@ private:
   }
 
   std::shared_ptr<detail::process_state> st_;
+  std::string closed_name_; // name() after close()
 
   template <backend::policy>
   friend class basic_process;

@@ -9,6 +9,7 @@
 /// waitpid(WNOHANG) instead. Workers dial back over ipc:// in a 0700 run
 /// directory, so other users cannot reach the master.
 
+#include <fiber/detail/host_name.hpp>
 #include <fiber/backend/detail/child_watch.hpp>
 #include <fiber/backend/detail/environment.hpp>
 #include <fiber/backend/detail/spawn.hpp>
@@ -88,12 +89,7 @@ private:
                                           [self = weak_from_this(), pid, h = std::move(on_exit)](int status) {
                                             if (auto s = self.lock()) s->ended(pid, status, h);
                                           }));
-    static const std::string host = [] {
-      char h[256] = "localhost";
-      ::gethostname(h, sizeof h);
-      return std::string(h);
-    }();
-    return backend::job{std::to_string(pid), pid, host};
+    return backend::job{std::to_string(pid), pid, fiber::detail::host_name()};
   }
 
   void ended(pid_t pid, int status, const backend::exit_handler& on_exit) {

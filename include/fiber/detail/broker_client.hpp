@@ -152,6 +152,20 @@ inline void send_cancel(const broker_ref& r, std::uint8_t end, std::uint64_t wai
                               [](std::exception_ptr, auto) {});
 }
 
+/// Calls `ready` once end `end` of broker `r` is readable (an item waits, or
+/// the other end is gone), or its broker is unreachable; returns what
+/// withdraws the watch (safe after `ready` ran). `ready` runs on fiber's
+/// runtime thread. For fiber::wait.
+inline std::function<void()> watch_readable(const broker_ref& r, std::uint8_t end, std::function<void()> ready) {
+  auto wait = next_wait_id();
+  runtime::instance().request(r.url, r.id, queue_op::poll, op_header{wait, -1, end}.bytes(),
+                              [ready = std::move(ready)](std::exception_ptr e, std::vector<std::byte> p) {
+                                // An error is ready too: the recv() that follows reports it.
+                                if (e || (p.size() == 1 && p[0] != std::byte{0})) ready();
+                              });
+  return [r, end, wait] { send_cancel(r, end, wait); };
+}
+
 /// Run `start(callback)` and wait on the calling thread for the callback.
 /// Blocking on the runtime thread would deadlock it: that is a logic_error.
 template <class R, class Start>

@@ -26,6 +26,8 @@ enum class frame_kind : std::uint8_t {
   results = 12,  ///< pool worker → master: chunk results
   shutdown = 13, ///< master → worker: exit now (late results are discarded)
   exiting = 14,  ///< worker → master: int32 status it exits with (sent for 129..192 only)
+  initialize = 15,  ///< master → pool worker: run_msg of the Pool's initializer, before any task
+  initialized = 16, ///< pool worker → master: wire_status (+ the failure): the initializer ran
   request = 20,  ///< client → service owner
   reply = 21,    ///< service owner → client
   object = 30,   ///< master → manager worker: make/call/destroy a remote object

@@ -5,6 +5,7 @@
 /// challenge, the client's proof and identity, the server's proof and its
 /// configuration, or a refusal naming both binaries (see handshake.hpp).
 
+#include <fiber/detail/host_name.hpp>
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/handshake.hpp>
 #include <fiber/detail/stream.hpp>
@@ -137,9 +138,7 @@ inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity
     a.registry_hash = me.registry_hash;
     a.build_id = me.build_id;
     a.pid = ::getpid();
-    char host[256] = "";
-    ::gethostname(host, sizeof host);
-    a.host = host;
+    a.host = host_name();
     a.name = me.name;
     a.mac = client_proof(me.secret, c.nonce, a);
     s->async_send(frame(frame_kind::auth, a), [](std::error_code) {});

@@ -12,6 +12,7 @@
 #include <asio/post.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <ranges>
 #include <type_traits>
 #include <utility>
@@ -29,33 +31,57 @@
 
 namespace fiber::detail {
 
-/// Results of one submitted call, filled on the runtime thread, read by the caller.
-template <class R>
-struct call_state : pool_job {
+/// What waiting for a call needs, whatever its result type: filled on the
+/// runtime thread, read by the caller under `m`.
+struct call_sync {
   std::mutex m;
   std::condition_variable cv;
-  std::map<std::uint64_t, shared_bytes> blobs;            // seq -> results (in their frame)
-  std::map<std::uint64_t, std::exception_ptr> failed;    // seq -> why
-  std::deque<std::uint64_t> arrival;                     // completion order
-  std::size_t expected = 0;                              // chunks submitted
-  std::size_t finished = 0;
+  std::size_t expected = 0;      // chunks submitted
+  std::size_t finished = 0;      // chunks finished (result or failure stored)
   std::size_t chunk_waiters = 0; // imap consumers waiting for the next chunk (others wait for completion)
   bool input_done = false;
-  std::function<void()> on_complete;                     // runtime thread, once
-  std::function<void(std::size_t)> on_progress;          // chunks' items done
-  std::vector<std::uint32_t> counts;                     // items per chunk, by seq
+  std::function<void()> on_complete; // runtime thread, once
 
   bool complete() const { return input_done && finished == expected; }
-  /// Under m: chunk `seq` has finished (its result or failure is stored).
-  /// True if waiters must be woken — a map's caller waits for the whole
-  /// call, and waking it per chunk would cost a context switch per task.
-  /// Moves on_complete into `done` once the call is complete.
-  bool chunk_finished_locked(std::uint64_t seq, std::function<void()>& done) {
-    arrival.push_back(seq);
-    ++finished;
-    if (!complete()) return chunk_waiters > 0;
-    done = std::move(on_complete);
-    return true;
+  void wait() {
+    std::unique_lock lk(m);
+    cv.wait(lk, [&] { return complete(); });
+  }
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> timeout) {
+    std::unique_lock lk(m);
+    return cv.wait_for(lk, timeout, [&] { return complete(); });
+  }
+};
+
+/// Results of one submitted call, filled on the runtime thread, read by the
+/// caller. Create with make_call().
+template <class R>
+struct call_state : pool_job, call_sync {
+  std::map<std::uint64_t, shared_bytes> blobs;         // seq -> results (in their frame)
+  std::map<std::uint64_t, std::exception_ptr> failed; // seq -> why
+  std::deque<std::uint64_t> arrival;                  // completion order
+  std::function<void(std::size_t)> on_progress;       // chunks' items done
+  std::vector<std::uint32_t> counts;                  // items per chunk, by seq
+
+  /// Runtime thread: chunk `seq` has finished; `store` records how, under m.
+  /// Waiters are woken when the call is complete or an imap consumer waits
+  /// for chunks: a map's caller waits for the whole call, and waking it per
+  /// chunk would cost a context switch per task.
+  template <class Store>
+  void finish(std::uint64_t seq, Store&& store) {
+    std::function<void()> done;
+    bool wake = false;
+    {
+      std::lock_guard lk(m);
+      store();
+      arrival.push_back(seq);
+      ++finished;
+      wake = complete() || chunk_waiters > 0;
+      if (complete()) done = std::move(on_complete);
+    }
+    if (wake) cv.notify_all();
+    if (done) done();
   }
 };
 
@@ -129,6 +155,69 @@ private:
   std::uint32_t count_ = 0;
   std::vector<std::uint32_t> ends_;
 };
+
+/// A call's state for target `target_id`; `on_progress` (optional) gets the
+/// items of each finished chunk, before waiters are woken.
+template <class R>
+std::shared_ptr<call_state<R>> make_call(std::uint64_t target_id, std::function<void(std::size_t)> on_progress = {}) {
+  auto st = std::make_shared<call_state<R>>();
+  st->target_id = target_id;
+  st->on_progress = std::move(on_progress);
+  std::weak_ptr<call_state<R>> weak = st;
+  st->on_chunk = [weak](std::uint64_t seq, std::uint32_t items, shared_bytes blob) {
+    auto s = weak.lock();
+    if (!s) return;
+    if (s->on_progress) s->on_progress(items);
+    s->finish(seq, [&] { s->blobs.emplace(seq, std::move(blob)); });
+  };
+  st->on_chunk_failed = [weak](std::uint64_t seq, std::exception_ptr e) {
+    auto s = weak.lock();
+    // Moved, not copied: the runtime thread keeps no reference, so the
+    // exception is released by the thread that reads it (TSan cannot see
+    // the ordering of libstdc++'s uninstrumented reference count).
+    if (s) s->finish(seq, [&] { s->failed.emplace(seq, std::move(e)); });
+  };
+  return st;
+}
+
+/// Every result of a complete call, in input order. Rethrows the first
+/// failure in input order (a chunk that could not run raises at its place,
+/// after any earlier task's remote_error). Decodes anew each time.
+template <class R>
+std::vector<item_result<R>> collect(call_state<R>& st) {
+  st.wait();
+  std::lock_guard lk(st.m);
+  std::vector<item_result<R>> out;
+  std::size_t total = 0;
+  for (auto c : st.counts) total += c;
+  out.reserve(total);
+  std::exception_ptr first;
+  for (std::size_t seq = 0; seq < st.counts.size(); ++seq) {
+    if (auto f = st.failed.find(seq); f != st.failed.end()) std::rethrow_exception(f->second);
+    decode_results<R>(
+        st.blobs.at(seq).bytes, st.counts[seq], [&](std::size_t, item_result<R>&& v) { out.push_back(std::move(v)); },
+        [&](std::size_t, std::exception_ptr e) {
+          if (!first) first = e;
+          out.emplace_back();
+        });
+    if (first) std::rethrow_exception(first);
+  }
+  return out;
+}
+
+/// The one result of a complete call of one task (apply). Rethrows its failure.
+template <class R>
+item_result<R> take_one(call_state<R>& st) {
+  std::lock_guard lk(st.m);
+  if (!st.failed.empty()) std::rethrow_exception(st.failed.begin()->second);
+  std::optional<item_result<R>> out;
+  std::exception_ptr err;
+  decode_results<R>(
+      st.blobs.at(0).bytes, 1, [&](std::size_t, item_result<R>&& v) { out = std::move(v); },
+      [&](std::size_t, std::exception_ptr e) { err = e; });
+  if (err) std::rethrow_exception(err);
+  return std::move(*out);
+}
 
 /// Writes an argument as parameter type P: as is when it already has that
 /// type (no converted copy of, say, a large vector), else converted first.

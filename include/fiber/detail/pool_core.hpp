@@ -50,6 +50,8 @@ struct pool_settings {
   int max_retries = 3;
   unsigned prefetch = 2;
   fiber::resources res;
+  unsigned maxtasksperchild = 0;          ///< 0: unlimited
+  std::optional<run_msg> initializer;     ///< run by every worker before its first task
 };
 
 class pool_core : public std::enable_shared_from_this<pool_core> {
@@ -216,12 +218,17 @@ private:
     std::set<std::uint64_t> held;
     double service_s = 0;         // moving average of its chunks' run time (0: none seen yet)
     clock::time_point last_result{};
+    bool ready = false;           // connected, and its initializer (if any) has run
     bool retiring = false;
     bool exited = false;
+    std::uint64_t tasks = 0;      // tasks sent to it (maxtasksperchild)
     std::unique_ptr<asio::steady_timer> drain_timer; // exited, its link still being read to the end
     std::string exit_reason;  // the backend's words on the job's end
     std::uint64_t charged = 0; // the chunk charged with its death (its exit report may come after)
   };
+
+  // Whether the worker has been sent its maxtasksperchild tasks.
+  bool spent(const worker_rec& w) const { return s_.maxtasksperchild && w.tasks >= s_.maxtasksperchild; }
 
   // Local workers start a few at a time: a starting worker is CPU-bound
   // (exec, dynamic linking, static initialisation, the handshake), so more
@@ -272,13 +279,19 @@ private:
       s->stagger_timer_.reset();
       if (s->closing_ || s->terminated_) return;
       if (!std::exchange(s->connected_since_stagger_, false)) s->start_extra_ += s->start_window_;
-      try {
-        s->grow();
-      } catch (...) {
-        s->fail_all(std::current_exception());
-        s->maybe_finish();
-      }
+      s->grow_or_fail();
+      s->maybe_finish();
     });
+  }
+
+  // grow() from an event handler: a backend that cannot start workers any
+  // more fails the Pool's calls instead of escaping into the event loop.
+  void grow_or_fail() {
+    try {
+      grow();
+    } catch (...) {
+      fail_all(std::current_exception());
+    }
   }
 
   void shrink() {
@@ -311,19 +324,18 @@ private:
     if (it == workers_.end()) return l->send(frame(frame_kind::shutdown));
     auto& w = it->second;
     w.link = l;
+    w.ready = !s_.initializer; // else once its initializer has run
     connected_since_stagger_ = true;
     if (!closing_ && !terminated_) {
       if (starting() == 0) start_extra_ = 0;
-      try {
-        grow(); // the next workers, if they were held back
-      } catch (...) {
-        fail_all(std::current_exception());
-      }
+      grow_or_fail(); // the next workers, if they were held back
     }
     std::weak_ptr<pool_core> weak = shared_from_this();
     l->start(
         [weak, id](frame_kind k, std::span<const std::byte> body, message& raw) {
-          if (auto s = weak.lock(); s && k == frame_kind::results) s->on_results(id, body, raw);
+          auto s = weak.lock();
+          if (s && k == frame_kind::results) s->on_results(id, body, raw);
+          else if (s && k == frame_kind::initialized) s->on_initialized(id, body);
         },
         [weak, id](const std::string& reason) {
           if (auto s = weak.lock()) s->on_link_lost(id, reason);
@@ -332,6 +344,33 @@ private:
       l->send(frame(frame_kind::shutdown));
       return;
     }
+    if (s_.initializer) return l->send(frame(frame_kind::initialize, *s_.initializer));
+    dispatch();
+  }
+
+  // A worker ran its initializer: it takes tasks from now on; or it failed,
+  // and the worker exits (its end is reported as usual, no task is charged:
+  // it held none). Failures in a row beyond the start budget end the Pool.
+  void on_initialized(std::uint64_t id, std::span<const std::byte> body) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return;
+    reader r(body);
+    if (auto e = read_item(r)) {
+      std::string why;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        why = x.what();
+      }
+      log(log_level::warning, it->second.name, ": initializer failed: ", why);
+      if (++failed_inits_ > std::max(3u, 2 * s_.processes))
+        fail_all(std::make_exception_ptr(worker_lost("fiber::Pool " + s_.name + ": no worker can start: the "
+                                                     "initializer failed in " + std::to_string(failed_inits_) +
+                                                     " workers in a row; last: " + why)));
+      return;
+    }
+    failed_inits_ = 0;
+    it->second.ready = true;
     dispatch();
   }
 
@@ -358,8 +397,15 @@ private:
       chunks_.erase(it);
       deliver(rec, shared_bytes{owner, r.results});
     }
-    if (wit != workers_.end() && wit->second.retiring && wit->second.held.empty() && wit->second.link)
-      wit->second.link->send(frame(frame_kind::shutdown));
+    if (wit != workers_.end() && wit->second.held.empty() && wit->second.link) {
+      auto& w = wit->second;
+      if (spent(w) && !w.retiring) { // maxtasksperchild: it exits, another takes its place
+        retire(wid);
+        if (!closing_) grow_or_fail();
+      } else if (w.retiring) {
+        w.link->send(frame(frame_kind::shutdown));
+      }
+    }
     dispatch();
     maybe_finish();
   }
@@ -387,8 +433,8 @@ private:
     for (unsigned pass = 0; pass < passes && !pending_.empty(); ++pass) {
       for (auto& [id, w] : workers_) {
         if (pending_.empty()) break;
-        if (!w.link || w.link->closed() || w.exited || w.retiring || w.held.size() > pass ||
-            w.held.size() >= window_of(w))
+        if (!w.ready || w.link->closed() || w.exited || w.retiring || w.held.size() > pass ||
+            w.held.size() >= window_of(w) || spent(w))
           continue;
         auto cid = pending_.front();
         pending_.pop_front();
@@ -397,6 +443,7 @@ private:
         it->second.holder = id;
         it->second.sent = next_dispatch_++;
         it->second.dispatched = now;
+        w.tasks += it->second.msg.count;
         w.held.insert(cid);
         batches[id].push_back(&it->second); // chunks_ is not modified before the frames are built
       }
@@ -470,7 +517,7 @@ private:
       fail_all(sup_->start_failure());
       return maybe_finish();
     }
-    if (!closing_) grow();
+    if (!closing_) grow_or_fail();
     dispatch();
     maybe_finish();
   }
@@ -575,6 +622,7 @@ private:
   unsigned start_extra_ = 0;  // more allowed to start, after stagger periods without a connection
   bool connected_since_stagger_ = false;
   std::unique_ptr<asio::steady_timer> stagger_timer_;
+  unsigned failed_inits_ = 0; // initializers that failed in a row
   bool closing_ = false, terminated_ = false;
   std::atomic<bool> stopped_{false}; // terminated_, for other threads
   std::exception_ptr failed_; // why fail_all ended the pool

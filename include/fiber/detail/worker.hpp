@@ -27,11 +27,27 @@ namespace fiber::detail {
 
 inline constexpr int exit_master_lost = 70;
 inline constexpr int exit_refused = 71;
+inline constexpr int exit_initializer_failed = 72;
 
 /// The master link's synchronous writer (set once connected), for the exit report.
 inline direct_writer& master_writer() {
   static direct_writer w;
   return w;
+}
+
+/// Set by Process::start in a worker that starts Processes of its own: ends
+/// them (joins non-daemon ones, terminates daemon ones) when its target
+/// returns or calls std::exit, as a master's std::atexit does.
+inline void (*&children_exit_hook())() {
+  static void (*hook)() = nullptr;
+  return hook;
+}
+
+/// The target's thread: end this worker's own children, then exit.
+[[noreturn]] inline void worker_exit(int code);
+[[noreturn]] inline void worker_finish(int code) {
+  if (auto h = children_exit_hook(); h && !runtime::instance().on_runtime_thread()) h();
+  worker_exit(code);
 }
 
 [[noreturn]] inline void worker_exit(int code) {
@@ -166,7 +182,7 @@ inline std::string own_listen_base(const std::string& master_url) {
                  t ? std::string(t->name).c_str() : "?", type.c_str(), msg.c_str());
     code = 1;
   }
-  worker_exit(code);
+  worker_finish(code);
 }
 
 /// Runs the chunks of one `tasks` frame on the main thread; `owner` keeps
@@ -254,6 +270,11 @@ public:
       auto owner = share_recycled(std::move(raw));
       return loop_.push([this, chunks = std::move(chunks), owner] { run_tasks(link_, direct_, chunks); });
     }
+    case frame_kind::initialize: {
+      auto msg = deserialize<run_msg>(body);
+      if (reader) return run_initializer(msg);
+      return loop_.push([this, msg = std::move(msg)] { run_initializer(msg); });
+    }
     case frame_kind::run: {
       auto msg = deserialize<run_msg>(body);
       reads_ = false;
@@ -304,6 +325,35 @@ private:
     }
   }
 
+  // Main thread: a Pool's initializer, before any task. Its outcome goes to
+  // the master; a worker whose initializer threw exits once that is sent.
+  void run_initializer(const run_msg& msg) {
+    writer w; // the frame: kind, then the outcome as a results item
+    w.write(static_cast<std::uint8_t>(frame_kind::initialized));
+    bool ok = true;
+    try {
+      const target_info* t = registry::instance().find(msg.target_id);
+      if (!t) throw error("fiber: initializer " + std::to_string(msg.target_id) + " is not registered in this worker");
+      reader in(msg.args);
+      writer ignored;
+      t->invoke(in, ignored);
+      write_item_ok(w);
+    } catch (...) {
+      write_item_current_exception(w);
+      ok = false;
+    }
+    auto l = link_.lock();
+    if (!l) return;
+    auto f = w.release();
+    if (ok) {
+      if (!direct_.try_send(f))
+        asio::post(runtime::instance().executor(), [l, f = std::move(f)]() mutable { l->send(std::move(f)); });
+      return;
+    }
+    asio::post(runtime::instance().executor(),
+               [l, f = std::move(f)]() mutable { l->send(std::move(f), [] { worker_exit(exit_initializer_failed); }); });
+  }
+
   worker_loop loop_;
   std::weak_ptr<peer_link> link_;
   direct_writer direct_;
@@ -329,7 +379,7 @@ private:
   // multiprocessing). Registered after the runtime and the main loop, this
   // runs before their destructors, which would tear the runtime down under
   // its own threads (nng callbacks, the runtime thread): flush and leave at once.
-  ::on_exit([](int status, void*) { worker_exit(status); }, nullptr);
+  ::on_exit([](int status, void*) { worker_finish(status); }, nullptr);
   std::promise<void> connected;
   asio::post(rt.executor(), [&] {
     rt.connect(url, role::worker, id,

@@ -4,6 +4,7 @@
 /// The job spec that starts a worker: this executable, with how to reach and
 /// authenticate with its master in the environment, shaped by the backend's traits.
 
+#include <fiber/detail/host_name.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/detail/runtime.hpp>
@@ -13,6 +14,8 @@
 #include <string>
 #include <sys/stat.h>
 #include <vector>
+
+#include <unistd.h>
 
 namespace fiber::detail {
 
@@ -45,7 +48,11 @@ inline backend::job_spec worker_spec(backend::launcher& l, std::uint64_t id, con
            {"FIBER_INTERNAL_SECRET_FILE", rt.secret_file()},
            {"FIBER_INTERNAL_WORKER_ID", std::to_string(id)},
            {"FIBER_INTERNAL_WORKER_NAME", name},
-           {"FIBER_INTERNAL_RUN_DIR", rt.run_dir()}};
+           {"FIBER_INTERNAL_RUN_DIR", rt.run_dir()},
+           // for parent_process()
+           {"FIBER_INTERNAL_PARENT_NAME", rt.process_name()},
+           {"FIBER_INTERNAL_PARENT_PID", std::to_string(::getpid())},
+           {"FIBER_INTERNAL_PARENT_HOST", host_name()}};
   if (traits.dies_with_master) s.env.emplace_back("FIBER_INTERNAL_PDEATHSIG", "1");
   if (!traits.shares_filesystem) {
     // Other machines rarely share the master's /tmp: hand the secret over in

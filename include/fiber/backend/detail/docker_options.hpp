@@ -8,6 +8,7 @@
 // Before config.hpp, whose `extern char** environ` must follow unistd.h's extern "C" one.
 #include <unistd.h>
 
+#include <fiber/detail/host_name.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>
 
@@ -57,9 +58,7 @@ struct master_identity {
   std::string host, pid, start, boot, pidns;
   static master_identity self() {
     master_identity m;
-    char host[256] = "localhost";
-    ::gethostname(host, sizeof host - 1);
-    m.host = host;
+    m.host = fiber::detail::host_name();
     m.pid = std::to_string(::getpid());
     m.start = process_start_time("self");
     m.boot = read_first_line("/proc/sys/kernel/random/boot_id");
