@@ -1,7 +1,8 @@
 #pragma once
 /// @file fiber.hpp
 /// Everything fiber offers: Python multiprocessing's model — Process, Queue,
-/// Pipe, Pool, Manager — as job-backed processes on a laptop or a cluster.
+/// Pipe, Pool, Manager, the synchronization primitives and shared values —
+/// as job-backed processes on a laptop or a cluster.
 /// See SPEC.md for the contract; each concept has its own header.
 
 #include <fiber/backend/docker.hpp>
@@ -15,6 +16,8 @@
 #include <fiber/pool.hpp>
 #include <fiber/process.hpp>
 #include <fiber/serialize.hpp>
+#include <fiber/sharedctypes.hpp>
+#include <fiber/synchronize.hpp>
 #include <fiber/target.hpp>
 
 #if __has_include(<fiber/queue.hpp>)
