@@ -77,7 +77,7 @@ namespace fiber {
 template <class T>
 class Queue : detail::check_item_type<T> {
 public:
-  using value_type = T;
+  using value_type = T; ///< the item type
 
   /// An unbounded queue. Its broker starts in this process on first use.
   Queue() : Queue(0) {}
@@ -210,6 +210,7 @@ public:
     q.st_->svc.write(w);
     w.write(std::uint64_t(q.st_->maxsize));
   }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, Queue& q) {
     auto ref = detail::service_state::read(r);
     auto maxsize = r.read<std::uint64_t>();
@@ -218,11 +219,13 @@ public:
   }
 
 protected:
+  /// A blocking put of an encoded item (header + bytes).
   detail::give_tag give(const char* what, std::vector<std::byte> payload) {
     const auto& r = st_->ref();
     return detail::wait_on_runtime<detail::give_tag>(what, [&](auto cb) { detail::async_give(r, std::move(payload), cb); });
   }
 
+  /// A blocking get (-1: forever, 0: now); nullopt if none came.
   std::optional<T> take(const char* what, std::int64_t timeout) {
     st_->check_open(what);
     const auto& r = st_->ref();
@@ -232,7 +235,7 @@ protected:
     return detail::decode_item<T>(rep.item()); // bad bytes: serialization_error; the item is gone
   }
 
-  std::shared_ptr<detail::queue_state> st_;
+  std::shared_ptr<detail::queue_state> st_; ///< shared by this handle's copies
 };
 
 /// multiprocessing.JoinableQueue: a Queue whose broker also counts the
@@ -283,6 +286,7 @@ public:
   /// Serialization hooks: as Queue's (a JoinableQueue's bytes read as a
   /// Queue name the same queue, and the reverse).
   friend void fiber_serialize(writer& w, const JoinableQueue& q) { fiber_serialize(w, static_cast<const Queue<T>&>(q)); }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, JoinableQueue& q) { fiber_deserialize(r, static_cast<Queue<T>&>(q)); }
 
 private:

@@ -126,7 +126,7 @@ private:
 template <class T>
 class Value : detail::check_shared_ctype<T> {
 public:
-  using value_type = T;
+  using value_type = T; ///< the element type
 
   /// A value initialized to `v` (default: zero), kept in this process.
   explicit Value(T v = T{}) : e_(std::vector<T>{v}) {}
@@ -143,6 +143,7 @@ public:
   friend bool operator==(const Value& a, const Value& b) { return a.e_.same(b.e_); }
   /// Serialization hooks: the service, and the lock.
   friend void fiber_serialize(writer& w, const Value& v) { v.e_.write(w); }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, Value& v) { v.e_.read(r); }
 
 private:
@@ -154,7 +155,7 @@ private:
 template <class T>
 class Array : detail::check_shared_ctype<T> {
 public:
-  using value_type = T;
+  using value_type = T; ///< the element type
 
   /// An empty handle, to be assigned or deserialized into (size 0).
   Array() = default;
@@ -176,6 +177,7 @@ public:
   friend bool operator==(const Array& a, const Array& b) { return a.e_.same(b.e_); }
   /// Serialization hooks: the service, the size, and the lock.
   friend void fiber_serialize(writer& w, const Array& a) { a.e_.write(w); }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, Array& a) { a.e_.read(r); }
 
 private:

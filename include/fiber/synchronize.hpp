@@ -143,7 +143,9 @@ protected:
                ": the object is gone (its last handle in the creating process was destroyed)"),
         kind_(k) {}
 
+  /// "fiber::Lock" (the kind's name) followed by `member`, for messages.
   std::string name(const char* member) const { return std::string(detail::permit_name(kind_)) + member; }
+  /// acquire with a timeout in milliseconds (-1: forever, 0: now).
 
   bool acquire_ms(std::int64_t ms) { return h_.call_done(name("::acquire").c_str(), detail::sync_op::acquire, ms); }
 
@@ -152,14 +154,15 @@ protected:
     h_.write(w);
     w.write(std::uint8_t(kind_));
   }
+  /// Reads what save wrote; serialization_error for another kind.
   void load(reader& r) {
     h_.read(r);
     if (r.read<std::uint8_t>() != std::uint8_t(kind_))
       throw serialization_error(name(": the bytes name another kind of lock or semaphore"));
   }
 
-  detail::sync_handle h_;
-  detail::permit_kind kind_;
+  detail::sync_handle h_;    ///< the service and the requests to it
+  detail::permit_kind kind_; ///< Lock, RLock, Semaphore or BoundedSemaphore
 
   friend class Condition;
 };
@@ -173,6 +176,7 @@ public:
   Lock() : SemLock(detail::permit_kind::lock, 1) {}
   /// Serialization hooks (see the file's documentation).
   friend void fiber_serialize(writer& w, const Lock& l) { l.save(w); }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, Lock& l) { l.load(r); }
 };
 
@@ -185,6 +189,7 @@ public:
   RLock() : SemLock(detail::permit_kind::rlock, 1) {}
   /// Serialization hooks (see the file's documentation).
   friend void fiber_serialize(writer& w, const RLock& l) { l.save(w); }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, RLock& l) { l.load(r); }
 };
 
@@ -200,6 +205,7 @@ public:
   }
   /// Serialization hooks (see the file's documentation).
   friend void fiber_serialize(writer& w, const Semaphore& s) { s.save(w); }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, Semaphore& s) { s.load(r); }
 
 protected:
@@ -216,6 +222,7 @@ public:
   explicit BoundedSemaphore(std::size_t value = 1) : Semaphore(detail::permit_kind::bounded, value) {}
   /// Serialization hooks (see the file's documentation).
   friend void fiber_serialize(writer& w, const BoundedSemaphore& s) { s.save(w); }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, BoundedSemaphore& s) { s.load(r); }
 };
 
@@ -325,6 +332,7 @@ public:
   friend bool operator==(const Condition& a, const Condition& b) { return a.token_ == b.token_ && a.lock_ == b.lock_; }
   /// Serialization hooks: the lock, and the condition's name in it.
   friend void fiber_serialize(writer& w, const Condition& c) { c.save(w); }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, Condition& c) { c.load(r); }
 
 private:
@@ -394,6 +402,7 @@ public:
   friend bool operator==(const Event& a, const Event& b) { return a.h_.same(b.h_); }
   /// Serialization hooks: the service's URL and id.
   friend void fiber_serialize(writer& w, const Event& e) { e.h_.write(w); }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, Event& e) { e.h_.read(r); }
 
 private:
@@ -458,6 +467,7 @@ public:
     b.h_.write(w);
     w.write(std::uint64_t(b.parties_));
   }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, Barrier& b) {
     b.h_.read(r);
     b.parties_ = std::size_t(r.read<std::uint64_t>());
