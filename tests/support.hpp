@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 namespace fiber_test {
@@ -45,6 +46,26 @@ inline bool process_gone(std::int64_t pid, std::chrono::seconds limit = std::chr
     std::this_thread::yield();
   }
   return true;
+}
+
+/// Polls `cond` until it holds or `limit` passes (a deadline, not a sleep).
+template <class F>
+bool eventually(F cond, std::chrono::seconds limit = std::chrono::seconds(30)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+/// The next item of a fiber::Queue within 60 s: a child that never answers
+/// fails the test instead of hanging it.
+template <class Q>
+auto next(Q& q) {
+  auto v = q.get(std::chrono::seconds(60));
+  REQUIRE(v);
+  return std::move(*v);
 }
 
 inline void require_no_children(std::chrono::seconds limit = std::chrono::seconds(10)) {

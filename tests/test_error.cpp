@@ -27,6 +27,7 @@ TEST_CASE("every fiber exception derives from fiber::error") {
   check_is_fiber_error<fiber::timeout_error>();
   check_is_fiber_error<fiber::backend_error>();
   check_is_fiber_error<fiber::handshake_error>();
+  check_is_fiber_error<fiber::broken_barrier_error>();
   STATIC_REQUIRE(std::is_base_of_v<std::runtime_error, fiber::error>);
 }
 

@@ -73,4 +73,12 @@ public:
   using error::error;
 };
 
+/// A fiber::Barrier is broken: abort() was called, a wait timed out or was
+/// cancelled, or a process waiting on it ended. Thrown from every wait that
+/// was in progress, and at once from later waits until reset().
+class broken_barrier_error : public error {
+public:
+  using error::error;
+};
+
 } // namespace fiber

@@ -1,8 +1,9 @@
 #pragma once
 /// @file fiber.hpp
 /// Everything fiber offers: Python multiprocessing's model — Process, Queue,
-/// Pipe, Pool, Manager — as job-backed processes on a laptop or a cluster.
-/// docs/reference/ is the user's reference; each concept has its own header.
+/// Pipe, Pool, Manager, the synchronization primitives and shared values —
+/// as job-backed processes on a laptop or a cluster. docs/reference/ is the
+/// user's reference; each concept has its own header.
 
 #include <fiber/backend/docker.hpp>
 #include <fiber/backend/from_env.hpp>
@@ -15,6 +16,8 @@
 #include <fiber/pool.hpp>
 #include <fiber/process.hpp>
 #include <fiber/serialize.hpp>
+#include <fiber/sharedctypes.hpp>
+#include <fiber/synchronize.hpp>
 #include <fiber/target.hpp>
 #include <fiber/version.hpp>
 #include <fiber/wait.hpp>

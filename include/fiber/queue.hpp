@@ -1,6 +1,7 @@
 #pragma once
 /// @file queue.hpp
-/// fiber::Queue<T> — multiprocessing.Queue across processes and machines.
+/// fiber::Queue<T> and fiber::JoinableQueue<T> — multiprocessing.Queue and
+/// JoinableQueue across processes and machines.
 ///
 /// ```cpp
 /// fiber::Queue<int> q;                          // unbounded; fiber::Queue<int> q{8} holds at most 8
@@ -8,12 +9,14 @@
 /// q.put(1);  int v = q.get();
 /// std::optional<int> w = q.get(std::chrono::milliseconds{50});  // nullopt on timeout
 /// int x = co_await q.async_get(asio::use_awaitable);
+/// fiber::JoinableQueue<int> jq;  jq.put(1);  ...  jq.task_done();  jq.join();
 /// ```
 
 #include <fiber/detail/api_checks.hpp>
 #include <fiber/detail/broker.hpp>
 #include <fiber/detail/broker_client.hpp>
 #include <fiber/detail/queue_state.hpp>
+#include <fiber/detail/sync_client.hpp>
 #include <fiber/serialize.hpp>
 
 #include <asio/async_result.hpp>
@@ -25,7 +28,9 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace fiber {
@@ -64,7 +69,7 @@ namespace fiber {
 /// last handle while this operation waited. fiber::error: the queue was shut
 /// down. std::logic_error: a blocking call on fiber's
 /// runtime thread (e.g. inside a completion handler running there; use the
-/// async_ forms).
+/// async_ forms); a put or get through a handle after its close().
 ///
 /// **Thread safety.** A handle may be used (and copied) from any thread
 /// concurrently. Blocking calls wait on the calling thread; the runtime
@@ -72,7 +77,7 @@ namespace fiber {
 template <class T>
 class Queue : detail::check_item_type<T> {
 public:
-  using value_type = T;
+  using value_type = T; ///< the item type
 
   /// An unbounded queue. Its broker starts in this process on first use.
   Queue() : Queue(0) {}
@@ -86,6 +91,7 @@ public:
 
   /// Blocks until there is room, then stores a copy of `v`.
   void put(const T& v) {
+    st_->check_open("fiber::Queue::put");
     auto wait = detail::next_wait_id();
     auto payload = detail::put_payload(detail::op_header{wait, -1, 0}, v);
     (void)give("fiber::Queue::put", std::move(payload));
@@ -94,6 +100,7 @@ public:
   /// Waits at most `timeout` for room; false if there was none (nothing stored).
   template <class Rep, class Period>
   bool put(const T& v, std::chrono::duration<Rep, Period> timeout) {
+    st_->check_open("fiber::Queue::put");
     auto wait = detail::next_wait_id();
     auto payload = detail::put_payload(detail::op_header{wait, detail::timeout_ms(timeout), 0}, v);
     return give("fiber::Queue::put", std::move(payload)) == detail::give_tag::stored;
@@ -134,10 +141,33 @@ public:
   }
   /// qsize() == 0 (approximate).
   bool empty() const { return qsize() == 0; }
+  /// True if the queue is bounded and holds maxsize() items (approximate).
+  bool full() const { return st_->maxsize > 0 && qsize() >= st_->maxsize; }
   /// The bound given at construction (0: unbounded).
   std::size_t maxsize() const noexcept { return st_->maxsize; }
 
-  /// Takes one item asynchronously. Completion signature
+  /// No more puts or gets through this handle and the copies made from it
+  /// in this process (Python: "no more data will be put on this queue by
+  /// the current process"); they throw std::logic_error. Other handles, in
+  /// this process or others, and the items already stored are unaffected.
+  /// Idempotent.
+  void close() noexcept { st_->closed.store(true, std::memory_order_release); }
+
+  /// Python's join_thread(): after close(), waits until every put made
+  /// through this handle has reached the broker. put() returns only once
+  /// its item is stored, so this waits only for async_put operations still
+  /// in flight (their items are then stored, or their handlers report why
+  /// not). std::logic_error before close(), as Python's assertion.
+  void join_thread() {
+    if (!st_->closed.load(std::memory_order_acquire))
+      throw std::logic_error("fiber::Queue::join_thread: call close() first");
+    st_->wait_puts();
+  }
+  /// Python's cancel_join_thread(): nothing to cancel here (no feeder
+  /// thread buffers items; nothing is lost when a process exits). No effect.
+  void cancel_join_thread() noexcept {}
+
+  /// Takes one item asynchronously (std::logic_error at once after close()). Completion signature
   /// `void(std::exception_ptr, T)`; the handler runs on its associated
   /// executor (default: fiber's runtime executor). Per-operation
   /// cancellation (any type) withdraws the request at the broker: if an item
@@ -145,6 +175,7 @@ public:
   /// otherwise with std::system_error(operation_aborted). No item is lost.
   template <class Token>
   auto async_get(Token&& token) {
+    st_->check_open("fiber::Queue::async_get");
     return asio::async_initiate<Token, void(std::exception_ptr, T)>(
         [st = st_](auto handler) { detail::start_async_take<T>(st->ref(), 0, std::move(handler)); }, token);
   }
@@ -152,50 +183,51 @@ public:
   /// Stores a copy of `v` asynchronously (waits for room in a bounded
   /// queue). Completion signature `void(std::exception_ptr)`. Cancellation
   /// while waiting for room: operation_aborted and nothing stored; once
-  /// stored it completes normally.
+  /// stored it completes normally. std::logic_error at once after close().
   template <class Token>
   auto async_put(const T& v, Token&& token) {
+    st_->check_open("fiber::Queue::async_put");
     auto wait = detail::next_wait_id();
     auto payload = detail::put_payload(detail::op_header{wait, -1, 0}, v); // copied now
     return asio::async_initiate<Token, void(std::exception_ptr)>(
         [st = st_, wait](auto handler, std::vector<std::byte> payload) {
-          detail::start_async_give(st->ref(), 0, wait, std::move(payload), std::move(handler));
+          const auto& r = st->ref();
+          st->put_started();
+          detail::start_async_give(r, 0, wait, std::move(payload), std::move(handler), [st] { st->put_done(); });
         },
         token, std::move(payload));
   }
 
   /// True if both handles name the same queue.
   friend bool operator==(const Queue& a, const Queue& b) {
-    if (a.st_ == b.st_) return true;
-    const auto &ra = a.st_->ref(), &rb = b.st_->ref();
-    return ra.id == rb.id && ra.url == rb.url;
+    return a.st_ == b.st_ || detail::service_state::same(a.st_->svc, b.st_->svc);
   }
 
   /// Serialization hook: the broker's URL and id, and maxsize. Serializing a
-  /// queue that was never used starts its broker here.
+  /// queue that was never used starts its broker here. A deserialized
+  /// handle is open (close() is per handle).
   friend void fiber_serialize(writer& w, const Queue& q) {
-    const auto& r = q.st_->ref();
-    w.write(r.url);
-    w.write(r.id);
+    q.st_->svc.write(w);
     w.write(std::uint64_t(q.st_->maxsize));
   }
+  /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, Queue& q) {
-    detail::broker_ref ref;
-    ref.url = r.read<std::string>();
-    ref.id = r.read<std::uint64_t>();
+    auto ref = detail::service_state::read(r);
     auto maxsize = r.read<std::uint64_t>();
-    // Back in the creating process: keep the broker alive like any local handle.
-    auto keep = detail::local_queues::instance().find(ref.id, ref.url);
-    q.st_ = std::make_shared<detail::queue_state>(std::move(ref), std::size_t(maxsize), std::move(keep));
+    // Back in the creating process, the handle keeps the broker alive like any local one.
+    q.st_ = std::make_shared<detail::queue_state>(std::move(ref), std::size_t(maxsize));
   }
 
-private:
+protected:
+  /// A blocking put of an encoded item (header + bytes).
   detail::give_tag give(const char* what, std::vector<std::byte> payload) {
     const auto& r = st_->ref();
     return detail::wait_on_runtime<detail::give_tag>(what, [&](auto cb) { detail::async_give(r, std::move(payload), cb); });
   }
 
+  /// A blocking get (-1: forever, 0: now); nullopt if none came.
   std::optional<T> take(const char* what, std::int64_t timeout) {
+    st_->check_open(what);
     const auto& r = st_->ref();
     auto rep = detail::wait_on_runtime<detail::take_reply>(
         what, [&](auto cb) { detail::async_take(r, 0, detail::next_wait_id(), timeout, cb); });
@@ -203,7 +235,66 @@ private:
     return detail::decode_item<T>(rep.item()); // bad bytes: serialization_error; the item is gone
   }
 
-  std::shared_ptr<detail::queue_state> st_;
+  std::shared_ptr<detail::queue_state> st_; ///< shared by this handle's copies
+};
+
+/// multiprocessing.JoinableQueue: a Queue whose broker also counts the
+/// items put and not yet marked done, so a producer can wait until every
+/// item has been processed. The count lives at the broker: every put
+/// (through any handle of this queue, in any process) adds one, every
+/// task_done (from any process) takes one away. An item a consumer got and
+/// never marked done (its process died after receiving it) stays unfinished,
+/// as in Python; one whose consumer died before receiving it goes back to
+/// the queue and is still to be done. Everything else is Queue's.
+template <class T>
+class JoinableQueue : public Queue<T> {
+public:
+  using Queue<T>::Queue;
+
+  /// Marks one item got earlier as done. std::logic_error if called more
+  /// times than items were put (Python's ValueError).
+  void task_done() {
+    (void)detail::wait_request("fiber::JoinableQueue::task_done", this->st_->ref(), detail::queue_op::task_done,
+                               detail::op_header{detail::next_wait_id(), -1, 0}.bytes());
+  }
+
+  /// Blocks until every item put has been marked done (at once if that
+  /// holds now). Items put meanwhile are waited for too.
+  void join() { (void)join_ms(-1); }
+  /// The same, waiting at most `timeout`; false if items were still unfinished.
+  template <class Rep, class Period>
+  bool join(std::chrono::duration<Rep, Period> timeout) {
+    return join_ms(detail::timeout_ms(timeout));
+  }
+
+  /// join() asynchronously. Completion signature `void(std::exception_ptr)`;
+  /// the handler runs on its associated executor (default: fiber's runtime
+  /// executor). Per-operation cancellation (any type) withdraws the wait
+  /// at the broker: std::system_error(operation_aborted), unless every item
+  /// was done first.
+  template <class Token>
+  auto async_join(Token&& token) {
+    const auto wait = detail::next_wait_id();
+    return asio::async_initiate<Token, void(std::exception_ptr)>(
+        [st = this->st_, wait](auto handler) {
+          detail::start_async_wait(st->ref(), detail::queue_op::join, wait, detail::op_header{wait, -1, 0}.bytes(),
+                                   std::move(handler), [](const detail::wait_reply&) { return std::tuple<>{}; });
+        },
+        token);
+  }
+
+  /// Serialization hooks: as Queue's (a JoinableQueue's bytes read as a
+  /// Queue name the same queue, and the reverse).
+  friend void fiber_serialize(writer& w, const JoinableQueue& q) { fiber_serialize(w, static_cast<const Queue<T>&>(q)); }
+  /// Serialization hook: reads what fiber_serialize wrote.
+  friend void fiber_deserialize(reader& r, JoinableQueue& q) { fiber_deserialize(r, static_cast<Queue<T>&>(q)); }
+
+private:
+  bool join_ms(std::int64_t ms) {
+    auto rep = detail::wait_request("fiber::JoinableQueue::join", this->st_->ref(), detail::queue_op::join,
+                                    detail::op_header{detail::next_wait_id(), ms, 0}.bytes());
+    return rep.tag == detail::wait_tag::done;
+  }
 };
 
 } // namespace fiber

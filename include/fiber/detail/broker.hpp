@@ -75,9 +75,30 @@ public:
     if (h.timeout_ms > 0) arm(pollers_.back(), kind::poller, h.timeout_ms);
   }
 
+  /// JoinableQueue::task_done: one item put earlier is done; misuse if
+  /// every item put has been marked done already.
+  void task_done(reply_fn reply) {
+    if (unfinished_ == 0)
+      return reply_wait(reply, wait_tag::misuse,
+                        std::string("fiber::JoinableQueue::task_done: called more times than items were put"));
+    --unfinished_;
+    pump();
+    reply_wait(reply, wait_tag::done);
+  }
+
+  /// JoinableQueue::join: answers `done` once every item put has been
+  /// marked done (at once if that holds now).
+  void join(std::uint64_t peer, const op_header& h, reply_fn reply) {
+    if (dead_) return reply_text(reply, dead_status_, dead_why_);
+    if (unfinished_ == 0) return reply_wait(reply, wait_tag::done);
+    if (h.timeout_ms == 0) return reply_wait(reply, wait_tag::timeout);
+    joiners_.push_back(waiter{peer, h.wait, std::move(reply), nullptr, {}});
+    if (h.timeout_ms > 0) arm(joiners_.back(), kind::joiner, h.timeout_ms);
+  }
+
   /// A waiter still waiting is answered `cancelled`; one already answered is not touched.
   void cancel(std::uint64_t peer, std::uint64_t wait) {
-    for (auto k : {kind::getter, kind::putter, kind::poller})
+    for (auto k : {kind::getter, kind::putter, kind::poller, kind::joiner})
       if (auto w = take(k, peer, wait)) answer_cancelled(k, *w);
   }
 
@@ -89,7 +110,7 @@ public:
   /// A client link closed: drop its waiters (their replies would go nowhere)
   /// and put the items it never acknowledged back in front, in order.
   void peer_gone(std::uint64_t peer) {
-    for (auto* l : {&getters_, &putters_, &pollers_})
+    for (auto* l : {&getters_, &putters_, &pollers_, &joiners_})
       std::erase_if(*l, [&](const waiter& w) { return w.peer == peer; });
     std::vector<std::pair<std::uint64_t, std::vector<std::byte>>> back;
     for (auto it = in_flight_.begin(); it != in_flight_.end();) {
@@ -138,12 +159,12 @@ public:
     dead_why_ = why;
     items_.clear();
     in_flight_.clear();
-    for (auto* l : {&putters_, &getters_, &pollers_})
+    for (auto* l : {&putters_, &getters_, &pollers_, &joiners_})
       for (auto& w : std::exchange(*l, {})) reply_text(w.reply, wire_status::worker_lost, why);
   }
 
 private:
-  enum class kind { getter, putter, poller };
+  enum class kind { getter, putter, poller, joiner };
 
   struct waiter {
     std::uint64_t peer = 0, wait = 0;
@@ -152,7 +173,14 @@ private:
     std::vector<std::byte> item;               // putters: what to store
   };
 
-  std::deque<waiter>& list(kind k) { return k == kind::getter ? getters_ : k == kind::putter ? putters_ : pollers_; }
+  std::deque<waiter>& list(kind k) {
+    switch (k) {
+    case kind::getter: return getters_;
+    case kind::putter: return putters_;
+    case kind::poller: return pollers_;
+    default: return joiners_;
+    }
+  }
 
   bool room() const noexcept { return maxsize_ == 0 || items_.size() < maxsize_; }
 
@@ -192,11 +220,13 @@ private:
   static void answer_timeout(kind k, waiter& w) {
     if (k == kind::getter) reply_byte(w.reply, std::uint8_t(take_tag::empty));
     else if (k == kind::putter) reply_byte(w.reply, std::uint8_t(give_tag::full));
+    else if (k == kind::joiner) reply_wait(w.reply, wait_tag::timeout);
     else reply_byte(w.reply, 0);
   }
   static void answer_cancelled(kind k, waiter& w) {
     if (k == kind::getter) reply_byte(w.reply, std::uint8_t(take_tag::cancelled));
     else if (k == kind::putter) reply_byte(w.reply, std::uint8_t(give_tag::cancelled));
+    else if (k == kind::joiner) reply_wait(w.reply, wait_tag::cancelled);
     else reply_byte(w.reply, 0);
   }
 
@@ -226,6 +256,7 @@ private:
         waiter p = std::move(putters_.front());
         putters_.pop_front();
         items_.push_back(std::move(p.item));
+        ++unfinished_;
         reply_byte(p.reply, std::uint8_t(give_tag::stored));
         moved = true;
       }
@@ -234,12 +265,15 @@ private:
       for (auto& w : std::exchange(getters_, {})) reply_text(w.reply, wire_status::eof, eof_why_);
     if ((!items_.empty() || eof_) && !pollers_.empty())
       for (auto& w : std::exchange(pollers_, {})) reply_byte(w.reply, 1);
+    if (unfinished_ == 0 && !joiners_.empty())
+      for (auto& w : std::exchange(joiners_, {})) reply_wait(w.reply, wait_tag::done);
   }
 
   asio::any_io_executor ex_;
   std::size_t maxsize_;
   std::deque<std::vector<std::byte>> items_;
-  std::deque<waiter> getters_, putters_, pollers_;
+  std::deque<waiter> getters_, putters_, pollers_, joiners_;
+  std::uint64_t unfinished_ = 0; // items stored and not yet marked done (JoinableQueue)
   // (peer, wait) → (delivery order, copy of the item) until the getter acks.
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::uint64_t, std::vector<std::byte>>> in_flight_;
   std::uint64_t next_seq_ = 0;
@@ -269,12 +303,14 @@ public:
     case queue_op::get: return ch_->get(peer, h, std::move(reply));
     case queue_op::cancel: ch_->cancel(peer, h.wait); return reply(wire_status::ok, {});
     case queue_op::ack: ch_->ack(peer, h.wait); return reply(wire_status::ok, {});
+    case queue_op::task_done: return ch_->task_done(std::move(reply));
+    case queue_op::join: return ch_->join(peer, h, std::move(reply));
     default: return reply_text(reply, wire_status::error, "fiber::Queue: unknown operation " + std::to_string(op));
     }
   }
 
   void peer_gone(std::uint64_t peer) override { ch_->peer_gone(peer); }
-  void shutdown(const std::string& why) { ch_->shutdown(why); }
+  void shutdown(const std::string& why) override { ch_->shutdown(why); }
 
 private:
   std::shared_ptr<channel> ch_;

@@ -266,13 +266,16 @@ void start_async_take(const broker_ref& r, std::uint8_t end, Handler&& handler) 
 }
 
 /// Put one item (already encoded) and complete `handler(std::exception_ptr)`.
+/// `settled` (optional) runs on the runtime thread when the broker has
+/// answered, before the handler is dispatched.
 template <class Handler>
 void start_async_give(const broker_ref& r, std::uint8_t end, std::uint64_t wait, std::vector<std::byte> payload,
-                      Handler&& handler) {
+                      Handler&& handler, std::function<void()> settled = {}) {
   auto op = std::make_shared<async_op<std::decay_t<Handler>>>(std::move(handler));
   op->on_cancel(r, end, wait);
-  async_give(r, std::move(payload), [op](std::exception_ptr e, give_tag t) {
+  async_give(r, std::move(payload), [op, settled = std::move(settled)](std::exception_ptr e, give_tag t) {
     if (!e && t != give_tag::stored) e = aborted();
+    if (settled) settled();
     async_op<std::decay_t<Handler>>::complete(op, e);
   });
 }

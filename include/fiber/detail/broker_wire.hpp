@@ -11,6 +11,8 @@
 ///  - cancel: header             → empty; the waiter (if still waiting) is answered `cancelled`
 ///  - ack:    header             → empty; a remote getter confirms it received the item
 ///  - size:   —                  → [u64]
+///  - task_done: header          → [u8 wait_tag] (done; misuse: more calls than items put, then a message)
+///  - join:   header             → [u8 wait_tag] (done: every item put was marked done; timeout; cancelled)
 ///  - attach / detach / transfer (pipes): [u8 end][u64 token] → empty
 ///
 /// Exactly once: an item leaves the broker in the reply to one get. A reply
@@ -31,7 +33,7 @@
 namespace fiber::detail {
 
 namespace queue_op {
-inline constexpr std::uint32_t put = 1, get = 2, poll = 3, cancel = 4, ack = 5, size = 6;
+inline constexpr std::uint32_t put = 1, get = 2, poll = 3, cancel = 4, ack = 5, size = 6, task_done = 7, join = 8;
 inline constexpr std::uint32_t attach = 10, detach = 11, transfer = 12;
 } // namespace queue_op
 
@@ -39,6 +41,25 @@ inline constexpr std::uint32_t attach = 10, detach = 11, transfer = 12;
 enum class take_tag : std::uint8_t { item = 0, empty = 1, cancelled = 2 };
 /// The byte of a put reply.
 enum class give_tag : std::uint8_t { stored = 0, full = 1, cancelled = 2 };
+/// First byte of the reply to a request that may wait (JoinableQueue's
+/// task_done and join, every synchronization primitive: sync_wire.hpp).
+/// `misuse` and `broken` are followed by a message (std::string).
+enum class wait_tag : std::uint8_t {
+  done = 0,      ///< granted / happened; the operation's result (if any) follows
+  timeout = 1,   ///< the request's timeout expired first
+  cancelled = 2, ///< withdrawn by a cancel request
+  misuse = 3,    ///< refused as Python would with ValueError / RuntimeError → std::logic_error
+  broken = 4,    ///< a Barrier is broken → fiber::broken_barrier_error
+};
+
+/// Answers `reply` with `tag` followed by `args` (each serialized).
+template <class... A>
+void reply_wait(const reply_fn& reply, wait_tag tag, const A&... args) {
+  writer w;
+  w.write(std::uint8_t(tag));
+  (w.write(args), ...);
+  reply(wire_status::ok, w.release());
+}
 
 inline void reply_text(const reply_fn& reply, wire_status status, const std::string& msg) {
   reply(status, failure_payload(msg));

@@ -1,116 +1,61 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/queue_state.hpp
-/// What a Queue handle holds: the broker it names, and, in the creating
-/// process, the ownership that keeps the broker alive while a handle exists.
+/// What a Queue handle holds: its broker (service_state.hpp), its bound,
+/// whether close() was called, and the async puts it has in flight.
 
 #include <fiber/detail/broker.hpp>
 #include <fiber/detail/broker_client.hpp>
-#include <fiber/detail/runtime.hpp>
+#include <fiber/detail/service_state.hpp>
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
+#include <condition_variable>
 #include <cstddef>
-#include <cstdint>
-#include <deque>
-#include <exception>
-#include <functional>
-#include <future>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <random>
-#include <set>
-#include <span>
-#include <stdexcept>
 #include <string>
-#include <system_error>
-#include <unistd.h>
-#include <unordered_map>
 #include <utility>
-#include <vector>
 
 namespace fiber::detail {
 
-/// Keeps a Queue's broker registered while a handle exists in the creating
-/// process; the last one out shuts it down (waiters get fiber::error).
-struct queue_owner {
-  queue_owner(std::uint64_t id, std::shared_ptr<queue_broker> b) : id(id), broker(std::move(b)) {}
-  queue_owner(const queue_owner&) = delete;
-  queue_owner& operator=(const queue_owner&) = delete;
-  ~queue_owner();
+/// What every copy of one Queue handle shares. Any thread.
+struct queue_state {
+  explicit queue_state(std::size_t maxsize)
+      : svc([maxsize](asio::any_io_executor ex) { return std::make_shared<queue_broker>(std::move(ex), maxsize); },
+            "fiber::Queue: the queue is gone (its last handle in the creating process was destroyed)"),
+        maxsize(maxsize) {}
+  queue_state(broker_ref r, std::size_t maxsize) : svc(std::move(r)), maxsize(maxsize) {}
 
-  std::uint64_t id;
-  std::shared_ptr<queue_broker> broker;
-};
+  const broker_ref& ref() { return svc.ref(); }
 
-/// Queues created by this process, so a handle that comes back (deserialized
-/// here) keeps its broker alive too. Any thread.
-class local_queues {
-public:
-  static local_queues& instance() {
-    static local_queues q;
-    return q;
+  /// close() was called: puts and gets through this handle are refused.
+  void check_open(const char* what) const {
+    if (closed.load(std::memory_order_acquire))
+      throw std::logic_error(std::string(what) + ": the queue is closed (close() was called on this handle)");
   }
-  void add(std::uint64_t id, std::string url, const std::shared_ptr<queue_owner>& o) {
+
+  /// Counts an async put from its start to its broker's answer (join_thread).
+  void put_started() {
     std::lock_guard lk(m_);
-    map_[id] = {std::move(url), o};
+    ++in_flight_;
   }
-  std::shared_ptr<queue_owner> find(std::uint64_t id, const std::string& url) {
+  void put_done() {
     std::lock_guard lk(m_);
-    auto it = map_.find(id);
-    if (it == map_.end() || it->second.first != url) return nullptr;
-    return it->second.second.lock();
+    if (--in_flight_ == 0) cv_.notify_all();
   }
-  void erase_expired(std::uint64_t id) {
-    std::lock_guard lk(m_);
-    if (auto it = map_.find(id); it != map_.end() && it->second.second.expired()) map_.erase(it);
+  void wait_puts() {
+    std::unique_lock lk(m_);
+    cv_.wait(lk, [&] { return in_flight_ == 0; });
   }
+
+  service_state svc;
+  const std::size_t maxsize;
+  std::atomic<bool> closed{false};
 
 private:
   std::mutex m_;
-  std::unordered_map<std::uint64_t, std::pair<std::string, std::weak_ptr<queue_owner>>> map_;
-};
-
-inline queue_owner::~queue_owner() {
-  local_queues::instance().erase_expired(id);
-  auto& rt = runtime::instance();
-  asio::post(rt.executor(), [b = std::move(broker)] {
-    b->shutdown("fiber::Queue: the queue is gone (its last handle in the creating process was destroyed)");
-  });
-  rt.remove_service(id);
-}
-
-/// What every copy of one Queue handle shares. The broker is created on
-/// first use, so that a default-constructed handle about to be overwritten
-/// (deserialization builds values empty first) costs nothing.
-struct queue_state {
-  explicit queue_state(std::size_t maxsize) : maxsize(maxsize) {}
-  queue_state(broker_ref r, std::size_t maxsize, std::shared_ptr<queue_owner> keep)
-      : ref_(std::move(r)), maxsize(maxsize), keepalive(std::move(keep)) {
-    std::call_once(once_, [] {});
-  }
-
-  const broker_ref& ref() {
-    std::call_once(once_, [this] {
-      auto& rt = runtime::instance();
-      auto b = std::make_shared<queue_broker>(rt.executor(), maxsize);
-      ref_.id = rt.add_service(b);
-      ref_.url = rt.service_url();
-      keepalive = std::make_shared<queue_owner>(ref_.id, std::move(b));
-      local_queues::instance().add(ref_.id, ref_.url, keepalive);
-    });
-    return ref_;
-  }
-
-private:
-  std::once_flag once_;
-  broker_ref ref_;
-
-public:
-  const std::size_t maxsize;
-  std::shared_ptr<queue_owner> keepalive; // set once (in call_once or the constructor)
+  std::condition_variable cv_;
+  std::size_t in_flight_ = 0;
 };
 
 } // namespace fiber::detail

@@ -228,6 +228,16 @@ public:
     });
   }
 
+  /// Who is at the other end of the client link `peer` that services see
+  /// (service::handle, service::peer_gone): "name (pid N on host)"; "this
+  /// process" for 0. Runtime thread only.
+  std::string peer_description(std::uint64_t peer) const {
+    if (peer == 0) return "this process";
+    auto it = served_.find(peer);
+    if (it == served_.end()) return "link " + std::to_string(peer);
+    return it->second.name + " (pid " + std::to_string(it->second.pid) + " on " + it->second.host + ")";
+  }
+
   bool is_local(const std::string& url) {
     for (auto& [b, l] : listeners_)
       if (l->url() == url) return true;
@@ -383,6 +393,7 @@ private:
 
   void serve_client(std::shared_ptr<peer_link> l) {
     std::weak_ptr<peer_link> weak = l;
+    served_[l->id()] = l->peer();
     l->start(
         [this, weak](frame_kind k, std::span<const std::byte> body, message&) {
           auto l = weak.lock();
@@ -394,6 +405,7 @@ private:
         },
         [this, id = l->id()](const std::string&) {
           for (auto& [sid, s] : services_) s->peer_gone(id);
+          served_.erase(id);
         });
   }
 
@@ -481,6 +493,7 @@ private:
   std::atomic<std::size_t> pending_handshakes_{0};
   std::uint64_t next_service_id_ = 1, next_request_id_ = 1;
   std::unordered_map<std::uint64_t, std::shared_ptr<service>> services_;
+  std::unordered_map<std::uint64_t, peer_identity> served_; // client links served, by link id
   std::unordered_map<std::string, client_conn> clients_;
   std::unordered_map<std::type_index, std::shared_ptr<backend::launcher>> launchers_;
   std::minstd_rand retry_rng_{static_cast<std::minstd_rand::result_type>(::getpid())}; // runtime thread

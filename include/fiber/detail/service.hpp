@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace fiber::detail {
@@ -29,6 +30,9 @@ public:
   virtual void handle(std::uint64_t peer, std::uint32_t op, std::span<const std::byte> payload, reply_fn reply) = 0;
   /// A client link closed: drop whatever it held.
   virtual void peer_gone(std::uint64_t /*peer*/) {}
+  /// The owner dropped its last handle (service_state.hpp): answer every
+  /// waiting request with worker_lost(`why`), and every later one too.
+  virtual void shutdown(const std::string& /*why*/) {}
 };
 
 /// Completion of a request: exception (remote_error, worker_lost, ...) or payload.
