@@ -17,6 +17,11 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 namespace fiber::detail {
 
@@ -125,6 +130,30 @@ inline pem_identity make_self_signed(std::string_view common_name,
   out.key_pem.assign(buf.c_str());
   std::fill(buf.begin(), buf.end(), '\0');
   return out;
+}
+
+/// Makes a certificate as make_self_signed(common_name) does and writes it
+/// and its key (mode 0600) to `<dir>/<stem>.crt` and `<dir>/<stem>.key`;
+/// `dir` "" makes a fresh 0700 directory under /tmp. Returns the two paths.
+/// Throws std::runtime_error when a file cannot be written.
+inline std::pair<std::string, std::string> write_self_signed(std::string dir, const std::string& stem,
+                                                             std::string_view common_name) {
+  if (dir.empty()) {
+    std::string t = "/tmp/fiber-cert-XXXXXX";
+    if (!::mkdtemp(t.data())) throw std::runtime_error("self-signed certificate: cannot create a directory in /tmp");
+    dir = t;
+  }
+  auto id = make_self_signed(common_name);
+  auto write = [](const std::string& path, const std::string& text) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size());
+    if (fd >= 0) ::close(fd);
+    if (!ok) throw std::runtime_error("self-signed certificate: cannot write " + path);
+  };
+  std::pair<std::string, std::string> paths{dir + "/" + stem + ".crt", dir + "/" + stem + ".key"};
+  write(paths.first, id.cert_pem);
+  write(paths.second, id.key_pem);
+  return paths;
 }
 
 } // namespace fiber::detail
