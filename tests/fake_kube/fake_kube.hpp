@@ -71,6 +71,9 @@ public:
       stop();
       throw std::runtime_error("fake_kube did not become ready within 20 s; it said: " + line);
     }
+    // The fixture's own calls go as another user: by_user["fake-user"] in
+    // /fake/stats then counts the calls of the code under test only.
+    observer_token_ = control("POST", "tokens", {{"user", "fixture"}}).value("token", "");
   }
   fake_kube(const fake_kube&) = delete;
   fake_kube& operator=(const fake_kube&) = delete;
@@ -116,15 +119,22 @@ public:
     return a;
   }
 
-  /// A call to the Kubernetes API as the fake's user: (HTTP status, body as JSON or null).
+  /// A call to the Kubernetes API as the fixture (user "fixture", not the
+  /// kubeconfig's): (HTTP status, body as JSON or null).
   std::pair<long, nlohmann::json> api(const std::string& method, const std::string& path,
                                       const nlohmann::json& body = nullptr) const {
-    return call(method, path, body, get("token"));
+    return call(method, path, body, observer_token_);
+  }
+
+  /// API calls counted for the kubeconfig's user (the code under test) since
+  /// the last `POST /fake/stats/reset`: {"create pods": n, ...}.
+  nlohmann::json user_requests() const {
+    return control("GET", "stats")["by_user"].value(get("user"), nlohmann::json::object());
   }
 
   /// As api(), the body as text (pod logs).
   std::pair<long, std::string> api_text(const std::string& method, const std::string& path) const {
-    return call_raw(method, path, nullptr, get("token"));
+    return call_raw(method, path, nullptr, observer_token_);
   }
 
   /// A call to the /fake/ control API; throws std::runtime_error unless it succeeds.
@@ -195,7 +205,7 @@ private:
   }
 
   pid_t pid_ = -1;
-  std::string dir_;
+  std::string dir_, observer_token_;
   nlohmann::json info_;
 };
 

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -216,6 +217,7 @@ public:
 
 private:
   enum class step { idle, running, done, failed };
+  static constexpr int no_delete = std::numeric_limits<int>::max();
 
   struct record {
     std::string name;
@@ -230,6 +232,7 @@ private:
     bool node_warned = false;
     nlohmann::json last;                           // the pod as last seen
     std::unique_ptr<asio::steady_timer> kill_hold; // a kill waiting for the kubelet's word (see cancel)
+    int delete_sent = no_delete;                   // the shortest grace period asked for so far
   };
 
   record* find(const std::string& name) {
@@ -410,8 +413,14 @@ private:
     return false;
   }
 
-  // grace < 0: the pod's own terminationGracePeriodSeconds.
+  // grace < 0: the pod's own terminationGracePeriodSeconds. Once per
+  // grace period that shortens the last one asked for (a kill after a terminate).
   void delete_pod(const std::string& name, int grace) {
+    if (auto* r = find(name)) {
+      const int effective = grace < 0 ? std::numeric_limits<int>::max() - 1 : grace;
+      if (r->delete_sent <= effective) return;
+      r->delete_sent = effective;
+    }
     nlohmann::json body = nlohmann::json::object();
     if (grace >= 0) body["gracePeriodSeconds"] = grace;
     api_.async_call("DELETE", pods_path() + "/" + kube::url_encode(name), body, "delete pod " + name,
@@ -449,7 +458,9 @@ private:
     if (r.reported) return;
     r.reported = true;
     if (auto h = std::move(r.on_exit)) asio::post(ex_, [h = std::move(h), x = std::move(x)] { h(x); });
-    if (r.created) delete_pod(r.name, 0);
+    // Its pod goes too, unless a deletion is under way (the kubelet removes a
+    // terminated pod that is being deleted).
+    if (r.created && r.delete_sent == no_delete) delete_pod(r.name, 0);
     jobs_.erase(r.name);
   }
 
