@@ -80,7 +80,8 @@ class FiberConan(ConanFile):
         self.cpp_info.set_property("cmake_target_name", "fiber::fiber")
         self.cpp_info.bindirs = []
         self.cpp_info.libdirs = []
-        self.cpp_info.requires = ["nng::nng", "asio::asio", "boost::headers", "mbedtls::mbedcrypto"]
+        self.cpp_info.requires = ["nng::nng", "asio::asio", "boost::headers", "mbedtls::mbedcrypto",
+                                 "mbedtls::mbedx509"]
         if self.options.with_tomlplusplus:
             self.cpp_info.requires.append("tomlplusplus::tomlplusplus")
             self.cpp_info.defines.append("FIBER_HAS_TOMLPLUSPLUS=1")

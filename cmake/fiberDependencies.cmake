@@ -6,7 +6,8 @@
 #
 # Defines (or reuses) these imported targets:
 #   Threads::Threads, nng::nng, Boost::headers
-#   fiber::mbedcrypto      mbedTLS's libmbedcrypto (HMAC-SHA256)
+#   fiber::mbedcrypto      mbedTLS's libmbedcrypto (HMAC-SHA256) and libmbedx509
+#                          (the kubernetes backend's ephemeral TLS certificate)
 #   fiber::asio            standalone Asio include directory + ASIO_STANDALONE
 #   fiber::tomlplusplus    toml++ and FIBER_HAS_TOMLPLUSPLUS=1 when toml++ is
 #                          found (set FIBER_USE_TOMLPLUSPLUS=OFF to skip it);
@@ -62,9 +63,10 @@ endif()
 if(NOT TARGET fiber::mbedcrypto)
   find_path(FIBER_MBEDTLS_INCLUDE_DIR NAMES mbedtls/md.h DOC "Directory holding mbedtls/md.h")
   find_library(FIBER_MBEDCRYPTO_LIBRARY NAMES mbedcrypto DOC "mbedTLS's libmbedcrypto")
-  if(NOT FIBER_MBEDTLS_INCLUDE_DIR OR NOT FIBER_MBEDCRYPTO_LIBRARY)
+  find_library(FIBER_MBEDX509_LIBRARY NAMES mbedx509 DOC "mbedTLS's libmbedx509")
+  if(NOT FIBER_MBEDTLS_INCLUDE_DIR OR NOT FIBER_MBEDCRYPTO_LIBRARY OR NOT FIBER_MBEDX509_LIBRARY)
     set(fiber_DEPENDENCY_ERROR
-      "fiber: mbedTLS's libmbedcrypto (mbedtls/md.h) not found; fiber uses it for \
+      "fiber: mbedTLS's libmbedcrypto or libmbedx509 (mbedtls/md.h) not found; fiber uses them for \
 HMAC authentication. Install the Debian package libmbedtls-dev (libnng-dev \
 depends on it). ${_fiber_debian_hint}")
     return()
@@ -72,7 +74,7 @@ depends on it). ${_fiber_debian_hint}")
   add_library(fiber::mbedcrypto INTERFACE IMPORTED)
   set_target_properties(fiber::mbedcrypto PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES "${FIBER_MBEDTLS_INCLUDE_DIR}"
-    INTERFACE_LINK_LIBRARIES "${FIBER_MBEDCRYPTO_LIBRARY}")
+    INTERFACE_LINK_LIBRARIES "${FIBER_MBEDX509_LIBRARY};${FIBER_MBEDCRYPTO_LIBRARY}")
 endif()
 
 # --- Boost >= 1.81 headers (PFR, Describe) ------------------------------------

@@ -49,7 +49,7 @@ struct config_key {
 
 // Keep in sync with the README's configuration table.
 inline constexpr config_key config_keys[] = {
-    {"backend", "FIBER_BACKEND", "local", "backend of backend::from_env: local | slurm | docker"},
+    {"backend", "FIBER_BACKEND", "local", "backend of backend::from_env: local | slurm | docker | kubernetes"},
     {"log_level", "FIBER_LOG_LEVEL", "warning", "debug | info | warning | error | off"},
     {"log_dir", "FIBER_LOG_DIR", "", "if set, each process also logs to <log_dir>/<name>.log"},
     {"worker_output_dir", "FIBER_WORKER_OUTPUT_DIR", "",
@@ -83,6 +83,26 @@ inline constexpr config_key config_keys[] = {
     {"docker.user", "FIBER_DOCKER_USER", "", "user[:group] the containers run as; default: the master's uid:gid; image: the image's"},
     {"docker.binds", "FIBER_DOCKER_BINDS", "", "more bind mounts, comma-separated src:dst[:ro]"},
     {"docker.labels", "FIBER_DOCKER_LABELS", "", "more container labels, comma-separated key=value"},
+    {"k8s.namespace", "FIBER_K8S_NAMESPACE", "",
+     "namespace of the kubernetes backend's pods (default: the kubeconfig context's, the master pod's, or default)"},
+    {"k8s.image", "FIBER_K8S_IMAGE", "", "image of the worker pods (default: the master pod's own image)"},
+    {"k8s.image_pull_policy", "FIBER_K8S_IMAGE_PULL_POLICY", "", "Always | IfNotPresent | Never (default: the cluster's)"},
+    {"k8s.service_account", "FIBER_K8S_SERVICE_ACCOUNT", "", "service account of the worker pods (default: the namespace's)"},
+    {"k8s.automount_token", "FIBER_K8S_AUTOMOUNT_TOKEN", "false", "mount the service account token into worker pods"},
+    {"k8s.gpu_resource", "FIBER_K8S_GPU_RESOURCE", "nvidia.com/gpu", "extended resource that resources.gpu requests"},
+    {"k8s.labels", "FIBER_K8S_LABELS", "", "more pod labels, comma-separated key=value"},
+    {"k8s.pod_patch", "FIBER_K8S_POD_PATCH", "",
+     "JSON merge patch (RFC 7386) applied to each worker pod, or @file: node selector, tolerations, ..."},
+    {"k8s.container_patch", "FIBER_K8S_CONTAINER_PATCH", "", "JSON merge patch applied to the worker container, or @file"},
+    {"k8s.credentials", "FIBER_K8S_CREDENTIALS", "auto",
+     "auto (in-cluster, then kubeconfig, then k8s.api_server) | in-cluster | kubeconfig | api-server"},
+    {"k8s.context", "FIBER_K8S_CONTEXT", "", "kubeconfig context (default: its current context)"},
+    {"k8s.api_server", "FIBER_K8S_API_SERVER", "", "API server URL used as is, e.g. http://127.0.0.1:8001 (kubectl proxy)"},
+    {"k8s.service_account_dir", "FIBER_K8S_SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount",
+     "in-cluster credentials: token, ca.crt, namespace"},
+    {"k8s.kubectl", "FIBER_K8S_KUBECTL", "kubectl", "kubectl, to resolve a kubeconfig and clean up after a killed master"},
+    {"k8s.tls", "FIBER_K8S_TLS", "true",
+     "workers dial tls+tcp:// (an ephemeral self-signed certificate when tls_cert is not set)"},
 };
 
 // Variables fiber sets for its own workers; not user configuration.

@@ -7,6 +7,7 @@
 
 #include <fiber/backend/docker.hpp>
 #include <fiber/backend/from_env.hpp>
+#include <fiber/backend/kubernetes.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/backend/local.hpp>
 #include <fiber/config.hpp>

@@ -23,11 +23,13 @@ struct from_env {
 #if defined(FIBER_HAS_SLURM_BACKEND)
     if (which == "slurm") return slurm::make(std::move(ex));
 #endif
-    if (auto make = detail::find_backend(which)) return make(std::move(ex)); // docker: registered by its header
-    if (which == "docker")
-      throw backend_error("fiber: FIBER_BACKEND=docker, but this program does not contain the docker backend: include "
-                          "<fiber/fiber.hpp> or <fiber/backend/docker.hpp> in one of its source files");
-    throw backend_error("fiber: unknown backend '" + which + "' (FIBER_BACKEND): expected local, slurm or docker");
+    if (auto make = detail::find_backend(which)) return make(std::move(ex)); // docker, kubernetes: registered by their headers
+    if (which == "docker" || which == "kubernetes")
+      throw backend_error("fiber: FIBER_BACKEND=" + which + ", but this program does not contain the " + which +
+                          " backend: include <fiber/fiber.hpp> or <fiber/backend/" + which +
+                          ".hpp> in one of its source files");
+    throw backend_error("fiber: unknown backend '" + which +
+                        "' (FIBER_BACKEND): expected local, slurm, docker or kubernetes");
   }
 };
 

@@ -319,9 +319,9 @@ private:
         done.emplace_back(it->second, m->data.result);
         transfers_.erase(it);
       }
-      for (auto& [transfer, rc] : done) {
-        auto t = transfer; // clang 14 cannot capture a structured binding
-        auto ec = impl_::finish_code(*api_, *t, rc);
+      for (auto& d : done) {
+        auto& t = d.first; // not a structured binding: clang 14 cannot capture those
+        auto ec = impl_::finish_code(*api_, *t, d.second);
         api_->multi_remove_handle(multi_, t->easy);
         impl_::cleanup_easy(*api_, *t);
         if (t->slot.is_connected()) t->slot.clear();

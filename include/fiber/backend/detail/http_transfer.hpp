@@ -119,7 +119,8 @@ inline void setup_easy(const curl_api& api, transfer& t, sink* owner) {
   set(CURLOPT_CONNECTTIMEOUT_MS, long(r.connect_timeout.count()));
   set(CURLOPT_TIMEOUT_MS, long(r.timeout.count()));
   set(CURLOPT_TCP_KEEPALIVE, 1L);
-  if (!r.use_env_proxy) set(CURLOPT_PROXY, ""); // "" disables the *_proxy variables
+  if (!r.proxy.empty()) set(CURLOPT_PROXY, r.proxy.c_str());
+  else if (!r.use_env_proxy) set(CURLOPT_PROXY, ""); // "" disables the *_proxy variables
   if (!r.unix_socket.empty()) set(CURLOPT_UNIX_SOCKET_PATH, r.unix_socket.c_str());
 
   const bool with_body = !r.body.empty() || r.method == "POST" || r.method == "PUT" || r.method == "PATCH";

@@ -56,6 +56,7 @@ struct request {
   std::chrono::milliseconds timeout{0};             ///< whole request; 0: none (streams)
   std::chrono::milliseconds connect_timeout{10000}; ///< connection setup
   bool use_env_proxy = false; ///< honour http_proxy/https_proxy/no_proxy; off: always connect directly
+  std::string proxy;          ///< through this proxy ("http://host:3128", "socks5://..."); beats use_env_proxy
   std::size_t max_body = std::size_t(64) << 20; ///< a longer buffered body fails the request (CURLE_WRITE_ERROR)
 };
 

@@ -1,0 +1,614 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file backend/detail/kube_launcher.hpp
+/// The kubernetes backend's launcher: one pod per job, its state from one
+/// label-selected list+watch. See backend/kubernetes.hpp for the behaviour.
+
+#include <fiber/backend/detail/kube_api.hpp>
+#include <fiber/backend/detail/kube_options.hpp>
+#include <fiber/backend/detail/kube_reaper.hpp>
+#include <fiber/backend/detail/kube_wire.hpp>
+#include <fiber/backend/detail/net_address.hpp>
+#include <fiber/backend/detail/self_signed_cert.hpp>
+#include <fiber/backend/launcher.hpp>
+#include <fiber/config.hpp>
+#include <fiber/error.hpp>
+#include <fiber/log.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fiber::detail {
+
+/// fiber's Kubernetes launcher (see backend/kubernetes.hpp). Create with
+/// std::make_shared, then call start() on the executor.
+class kube_launcher final : public backend::launcher, public std::enable_shared_from_this<kube_launcher> {
+  // A handler that runs `f(*this, args...)` while the launcher lives and is not shutting down.
+  template <class F>
+  auto guarded(F f) {
+    return [w = weak_from_this(), f = std::move(f)](auto&&... a) mutable {
+      auto self = w.lock();
+      if (!self || self->shutting_down_) return;
+      f(*self, std::forward<decltype(a)>(a)...);
+    };
+  }
+
+public:
+  /// `where`: from kube::resolve(). Throws kube::api_error when libcurl cannot be loaded.
+  kube_launcher(asio::any_io_executor ex, kube_options opts, kube::access where)
+      : ex_(ex), opts_(std::move(opts)), api_(ex, std::move(where)), relist_timer_(ex) {
+    std::random_device rd;
+    run_id_ = kube::hex8(rd());
+    ns_ = !opts_.namespace_.empty()          ? opts_.namespace_
+          : !api_.where().namespace_.empty() ? api_.where().namespace_
+                                             : "default";
+  }
+
+  /// Deletes every pod of this run and its Secret (by label, grace period
+  /// 0), blocking for at most ~10 s. Exit handlers of live jobs are not
+  /// called. Should the API server not answer, the watchdog (if any) tries
+  /// again when this process ends.
+  ~kube_launcher() override {
+    shutting_down_ = true;
+    relist_timer_.cancel();
+    api_.cancel();
+    if (!launched_) return;
+    const auto sel = "?labelSelector=" + kube::url_encode(selector());
+    auto res = api_.blocking({{"DELETE", pods_path() + sel + "&gracePeriodSeconds=0", nullptr},
+                              {"DELETE", secrets_path() + "/" + secret_name(), nullptr}},
+                             std::chrono::seconds(8));
+    bool ok = res[0].first / 100 == 2 && (res[1].first / 100 == 2 || res[1].first == 404);
+    if (res[0].first == 403 || res[0].first == 405) { // no deletecollection right: one by one
+      auto list = api_.blocking({{"GET", pods_path() + sel, nullptr}}, std::chrono::seconds(3));
+      std::vector<kube::blocking_call> dels;
+      auto j = nlohmann::json::parse(list[0].second, nullptr, false);
+      if (j.is_object() && j["items"].is_array())
+        for (auto& p : j["items"])
+          dels.push_back({"DELETE", pods_path() + "/" + p["metadata"].value("name", ""), {{"gracePeriodSeconds", 0}}});
+      ok = list[0].first == 200;
+      for (auto& [status, body] : api_.blocking(dels, std::chrono::seconds(5)))
+        ok = ok && (status / 100 == 2 || status == 404);
+    }
+    if (ok) reaper_.disarm();
+    else reaper_.leave_armed();
+    if (!ok && answered_) // else nothing was ever created (the API server never answered)
+      log(log_level::warning, "kubernetes: could not delete every pod of run ", run_id_, " in namespace ", ns_,
+          " (HTTP ", res[0].first, "): delete them with `kubectl delete pods,secrets -n ", ns_, " -l ", selector(),
+          "`");
+  }
+
+  std::string_view name() const noexcept override { return "kubernetes"; }
+  /// Pods run on the cluster's nodes: nothing shared with the master.
+  backend::launcher_traits traits() const noexcept override { return {false, false, false}; }
+
+  /// Makes the TLS certificate if one is needed (blocking, ~5 ms), finds the
+  /// master's own pod when in a pod, arms the watchdog when outside, and
+  /// starts the list+watch of the run's pods. Executor only.
+  void start() {
+    if (opts_.tls && opts_.tls_cert.empty()) make_certificate();
+    if (api_.where().in_cluster) find_own_pod();
+    else owner_state_ = step::done;
+    if (opts_.reaper && !api_.where().in_cluster && api_.where().source.starts_with("kubeconfig"))
+      if (!reaper_.arm(opts_.kubectl, opts_.context, ns_, selector()))
+        log(log_level::warning,
+            "kubernetes: cannot start the watchdog that deletes this run's pods should the master be killed");
+    relist();
+  }
+
+  /// `tls+tcp://<addr>:0` (`tcp://` with k8s.tls false), addr = the
+  /// `listen_address` key, else the local address on the route to the API
+  /// server (in a pod: the pod's IP). Throws backend_error when there is none.
+  std::string listen_url() override {
+    if (listen_url_) return *listen_url_;
+    std::string addr = opts_.listen_address;
+    if (addr.empty()) {
+      auto [host, port] = kube::split_server(api_.where().server);
+      addr = route_source(host, port);
+    }
+    if (addr.empty())
+      throw backend_error("kubernetes: no local address routes to the API server at " + api_.where().server +
+                          ": set listen_address to an address the pods can reach");
+    if (addr.find(':') != std::string::npos && addr.front() != '[') addr = "[" + addr + "]";
+    listen_url_ = std::string(opts_.tls ? "tls+tcp://" : "tcp://") + addr + ":0";
+    return *listen_url_;
+  }
+
+  /// One pod per spec, created in the background once the run's Secret
+  /// exists; the job id is the pod's name. A pod the API server refuses, or
+  /// that cannot start (image pull, container config), ends its job at once
+  /// as lost with start_failed and Kubernetes' message. Throws
+  /// fiber::backend_error when no image can be known (k8s.image unset outside a pod).
+  std::vector<backend::job> launch(const std::vector<backend::job_spec>& specs,
+                                   std::vector<backend::exit_handler> on_exit) override {
+    if (specs.size() != on_exit.size()) throw std::invalid_argument("kubernetes: launch: one exit handler per spec");
+    if (opts_.image.empty() && !api_.where().in_cluster)
+      throw backend_error("kubernetes: no image for the worker pods: set k8s.image (FIBER_K8S_IMAGE) to an image "
+                          "holding " +
+                          (specs.empty() || specs[0].argv.empty() ? std::string("the program") : specs[0].argv[0]) +
+                          " at that path (the default, the master pod's own image, needs a master in a pod)");
+    if (weak_from_this().expired()) throw std::logic_error("kubernetes: the launcher must be owned by a shared_ptr");
+    std::vector<backend::job> jobs;
+    launched_ = launched_ || !specs.empty();
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      auto& s = specs[i];
+      auto name = kube::pod_name(run_id_, s.name);
+      if (jobs_.count(name)) name = kube::pod_name(run_id_, s.name + "-" + std::to_string(++dup_));
+      auto& r = jobs_[name];
+      r.name = name;
+      r.on_exit = std::move(on_exit[i]);
+      r.memory_mb = s.resources.memory_mb;
+      r.in = pod_input_for(name, s);
+      for (auto& [k, v] : s.env)
+        if (k == "FIBER_INTERNAL_SECRET" && secret_data_.find(std::string(kube::secret_key)) == secret_data_.end())
+          secret_data_[std::string(kube::secret_key)] = v;
+      if ((s.stdout_path || s.stderr_path) && !output_note_) {
+        output_note_ = true;
+        log(log_level::info, "kubernetes: worker output stays in the pods' logs (kubectl logs), not worker_output_dir");
+      }
+      jobs.push_back(backend::job{name, -1, ""});
+    }
+    for (auto& j : jobs) waiting_.push_back(j.id);
+    prepare();
+    return jobs;
+  }
+
+  /// terminate (15): delete the pod with its grace period (SIGTERM, then
+  /// SIGKILL after terminationGracePeriodSeconds); kill (9, or any other):
+  /// grace period 0, which removes the pod object at once — so for a running
+  /// pod with a memory limit that deletion waits up to 1 s for the kubelet
+  /// to report an end (a Pool kills a worker whose link broke, and an
+  /// OOMKilled reported then beats the kill). The end is reported as
+  /// signalled(signal). Unknown or ended jobs are ignored. Never blocks.
+  void cancel(const backend::job& j, int signal) override {
+    auto* r = find(j.id);
+    if (!r || r->reported) return;
+    r->asked = signal;
+    r->asked_mask |= signal > 0 && signal < 64 ? (std::uint64_t(1) << signal) : 0;
+    if (!r->created) {
+      if (!r->creating) report(*r, {backend::job_exit::kind::signalled, signal, "cancelled before it was created"});
+      return;
+    }
+    if (signal == 15) return delete_pod(r->name, -1);
+    const bool running = r->last.is_object() && r->last["status"].value("phase", "") == "Running";
+    if (r->memory_mb <= 0 || !running || r->kill_hold) return delete_pod(r->name, 0);
+    r->kill_hold = std::make_unique<asio::steady_timer>(ex_, std::chrono::seconds(1));
+    r->kill_hold->async_wait(guarded([name = r->name](kube_launcher& self, std::error_code ec) {
+      if (auto* r = self.find(name); r && !ec && !r->reported) self.delete_pod(name, 0);
+    }));
+  }
+
+  // ---- for tests and tools ------------------------------------------------
+
+  const std::string& run_id() const noexcept { return run_id_; }
+  const std::string& namespace_name() const noexcept { return ns_; }
+  /// Label selector of this run's pods and Secret.
+  std::string selector() const { return std::string(kube::label_run) + "=" + run_id_; }
+  std::string secret_name() const { return "fiber-" + run_id_; }
+  std::size_t live_jobs() const noexcept {
+    std::size_t n = 0;
+    for (auto& [k, r] : jobs_) n += !r.reported;
+    return n;
+  }
+  const kube::api& api() const noexcept { return api_; }
+  const kube_options& options() const noexcept { return opts_; }
+  /// Lists of the run's pods made so far (1 + one per watch that had to be re-listed).
+  unsigned lists() const noexcept { return list_epoch_; }
+
+private:
+  enum class step { idle, running, done, failed };
+  static constexpr int no_delete = std::numeric_limits<int>::max();
+
+  struct record {
+    std::string name;
+    backend::exit_handler on_exit;
+    kube::pod_input in;
+    bool creating = false, created = false, reported = false;
+    unsigned created_epoch = 0; // list_epoch_ when its creation was confirmed
+    int asked = 0;
+    std::uint64_t asked_mask = 0;
+    int memory_mb = 0;
+    std::string pending_logged;
+    bool node_warned = false;
+    nlohmann::json last;                           // the pod as last seen
+    std::unique_ptr<asio::steady_timer> kill_hold; // a kill waiting for the kubelet's word (see cancel)
+    int delete_sent = no_delete;                   // the shortest grace period asked for so far
+  };
+
+  record* find(const std::string& name) {
+    auto it = jobs_.find(name);
+    return it == jobs_.end() ? nullptr : &it->second;
+  }
+
+  std::string pods_path() const { return "/api/v1/namespaces/" + kube::url_encode(ns_) + "/pods"; }
+  std::string secrets_path() const { return "/api/v1/namespaces/" + kube::url_encode(ns_) + "/secrets"; }
+
+  std::map<std::string, std::string> run_labels() const {
+    auto l = opts_.labels;
+    l[std::string(kube::managed_by_label)] = "fiber";
+    l[std::string(kube::label_run)] = run_id_;
+    return l;
+  }
+
+  // ---- TLS, the master's pod, the Secret ---------------------------------------
+
+  // An ephemeral certificate for the master's listener, written (0600) where
+  // the runtime's listener reads it: tls_cert/tls_key are set in code.
+  void make_certificate() {
+    std::pair<std::string, std::string> files;
+    try {
+      files = write_self_signed(opts_.state_dir, "k8s-" + run_id_, "fiber-" + run_id_);
+    } catch (const std::exception& e) {
+      throw backend_error(std::string("kubernetes: TLS: ") + e.what());
+    }
+    opts_.tls_cert = files.first;
+    opts_.tls_key = files.second;
+    set_config("tls_cert", opts_.tls_cert);
+    set_config("tls_key", opts_.tls_key);
+  }
+
+  // In a pod: its name, uid (workers' ownerReference), image (their default) and pull secrets.
+  void find_own_pod() {
+    const char* n = std::getenv("POD_NAME");
+    if (!n || !*n) n = std::getenv("HOSTNAME");
+    if (!n || !*n) {
+      owner_state_ = step::done;
+      return;
+    }
+    owner_state_ = step::running;
+    api_.async_call(
+        "GET", pods_path() + "/" + kube::url_encode(n), nullptr, "get the master's own pod " + std::string(n),
+        guarded([](kube_launcher& self, std::exception_ptr e, nlohmann::json pod) {
+          self.owner_state_ = step::done;
+          if (e) {
+            log(log_level::warning, what(e), ": workers get no ownerReference to the master's pod");
+          } else {
+            self.owner_ = kube::owner_ref{pod["metadata"].value("name", ""), pod["metadata"].value("uid", "")};
+            auto& cs = pod["spec"]["containers"];
+            if (cs.is_array() && !cs.empty()) self.master_image_ = cs[0].value("image", "");
+            if (auto ps = pod["spec"].find("imagePullSecrets"); ps != pod["spec"].end()) self.pull_secrets_ = *ps;
+          }
+          self.prepare();
+        }));
+  }
+
+  // Pods are created once the Secret their env and files refer to exists
+  // (else the kubelet reports CreateContainerConfigError) and the owner is known.
+  void prepare() {
+    if (waiting_.empty() || owner_state_ == step::running || secret_state_ == step::running) return;
+    if (!fatal_.empty()) return fail_waiting(fatal_);
+    if (secret_state_ == step::idle) return create_secret();
+    if (secret_state_ == step::failed) return fail_waiting(secret_error_);
+    auto names = std::move(waiting_);
+    waiting_.clear();
+    for (auto& n : names)
+      if (auto* r = find(n); r && !r->reported) create(*r);
+  }
+
+  void create_secret() {
+    std::map<std::string, std::string> data = secret_data_;
+    for (std::size_t i = 0; i < tls_files().size(); ++i) {
+      auto text = kube::read_file_text(tls_files()[i]);
+      if (text.empty()) {
+        secret_state_ = step::failed;
+        secret_error_ = "kubernetes: cannot read the TLS file " + tls_files()[i] + " the workers need";
+        return prepare();
+      }
+      data["tls-" + std::to_string(i)] = text;
+    }
+    if (data.empty()) {
+      secret_state_ = step::done;
+      return prepare();
+    }
+    secret_state_ = step::running;
+    has_secret_ = true;
+    api_.async_call("POST", secrets_path(), kube::secret_manifest(secret_name(), run_labels(), data, owner_),
+                    "create secret " + secret_name(),
+                    guarded([](kube_launcher& self, std::exception_ptr e, nlohmann::json) {
+                      self.answered_ = self.answered_ || !e || answered(e);
+                      self.secret_state_ = e ? step::failed : step::done;
+                      if (e) self.secret_error_ = what(e);
+                      self.prepare();
+                    }));
+  }
+
+  // The TLS files the workers read (at the same paths as the master's).
+  std::vector<std::string> tls_files() const {
+    std::vector<std::string> v;
+    if (!opts_.tls) return v;
+    for (auto* f : {&opts_.tls_cert, &opts_.tls_key, &opts_.tls_ca})
+      if (!f->empty() && std::find(v.begin(), v.end(), *f) == v.end()) v.push_back(*f);
+    return v;
+  }
+
+  kube::pod_input pod_input_for(const std::string& name, const backend::job_spec& s) const {
+    kube::pod_input in;
+    in.name = name;
+    in.image_pull_policy = opts_.image_pull_policy;
+    in.service_account = opts_.service_account;
+    in.automount_token = opts_.automount_token;
+    in.argv = s.argv;
+    in.env = s.env;
+    in.secret_env["FIBER_INTERNAL_SECRET"] = std::string(kube::secret_key);
+    auto files = tls_files();
+    for (std::size_t i = 0; i < files.size(); ++i) in.files.push_back({"tls-" + std::to_string(i), files[i]});
+    in.labels = run_labels();
+    in.labels[std::string(kube::label_worker)] = kube::label_value(s.name);
+    in.resources = s.resources;
+    in.gpu_resource = opts_.gpu_resource;
+    in.pod_patch = opts_.pod_patch;
+    in.container_patch = opts_.container_patch;
+    return in;
+  }
+
+  // ---- pods -------------------------------------------------------------------
+
+  void create(record& r) {
+    r.in.image = !opts_.image.empty() ? opts_.image : master_image_;
+    if (r.in.image.empty())
+      return fail_start(r,
+                        "kubernetes: no image for the worker pods: set k8s.image (the master's pod could not be read)");
+    if (r.asked) return report(r, {backend::job_exit::kind::signalled, r.asked, "cancelled before it was created"});
+    r.in.owner = owner_;
+    r.in.image_pull_secrets = pull_secrets_;
+    if (!has_secret_) r.in.secret_name.clear();
+    else r.in.secret_name = secret_name();
+    r.creating = true;
+    api_.async_call("POST", pods_path(), kube::pod_manifest(r.in),
+                    "create pod " + r.name + " (image " + r.in.image + ")",
+                    guarded([name = r.name](kube_launcher& self, std::exception_ptr e, nlohmann::json pod) {
+                      auto* r = self.find(name);
+                      if (!r) { // ended meanwhile (the API server was lost): do not leave the pod
+                        if (!e) self.delete_pod(name, 0);
+                        return;
+                      }
+                      r->creating = false;
+                      self.answered_ = self.answered_ || !e || answered(e);
+                      if (e && !already_exists(e)) return self.fail_start(*r, what(e));
+                      r->created = true;
+                      r->created_epoch = self.list_epoch_;
+                      if (r->asked) return self.delete_pod(name, r->asked == 15 ? -1 : 0);
+                      if (pod.is_object()) self.on_pod(pod, false);
+                    }));
+  }
+
+  // The API server answered (so the object may exist), or the call got no answer.
+  static bool answered(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const kube::api_error& x) {
+      return x.status() != 0;
+    } catch (...) {
+    }
+    return true;
+  }
+
+  static bool already_exists(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const kube::api_error& x) {
+      return x.status() == 409 && x.reason() == "AlreadyExists"; // a retried create that had succeeded
+    } catch (...) {
+    }
+    return false;
+  }
+
+  // grace < 0: the pod's own terminationGracePeriodSeconds. Once per
+  // grace period that shortens the last one asked for (a kill after a terminate).
+  void delete_pod(const std::string& name, int grace) {
+    if (auto* r = find(name)) {
+      const int effective = grace < 0 ? std::numeric_limits<int>::max() - 1 : grace;
+      if (r->delete_sent <= effective) return;
+      r->delete_sent = effective;
+    }
+    nlohmann::json body = nlohmann::json::object();
+    if (grace >= 0) body["gracePeriodSeconds"] = grace;
+    api_.async_call("DELETE", pods_path() + "/" + kube::url_encode(name), body, "delete pod " + name,
+                    guarded([name](kube_launcher& self, std::exception_ptr e, nlohmann::json) {
+                      if (!e) return;
+                      try {
+                        std::rethrow_exception(e);
+                      } catch (const kube::api_error& x) {
+                        if (x.status() == 404) { // gone already (the watch says how)
+                          if (auto* r = self.find(name); r && !r->reported) self.gone(*r);
+                          return;
+                        }
+                        log(log_level::warning, x.what());
+                      } catch (const std::exception& x) {
+                        log(log_level::warning, "kubernetes: delete pod ", name, ": ", x.what());
+                      }
+                    }));
+  }
+
+  void fail_start(record& r, const std::string& why) {
+    backend::job_exit x{backend::job_exit::kind::lost, 0, why};
+    x.start_failed = true;
+    report(r, std::move(x));
+  }
+
+  void fail_waiting(const std::string& why) {
+    auto names = std::move(waiting_);
+    waiting_.clear();
+    for (auto& n : names)
+      if (auto* r = find(n)) fail_start(*r, why);
+  }
+
+  // A job ends: its handler (posted), its pod deleted, its record forgotten.
+  void report(record& r, backend::job_exit x) {
+    if (r.reported) return;
+    r.reported = true;
+    if (auto h = std::move(r.on_exit)) asio::post(ex_, [h = std::move(h), x = std::move(x)] { h(x); });
+    // Its pod goes too, unless a deletion is under way (the kubelet removes a
+    // terminated pod that is being deleted).
+    if (r.created && r.delete_sent == no_delete) delete_pod(r.name, 0);
+    jobs_.erase(r.name);
+  }
+
+  void on_pod(const nlohmann::json& pod, bool deleted) {
+    if (!pod.is_object() || !pod.contains("metadata")) return;
+    auto* r = find(pod["metadata"].value("name", ""));
+    if (!r || r->reported) return;
+    r->last = pod;
+    auto v = kube::judge(pod, {r->asked, r->asked_mask, deleted, r->memory_mb});
+    if (v.what == kube::verdict::stage::ended) return report(*r, std::move(v.exit));
+    if (!v.pending.empty() && v.pending != r->pending_logged) {
+      r->pending_logged = v.pending;
+      log(v.pending.starts_with("Unschedulable") ? log_level::warning : log_level::debug, "kubernetes: pod ", r->name,
+          " is pending: ", v.pending);
+    }
+    if (v.node_not_ready && !r->node_warned) {
+      r->node_warned = true;
+      log(log_level::warning, "kubernetes: pod ", r->name, ": its node is not ready (it stopped reporting)");
+    }
+  }
+
+  // The pod is gone (a 404, or missing from a list): judged by how it was last seen.
+  void gone(record& r) { on_pod(r.last.is_object() ? r.last : nlohmann::json{{"metadata", {{"name", r.name}}}}, true); }
+
+  // ---- list + watch -------------------------------------------------------------
+
+  std::string watch_query() const { return "?labelSelector=" + kube::url_encode(selector()); }
+
+  void relist() {
+    if (shutting_down_) return;
+    const unsigned epoch = ++list_epoch_;
+    api_.async_call("GET", pods_path() + watch_query(), nullptr, "list pods",
+                    guarded([epoch](kube_launcher& self, std::exception_ptr e, nlohmann::json list) {
+                      self.listed(epoch, e, std::move(list));
+                    }));
+  }
+
+  void listed(unsigned epoch, std::exception_ptr e, nlohmann::json list) {
+    if (e) return list_failed(e);
+    failures_ = 0;
+    fatal_.clear();
+    std::set<std::string> present;
+    if (list.is_object() && list["items"].is_array())
+      for (auto& p : list["items"]) {
+        present.insert(p["metadata"].value("name", ""));
+        on_pod(p, false);
+      }
+    // Created before this list was asked for, and not in it: deleted while nobody watched.
+    std::vector<std::string> gone;
+    for (auto& [n, r] : jobs_)
+      if (r.created && r.created_epoch < epoch && !present.count(n)) gone.push_back(n);
+    for (auto& n : gone)
+      if (auto* r = find(n)) this->gone(*r);
+    watch(kube::resource_version(list));
+  }
+
+  void watch(std::string rv) {
+    rv_ = std::move(rv);
+    expired_ = false;
+    std::uniform_int_distribution<int> jitter(0, 120);
+    std::random_device rd;
+    kube::watch_handlers h;
+    h.on_event = guarded([](kube_launcher& self, kube::watch_event&& ev) { self.on_event(std::move(ev)); });
+    api_.async_watch(pods_path() + watch_query() + "&watch=1&allowWatchBookmarks=true&resourceVersion=" +
+                         kube::url_encode(rv_) + "&timeoutSeconds=" + std::to_string(240 + jitter(rd)),
+                     std::move(h), guarded([](kube_launcher& self, std::exception_ptr e, nlohmann::json) {
+                       // Ended by the server's timeout: resume from the last version seen.
+                       if (!e && !self.expired_) return self.watch(self.rv_);
+                       log(log_level::debug, "kubernetes: the watch ended (", e ? what(e) : std::string("410 Gone"),
+                           "): listing the run's pods again");
+                       self.relist();
+                     }));
+  }
+
+  void on_event(kube::watch_event&& ev) {
+    if (ev.type == "ERROR") { // 410 Expired ("too old resource version"), or worse: list again when it ends
+      if (ev.object.value("code", 0) != 410)
+        log(log_level::warning, "kubernetes: watch: ", ev.object.value("message", ev.object.dump()));
+      expired_ = true;
+      return;
+    }
+    if (auto rv = kube::resource_version(ev.object); !rv.empty()) rv_ = rv;
+    if (ev.type == "ADDED" || ev.type == "MODIFIED" || ev.type == "DELETED") on_pod(ev.object, ev.type == "DELETED");
+  }
+
+  // Unauthorized, forbidden, no such namespace: nothing will be seen, fail now.
+  // Otherwise try again (0.1 s doubling to 5 s); after 30 s the live jobs are lost.
+  void list_failed(std::exception_ptr e) {
+    long status = 0;
+    try {
+      std::rethrow_exception(e);
+    } catch (const kube::api_error& x) {
+      status = x.status();
+    } catch (...) {
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (failures_++ == 0) failing_since_ = now;
+    const bool fatal = status == 401 || status == 403 || status == 404;
+    if (fatal || now - failing_since_ > std::chrono::seconds(30)) {
+      fatal_ = what(e) + (fatal ? "" : " (for 30 s)");
+      log(log_level::error, fatal_);
+      std::vector<std::string> names;
+      for (auto& [n, r] : jobs_) names.push_back(n);
+      for (auto& n : names)
+        if (auto* r = find(n))
+          r->created ? report(*r, {backend::job_exit::kind::lost, 0, fatal_}) : fail_start(*r, fatal_);
+      waiting_.clear();
+      if (fatal) return; // a new launch fails at once with fatal_
+    }
+    relist_timer_.expires_after(std::chrono::milliseconds(std::min(5000, 100 << std::min(failures_, 6))));
+    relist_timer_.async_wait(guarded([](kube_launcher& self, std::error_code ec) {
+      if (!ec) self.relist();
+    }));
+  }
+
+  static std::string what(std::exception_ptr e) {
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return x.what();
+    }
+    return "kubernetes: unknown error";
+  }
+
+  asio::any_io_executor ex_;
+  kube_options opts_;
+  kube::api api_;
+  std::string run_id_, ns_;
+  std::map<std::string, record> jobs_; // by pod name
+  std::vector<std::string> waiting_;   // to create once prepared
+  std::map<std::string, std::string> secret_data_;
+  step owner_state_ = step::idle, secret_state_ = step::idle;
+  std::string secret_error_, fatal_;
+  bool has_secret_ = false;
+  std::optional<kube::owner_ref> owner_;
+  std::string master_image_;
+  nlohmann::json pull_secrets_;
+  kube::reaper reaper_;
+  asio::steady_timer relist_timer_;
+  unsigned list_epoch_ = 0;
+  int failures_ = 0;
+  std::chrono::steady_clock::time_point failing_since_{};
+  std::string rv_;
+  bool expired_ = false;
+  unsigned dup_ = 0;
+  bool shutting_down_ = false, launched_ = false, output_note_ = false;
+  bool answered_ = false; // a create got an answer: something of this run may exist
+  std::optional<std::string> listen_url_;
+};
+
+} // namespace fiber::detail

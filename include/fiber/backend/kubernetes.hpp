@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file backend/kubernetes.hpp
+/// The kubernetes backend: each job-backed process is one pod, created,
+/// watched and deleted through the API server's REST API
+/// (`FIBER_BACKEND=kubernetes ./app`, or `fiber::Pool<&f, fiber::backend::kubernetes>`).
+/// FIBER_BACKEND=kubernetes needs this header in one source file of the
+/// program (fiber/fiber.hpp includes it); backend::from_env finds it by name.
+/// docs/kubernetes/README.md has the configuration table, RBAC and a walk-through.
+///
+/// ## Talking to the API server
+/// HTTPS through libcurl's multi interface on the runtime's executor (the
+/// runtime thread never waits for the API server), JSON through
+/// nlohmann-json. Why libcurl and not nng's HTTP client (already linked):
+/// nng's client reads whole bodies, so a watch — an endless chunked
+/// response, one JSON event a line — is out of its reach but through private
+/// API; it cannot present a client certificate or a CA given as PEM in
+/// memory (a kubeconfig's `*-data`), go through an HTTP(S) proxy (`proxy-url`,
+/// `HTTPS_PROXY`), or share kept-alive connections among concurrent calls.
+/// libcurl does all of this, and is what the docker backend uses already
+/// (backend/detail/http_client.hpp: loaded with dlopen by a master that
+/// uses it, never by workers).
+///
+/// Credentials, in the order `k8s.credentials` (auto) tries them:
+/// 1. in-cluster: `KUBERNETES_SERVICE_HOST`/`PORT` and the service account's
+///    `token`, `ca.crt`, `namespace` under `k8s.service_account_dir`
+///    (`/var/run/secrets/kubernetes.io/serviceaccount`); the token is
+///    re-read (it rotates) at most every second, and at once after a 401;
+/// 2. a kubeconfig (`KUBECONFIG`, else `~/.kube/config`), resolved once by
+///    `kubectl config view --raw --minify --flatten -o json` (merging, YAML
+///    and relative paths are kubectl's business; without kubectl a JSON file
+///    is read as is): server, CA, `insecure-skip-tls-verify`, `proxy-url`,
+///    token, `tokenFile`, client certificate and key, and exec credential
+///    plugins (client.authentication.k8s.io v1/v1beta1, as EKS, GKE and AKS
+///    use: run on the executor when no credential is held, when it expired
+///    and after a 401), `k8s.context` picks the context;
+/// 3. `k8s.api_server`, used as is (e.g. `kubectl proxy`'s http://127.0.0.1:8001).
+/// An API server that cannot be reached, or refuses a call, gives a
+/// fiber::backend_error starting with "kubernetes: " that carries its Status
+/// message; 429/5xx answers are retried (Retry-After), a 401 once with a
+/// fresh credential.
+///
+/// ## The pods
+/// One per job, `fiber-<run id>-<job name>` in `k8s.namespace` (default: the
+/// credentials' namespace, else `default`), `restartPolicy: Never`, image
+/// `k8s.image` (default: the master pod's own, when the master runs in a
+/// pod; its imagePullSecrets come along), container `worker` running the
+/// master's executable at its own path with the job's argv and only the
+/// job's environment. The run's secret is never in the pod spec: a Secret
+/// `fiber-<run id>` holds it (and the TLS files below) and the pods read it
+/// through `valueFrom.secretKeyRef`. Labels `app.kubernetes.io/managed-by=
+/// fiber`, `fiber.run=<run id>`, `fiber.worker=<job name>`, `k8s.labels`.
+/// Requests = limits: cpu = resources.cpu, memory = resources.memory_mb Mi,
+/// `k8s.gpu_resource` (nvidia.com/gpu) = resources.gpu.
+/// `automountServiceAccountToken: false` (`k8s.automount_token`),
+/// `k8s.service_account`, `k8s.image_pull_policy`; anything else (node
+/// selector, tolerations, affinity, security context) through the JSON
+/// merge patches `k8s.pod_patch` and `k8s.container_patch`. When the master
+/// runs in a pod, the Secret and the workers carry an ownerReference to it:
+/// deleting the master's pod (or its Job) deletes them.
+///
+/// ## Where workers dial
+/// `listen_url()`: `tls+tcp://<addr>:0`, addr = `listen_address`, else the
+/// local address on the route to the API server (in a pod: its pod IP).
+/// TLS is on by default (`k8s.tls`): without `tls_cert`/`tls_key` the
+/// launcher makes an ephemeral self-signed ECDSA certificate when it starts
+/// (mbedTLS; 0600 files in the run's 0700 directory, set as tls_cert/tls_key
+/// in code) and workers dial without a CA: the channel is encrypted, and
+/// fiber's HMAC handshake authenticates both ends. The certificate files the
+/// workers need (for their own listeners) reach them through the Secret,
+/// mounted read-only at the master's paths.
+///
+/// ## Exits
+/// One label-selected list, then a watch from its resourceVersion (re-listed
+/// after `410 Gone`, a dropped stream or an error; resumed after the server's
+/// timeout; never polled). A pod's container terminated with code n: exited
+/// (n), or signalled(n-128) for 128 < n <= 192; after cancel(j, s)
+/// signalled(s) (SPEC: terminate -15, kill -9). Lost, with Kubernetes' words
+/// as the reason: OOMKilled, Evicted, deleted by someone else, disrupted
+/// (node lost: the taint manager's deletion; PodGC). A start failure — the
+/// container waiting in ErrImagePull/ImagePullBackOff, InvalidImageName,
+/// CreateContainerConfigError, ..., a StartError, or a refused create — ends
+/// the job at once as lost with start_failed (Process::join and the Pool
+/// raise it as backend_error), not after start_timeout_s. An Unschedulable
+/// pod stays pending; its reason is logged (warning). After 30 s without an
+/// answer from the API server, live jobs are lost; a 401/403/404 on the list
+/// ends them at once.
+///
+/// ## Nothing left behind
+/// * A job's pod is deleted as soon as its end is reported.
+/// * Destroying the launcher (when the runtime stops) deletes the run's pods
+///   (deletecollection by label, grace 0; one by one without that right) and
+///   its Secret, blocking up to ~10 s; exit handlers of live jobs are not called.
+/// * A master in a pod: the workers' ownerReference (the garbage collector).
+///   A master outside (kubeconfig credentials): a watchdog child (`sh` +
+///   `kubectl delete pods,secrets -l fiber.run=<run>`, kube_reaper.hpp) runs
+///   when the master dies without cleaning up (SIGKILL).
+/// * Workers whose master vanished exit within heartbeat_timeout_ms.
+///
+/// Thread-safety: as every launcher, call it from the runtime thread only
+/// (make() may be called anywhere); destroy it there or after the executor stopped.
+
+#include <fiber/backend/detail/named_backends.hpp>
+#include <fiber/backend/launcher.hpp>
+#include <fiber/error.hpp>
+
+#include <asio/any_io_executor.hpp>
+
+#include <memory>
+#include <string_view>
+
+#if defined(FIBER_HAS_CURL) && defined(FIBER_HAS_JSON)
+#include <fiber/backend/detail/kube_config.hpp>
+#include <fiber/backend/detail/kube_launcher.hpp>
+#include <fiber/detail/runtime.hpp>
+#define FIBER_HAS_KUBERNETES_BACKEND 1
+#endif
+
+namespace fiber::backend {
+
+/// Policy: job-backed processes are Kubernetes pods (see this file's comment).
+struct kubernetes {
+  /// The FIBER_BACKEND value that selects it.
+  static constexpr std::string_view name = "kubernetes";
+  /// Reads the configuration table (k8s.*) and finds the API server and its
+  /// credentials now (blocking while kubectl reads a kubeconfig: ~0.1 s);
+  /// contacts the API server in the background. Throws fiber::backend_error
+  /// for a malformed value, when no credentials are found (saying where it
+  /// looked), when fiber was built without libcurl's and nlohmann-json's
+  /// headers, or libcurl cannot be loaded.
+  static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
+#if defined(FIBER_HAS_KUBERNETES_BACKEND)
+    auto opts = detail::kube_options::from_config();
+    opts.state_dir = detail::runtime::instance().run_dir();
+    auto where = detail::kube::resolve(opts, detail::kube::environment::from_process());
+    auto l = std::make_shared<detail::kube_launcher>(ex, std::move(opts), std::move(where));
+    l->start();
+    return l;
+#else
+    (void)ex;
+    throw backend_error("kubernetes: fiber was built without libcurl and nlohmann-json, which the kubernetes backend "
+                        "needs: install the Debian packages libcurl4-openssl-dev and nlohmann-json3-dev and rebuild");
+#endif
+  }
+};
+
+static_assert(policy<kubernetes>);
+
+} // namespace fiber::backend
+
+namespace fiber::detail {
+/// FIBER_BACKEND=kubernetes reaches backend::kubernetes through this
+/// registration (backend::from_env does not include this header: see named_backends.hpp).
+inline const bool kubernetes_backend_registered = register_backend(backend::kubernetes::name,
+                                                                   &backend::kubernetes::make);
+} // namespace fiber::detail
