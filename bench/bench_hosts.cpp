@@ -39,9 +39,10 @@
 // --require-rig: 1).
 //
 //   bench_hosts [--reps 5] [--pairs 9] [--trips 2000] [--stream 20000] [--tasks 200] [--ideal 2.0]
-//               [--hosts 3] [--transports tcp,tls] [--parts one,overhead] [--slurm] [--require-rig] [--smoke]
+//               [--hosts 3] [--transports tcp,tls] [--parts rtt,stream,payload,overhead] [--slurm]
+//               [--require-rig] [--smoke]
 // --transports / --parts: a subset (for profiling one figure; rows of the
-// others then read n/a).
+// others then read n/a); --no-baseline: fiber alone (for perf stat / strace).
 #include "bench_util.hpp"
 
 #include <fiber/backend/local.hpp>
@@ -237,13 +238,14 @@ struct fiber_one {
 };
 
 /// Round trip, stream and payload on a Pool of one worker on righost1.
+/// trips, stream or tasks 0: that part is not run.
 template <class Backend>
 fiber_one run_fiber_one(int trips, int stream, int tasks) {
   fiber_one r;
   place_on({1});
   fiber::Pool<&f, Backend> pool{fiber::target<&f>, {.processes = 1}};
   std::vector<double> t;
-  for (int i = 0; i < trips + 100; ++i) {
+  for (int i = 0; i < (trips ? trips + 100 : 0); ++i) {
     auto t0 = bench::clk::now();
     int y = pool.apply(i);
     double us = bench::seconds_since(t0) * 1e6;
@@ -252,7 +254,7 @@ fiber_one run_fiber_one(int trips, int stream, int tasks) {
   }
   r.rtt_us = bench::median(t);
   r.rtt_p99_us = bench::quantile(t, 0.99);
-  {
+  if (stream) {
     auto t0 = bench::clk::now();
     std::vector<fiber::async_result<int>> hs;
     hs.reserve(std::size_t(stream));
@@ -263,6 +265,7 @@ fiber_one run_fiber_one(int trips, int stream, int tasks) {
     if (sum != (long long)stream * (stream + 1) / 2) std::fprintf(stderr, "bench_hosts: bad sum\n");
   }
   pool.terminate();
+  if (!tasks) return r;
   // Payload: a Pool of its own (echo).
   place_on({1});
   fiber::Pool<&echo, Backend> ep{fiber::target<&echo>, {.processes = 1}};
@@ -360,8 +363,12 @@ int main(int argc, char** argv) {
   const int nhosts = std::max(2, num("--hosts", "3", "3"));
   const bool want_slurm = std::find(a.rest.begin(), a.rest.end(), "--slurm") != a.rest.end();
   const bool require_rig = std::find(a.rest.begin(), a.rest.end(), "--require-rig") != a.rest.end();
+  const bool no_baseline = std::find(a.rest.begin(), a.rest.end(), "--no-baseline") != a.rest.end();
   const std::string transports = bench::opt(a, "--transports").value_or("tcp,tls"),
-                    parts = bench::opt(a, "--parts").value_or("one,overhead");
+                    parts = [&] {
+                      auto p = bench::opt(a, "--parts").value_or("rtt,stream,payload,overhead");
+                      return p == "one" ? std::string("rtt,stream,payload") : p;
+                    }();
   auto in = [](const std::string& list, const std::string& x) { return ("," + list + ",").find("," + x + ",") != std::string::npos; };
   fiber::set_log_level(fiber::log_level::error);
   bench::header("bench_hosts: master in the root namespace, workers on the netns rig's hosts, tcp:// and tls+tcp://");
@@ -395,17 +402,23 @@ int main(int argc, char** argv) {
   // ---- one worker: round trip, stream, payload ----
   std::map<std::string, std::vector<double>> s; // series
   const long n64 = a.smoke ? 2000 : 20000, n1m = a.smoke ? 10 : 200;
-  for (int rep = 0; rep < a.reps && in(parts, "one"); ++rep) {
+  const bool one_worker = in(parts, "rtt") || in(parts, "stream") || in(parts, "payload");
+  std::string nng_tests;
+  for (auto [part, test] : {std::pair{"rtt", "rtt"}, {"stream", "push64"}, {"payload", "push1m"}})
+    if (in(parts, part)) nng_tests += (nng_tests.empty() ? "" : ",") + std::string(test);
+  for (int rep = 0; rep < a.reps && one_worker; ++rep) {
     for (bool use_tls : {false, true}) {
       const std::string k = use_tls ? "tls" : "tcp";
       if ((use_tls && !have_tls) || !in(transports, k)) continue;
-      auto nn = run_nng(use_tls, tls, trips, n64, n1m, "rtt,push64,push1m");
+      auto nn = no_baseline ? nng_hosts{} : run_nng(use_tls, tls, trips, n64, n1m, nng_tests);
       s["nng_rtt_" + k].push_back(nn.rtt_us);
       s["nng_push64_" + k].push_back(nn.push64_msgs);
       s["nng_push1m_" + k].push_back(nn.push1m_mibs);
       fiber_one fo;
       try {
-        fo = use_tls ? run_fiber_one<hosts_tls>(trips, stream, tasks) : run_fiber_one<hosts_tcp>(trips, stream, tasks);
+        const int tr = in(parts, "rtt") ? trips : 0, st = in(parts, "stream") ? stream : 0,
+                  ta = in(parts, "payload") ? tasks : 0;
+        fo = use_tls ? run_fiber_one<hosts_tls>(tr, st, ta) : run_fiber_one<hosts_tcp>(tr, st, ta);
       } catch (const std::exception& e) {
         std::printf("fiber over %s failed: %s\n", k.c_str(), e.what());
       }
