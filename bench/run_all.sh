@@ -220,7 +220,15 @@ if ((rig_wanted)); then
   rig_down
   # Nothing of the rig may stay behind (what was already up stays up).
   if [[ $rig_note == *"brought up and torn down"* || $rig_note == *"netns-up.sh 3"* ]]; then
-    left_rig=$( (ip netns list 2>/dev/null | grep -E '^righost[0-9]+' ; pgrep -a -x 'slurmctld|slurmd|slurmstepd') || true)
+    # (Stopped daemons can stay zombies for a moment, until init reaps them.)
+    for _ in $(seq 1 50); do
+      left_rig=$(
+        ip netns list 2>/dev/null | grep -E '^righost[0-9]+'
+        ps -eo pid=,stat=,comm= | awk '$2 !~ /^Z/ && $3 ~ /^(slurmctld|slurmd|slurmstepd)$/'
+      )
+      [[ -z $left_rig ]] && break
+      sleep 0.1
+    done
     [[ -n $left_rig ]] && echo "run_all.sh: WARNING: left of the rig:" && echo "$left_rig"
   fi
 fi
