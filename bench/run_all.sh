@@ -343,6 +343,49 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   figure counts arguments and results (both cross between the processes).
 - **actors sync** and **latency** are one process pair each: vCPU placement moves them
   most; the spread between runs is in the logs.
+- **hosts** (`bench_hosts`): the master in the root network namespace, its workers started
+  in the rig's namespaces by a launcher of the bench (`nsenter --net=...`, fiber's public
+  `backend::launcher` interface) and dialling 10.200.0.1 over tcp:// or tls+tcp://; raw nng
+  runs its client in the root namespace and its server in righost1, between the same two
+  namespaces, in the same repetition. Not the Slurm backend for these rows: it always
+  listens on tcp:// (no TLS), and placement must be exact; the check row (a worker that is
+  a Slurm job on righost1) shows the launcher does not change the round trip. The "hosts"
+  share this machine's 2 CPUs: a veth hop costs CPU time, not wire time, and the softirq
+  work of both directions lands on the same two vCPUs as the processes.
+- **TLS** (`tls+tcp://`, mbedTLS through nng 1.5.2): raw nng pays more for TLS than fiber
+  does (REQ/REP over TLS / over TCP in the same run: 2–3.4x; perf stat, 21000 round trips:
+  nng 17 → 67 context switches and 102 → 364 µs of CPU per round trip; fiber 7.7 → 24 and
+  76 → 180 µs). The ≤ 1.5x target is below what the transport gives. Where fiber's part
+  goes: (1) nng 1.5.2's TLS stream sends only the first non-empty element of an I/O
+  vector per send operation and completes every send and receive on nng's task threads
+  (supplemental/tls/tls_common.c, tls_do_send), so a frame written as header + body is two
+  TLS records and two round trips through nng's threads; (2) fiber keeps a TLS link's read
+  side on its executor and never writes TLS inline (detail/stream_core.hpp: nng 1.5.2 TLS
+  links whose receive was cancelled for a lend went silent), so an idle worker's main
+  thread does not read its link itself as it does over tcp:// and ipc://. The unchunked
+  apply_async stream shows it most: ~14 context switches per task over TLS against 0.4
+  over TCP (perf stat; strace -c: 74 futex calls per task). A 1 MiB payload over TLS is
+  bound by mbedTLS's software AES-GCM on both ends: raw nng PUSH/PULL over TLS moves about
+  as much as fiber does.
+- **payload across hosts**: bound by CPU on 2 vCPUs shared with both namespaces' network
+  stacks, so other programs' load moves it the most (the same run read 0.3x to 0.96x of
+  raw nng under load average 4–6). Per MiB moved fiber used ~1.7x the CPU of raw nng
+  PUSH/PULL (perf stat), which never touches its payload: fiber serializes the argument
+  and deserializes the result (a copy each), zero-fills each received large frame's buffer
+  before `readv` overwrites it (detail/frame_buffer.hpp, `big_->resize`) and each decoded
+  vector before the copy into it (impl/serialize.hpp), and page-faults fresh 1 MiB buffers
+  (perf: memset ~4%, page faults and clear_page ~12% of fiber's samples).
+- **ES across hosts**: W = 3 workers, one per namespace host (`--exclusive`), against the
+  same program with 3 local workers; 3 workers on 2 CPUs in both modes, so each reads at
+  most 2/3: compare the ratio. Under other programs' load the ratio favours Slurm: with
+  autogroup scheduling each Slurm job is a session with a CPU share of its own, where
+  local workers share their master's (1.4 at load average 4–5 on 2026-11-24).
+- **Load**: fiber's I/O threads run as SCHED_BATCH (`io_threads_batch`). On this machine
+  under other programs' load (load average 5–6), 4 runs of about 30 had a round-trip
+  median of ~4 ms (a 250 Hz tick) instead of ~45 µs, locally over ipc:// as across hosts;
+  none of 16 runs with `FIBER_IO_THREADS_BATCH=false` did (whose median is ~20% higher),
+  though few runs and no controlled load: a lead, not a finding. Only a quiet machine
+  gives these rows a meaning.
 NOTES
 } >"$out"
 echo "run_all.sh: wrote $out ($((t_end - t_start)) s in all)"
