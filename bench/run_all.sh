@@ -1,22 +1,39 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issue 9 against its baseline, in one go, and writes
-# bench/RESULTS.md (date, machine, every figure with its baseline, ratio and
-# target). Builds in Release in its own build directory, compiles the C
-# baselines (bench/baselines: nng_pingpong.c, spawn.c) with gcc -O2, runs the
-# Python ones with /usr/bin/python3. Each benchmark runs its baseline in the
-# same process tree, repetition by repetition, and prints medians of >= 3 runs.
-# Nothing is pinned: figures are unpinned medians.
+# Runs every benchmark of issues 9 and 22 against its baseline, in one go, and
+# writes bench/RESULTS.md (date, machine, every figure with its baseline, ratio
+# and target) with the plots of bench/plots/ (gnuplot, bench/plots.gp, from the
+# CSV files the benchmarks write to bench/out/). Builds in Release in its own
+# build directory, compiles the C baselines (bench/baselines: nng_pingpong.c,
+# spawn.c) with gcc -O2, runs the Python ones with /usr/bin/python3. Each
+# benchmark runs its baseline in the same process tree, repetition by
+# repetition, and prints medians of >= 3 runs. Nothing is pinned: figures are
+# unpinned medians.
 #
-#   bash bench/run_all.sh            # ~6-8 minutes on 2 cores (plus the build)
-#   bash bench/run_all.sh --smoke    # every benchmark and baseline for a second
-#                                    #   or two: proves they run; fails if one
-#                                    #   fails or a baseline cannot run; writes
-#                                    #   BUILD_DIR/bench-logs/RESULTS-smoke.md
+# The local benchmarks run first. Then, as root, the multi-host ones (hosts,
+# es_hosts, curves_slurm) on the rig of tests/rigs: this script brings up
+# `slurm-up.sh --nodes 3 --netns` (three network-namespace hosts righost1..3,
+# one slurmd each; Slurm and munge are installed with apt-get when missing,
+# unless SLURM_RIG_NO_INSTALL=1) and tears it down at the end, however it
+# ends. A rig that is already up in that shape is used and left up; a Slurm
+# cluster of another shape is not touched (the Slurm benchmarks then skip, and
+# bench_hosts gets namespaces of its own from netns-up.sh). What cannot run
+# (not root, no Slurm, no MuJoCo for es) gets a "skipped: why" row.
+#
+#   sudo bash bench/run_all.sh          # ~13 minutes of runs on 2 cores, plus
+#                                       #   the build (~8 min from scratch)
+#   sudo bash bench/run_all.sh --smoke  # every benchmark and baseline for a second
+#                                       #   or two (rigs included, ~2 min): proves
+#                                       #   they run; fails if one fails or a
+#                                       #   baseline cannot run; writes
+#                                       #   BUILD_DIR/bench-logs/RESULTS-smoke.md
+#                                       #   and its plots there
 #
 # Environment: BUILD_DIR (default build-bench), JOBS (default nproc),
 # BENCH_PEERS (default bench/baselines), BENCH_PYTHON (default
 # /usr/bin/python3), SKIP_BUILD=1 (use the binaries already in BUILD_DIR),
-# ONLY="overhead throughput ..." (a subset).
+# ONLY="overhead throughput ..." (a subset of: serialize overhead throughput
+# latency payload startup actors es scale curves hosts es_hosts curves_slurm),
+# NO_RIG=1 (skip the multi-host benchmarks, never touch a rig).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 root=$(pwd)
@@ -25,7 +42,7 @@ smoke=0
 for arg in "$@"; do
   case $arg in
     --smoke) smoke=1 ;;
-    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -42,13 +59,25 @@ export BENCH_PEER_BIN=$root/$build/peers
 export BENCH_PYTHON=${BENCH_PYTHON:-/usr/bin/python3}
 out=$root/bench/RESULTS.md
 logdir=$root/$build/bench-logs
+csvdir=$root/bench/out     # the curves' data (not committed)
+plotdir=$root/bench/plots  # their PNGs (committed: RESULTS.md shows them)
 bench_args=()
 if ((smoke)); then
   out=$logdir/RESULTS-smoke.md # never overwrite the measured bench/RESULTS.md
+  csvdir=$logdir/out
+  plotdir=$logdir/plots
   bench_args=(--smoke)
 fi
-benches=(serialize overhead throughput latency payload startup actors es scale)
+benches=(serialize overhead throughput latency payload startup actors es scale curves hosts es_hosts curves_slurm)
 if [[ -n ${ONLY:-} ]]; then read -r -a benches <<<"$ONLY"; fi
+rig_benches=" hosts es_hosts curves_slurm " # need the multi-host rig; run last
+# Arguments of each benchmark beyond --smoke.
+declare -A extra_args=(
+  [overhead]="--durations 0.1,1,10,100 --csv $csvdir/overhead.csv"
+  [curves]="--csv $csvdir/curves.csv"
+  [curves_slurm]="--csv $csvdir/curves_slurm.csv"
+  [hosts]="--slurm"
+)
 
 t_start=$(date +%s)
 if [[ -z ${SKIP_BUILD:-} ]]; then
@@ -59,7 +88,7 @@ if [[ -z ${SKIP_BUILD:-} ]]; then
   targets=()
   for b in "${benches[@]}"; do targets+=("bench_$b"); done
   # examples/es builds only where MuJoCo and CLI11 are installed.
-  if [[ " ${benches[*]} " == *" es "* && -d $build/examples/es/CMakeFiles/es.dir ]]; then
+  if [[ " ${benches[*]} " =~ \ es(_hosts)?\  && -d $build/examples/es/CMakeFiles/es.dir ]]; then
     targets+=(es)
   fi
   cmake --build "$build" -j "$jobs" --target "${targets[@]}" || exit 1
@@ -68,7 +97,9 @@ t_built=$(date +%s)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo "run_all.sh: compiling the C baselines from $peers ..."
-mkdir -p "$BENCH_PEER_BIN" "$logdir"
+mkdir -p "$BENCH_PEER_BIN" "$logdir" "$csvdir"
+# This run's curves only: the CSV of a benchmark that runs (or is skipped) now is rewritten.
+for b in "${benches[@]}"; do rm -f "$csvdir/$b.csv"; done
 baseline_failed=()
 gcc -O2 -o "$BENCH_PEER_BIN/nng_pingpong" "$peers/nng_pingpong.c" -lnng ||
   { echo "run_all.sh: nng_pingpong not built"; baseline_failed+=(nng_pingpong.c); }
@@ -76,12 +107,15 @@ gcc -O2 -o "$BENCH_PEER_BIN/spawn" "$peers/spawn.c" || { echo "run_all.sh: spawn
 
 rows=()
 declare -A seconds status
-for b in "${benches[@]}"; do
-  exe=$build/bench/bench_$b
+run_bench() { # run_bench NAME: runs bench_NAME, collects its ROW lines
+  local b=$1 exe=$build/bench/bench_$1 rc r t0
   echo "run_all.sh: bench_$b (load: $(cut -d' ' -f1-3 /proc/loadavg)) ..."
   t0=$(date +%s)
+  local args=("${bench_args[@]}")
+  # shellcheck disable=SC2206 # the extra arguments are words without spaces
+  [[ -n ${extra_args[$b]:-} ]] && args+=(${extra_args[$b]})
   if [[ $b == serialize ]]; then
-    "$exe" "${bench_args[@]}" >"$logdir/$b.log" 2>&1
+    "$exe" "${args[@]}" >"$logdir/$b.log" 2>&1
     status[$b]=$?
     # bench_serialize (not ours) prints time ratios; the table wants throughput ratios.
     mapfile -t r < <(awk '
@@ -96,7 +130,7 @@ for b in "${benches[@]}"; do
         f = ""; m = "" }' "$logdir/$b.log")
     rows+=("${r[@]}")
   else
-    "$exe" "${bench_args[@]}" >"$logdir/$b.log" 2>&1
+    "$exe" "${args[@]}" >"$logdir/$b.log" 2>&1
     rc=$?
     status[$b]=$rc
     mapfile -t r < <(grep '^ROW |' "$logdir/$b.log")
@@ -108,10 +142,116 @@ for b in "${benches[@]}"; do
   seconds[$b]=$(($(date +%s) - t0))
   echo "run_all.sh:   ${seconds[$b]} s"
   grep '^ROW |' "$logdir/$b.log" | sed 's/^ROW //' || true
+}
+skip_bench() { # skip_bench NAME WHY: a row that says why it did not run
+  echo "run_all.sh: bench_$1 skipped: $2"
+  local line="ROW | bench_$1 | skipped: $2 | - | - | - | - | n/a |"
+  printf 'skipped: %s\n%s\n' "$2" "$line" >"$logdir/$1.log"
+  rows+=("$line")
+  seconds[$1]=0
+  status[$1]=0
+}
+
+# ---- the multi-host rig (tests/rigs) -------------------------------------------
+rig_note="not needed"
+rig_slurm=0 rig_netns=0     # usable: the 3-node netns Slurm rig / the netns hosts
+rig_started="" rig_made_ns=0 # what this script brought up (and takes down)
+rig_down() {
+  if [[ $rig_started == slurm ]]; then
+    echo "run_all.sh: tearing the Slurm rig down (tests/rigs/slurm-down.sh)"
+    bash tests/rigs/slurm-down.sh >>"$logdir/rig.log" 2>&1 || echo "run_all.sh: WARNING: slurm-down.sh failed (see $logdir/rig.log)"
+  fi
+  if ((rig_made_ns)); then
+    echo "run_all.sh: removing the network namespaces (tests/rigs/netns-down.sh)"
+    bash tests/rigs/netns-down.sh >>"$logdir/rig.log" 2>&1 || echo "run_all.sh: WARNING: netns-down.sh failed (see $logdir/rig.log)"
+  fi
+  rig_started="" rig_made_ns=0
+}
+trap rig_down EXIT
+trap 'exit 143' TERM INT HUP
+rig_up() {
+  rig_note=""
+  if [[ -n ${NO_RIG:-} ]]; then rig_note="NO_RIG is set"; return; fi
+  if [[ $(id -u) != 0 ]]; then rig_note="not root (the rigs need root: sudo bash bench/run_all.sh)"; return; fi
+  have_3ns() { [[ -e /run/netns/righost1 && -e /run/netns/righost2 && -e /run/netns/righost3 ]]; }
+  if pgrep -x slurmctld >/dev/null; then
+    if [[ $(sinfo -h -N -o %N 2>/dev/null | grep -c '^righost[123]$') == 3 ]] && have_3ns; then
+      rig_note="the running three-node netns Slurm rig (used as it is, left up)"
+      rig_slurm=1 rig_netns=1
+      return
+    fi
+    rig_note="a Slurm cluster of another shape runs here (not touched: no Slurm rows)"
+  else
+    echo "run_all.sh: bringing up the rig: tests/rigs/slurm-up.sh --nodes 3 --netns"
+    rig_started=slurm # slurm-down.sh is safe whatever slurm-up.sh got to
+    if bash tests/rigs/slurm-up.sh --nodes 3 --netns >>"$logdir/rig.log" 2>&1; then
+      rig_note="tests/rigs/slurm-up.sh --nodes 3 --netns, brought up and torn down by this script"
+      rig_slurm=1 rig_netns=1
+      return
+    fi
+    rig_note="slurm-up.sh failed ($(tail -1 "$logdir/rig.log")): no Slurm rows"
+    rig_down
+  fi
+  if have_3ns; then
+    rig_netns=1
+  elif bash tests/rigs/netns-up.sh 3 >>"$logdir/rig.log" 2>&1; then
+    rig_made_ns=1 rig_netns=1
+    rig_note+="; netns hosts from tests/rigs/netns-up.sh 3"
+  else
+    rig_note+="; netns-up.sh failed too ($(tail -1 "$logdir/rig.log"))"
+  fi
+}
+
+for b in "${benches[@]}"; do
+  [[ $rig_benches == *" $b "* ]] && continue
+  run_bench "$b"
 done
+rig_wanted=0
+for b in "${benches[@]}"; do [[ $rig_benches == *" $b "* ]] && rig_wanted=1; done
+if ((rig_wanted)); then
+  rig_up
+  echo "run_all.sh: rig: $rig_note"
+  for b in "${benches[@]}"; do
+    [[ $rig_benches == *" $b "* ]] || continue
+    if [[ $b == hosts ]] && ((!rig_netns)); then skip_bench "$b" "no netns hosts ($rig_note)"; continue; fi
+    if [[ $b != hosts ]] && ((!rig_slurm)); then skip_bench "$b" "no three-node netns Slurm rig ($rig_note)"; continue; fi
+    run_bench "$b"
+  done
+  rig_down
+  # Nothing of the rig may stay behind (what was already up stays up).
+  if [[ $rig_note == *"brought up and torn down"* || $rig_note == *"netns-up.sh 3"* ]]; then
+    # (Stopped daemons can stay zombies for a moment, until init reaps them.)
+    for _ in $(seq 1 50); do
+      left_rig=$(
+        ip netns list 2>/dev/null | grep -E '^righost[0-9]+'
+        ps -eo pid=,stat=,comm= | awk '$2 !~ /^Z/ && $3 ~ /^(slurmctld|slurmd|slurmstepd)$/'
+      )
+      [[ -z $left_rig ]] && break
+      sleep 0.1
+    done
+    [[ -n $left_rig ]] && echo "run_all.sh: WARNING: left of the rig:" && echo "$left_rig"
+  fi
+fi
 t_end=$(date +%s)
 left=$(pgrep -af "$root/$build/(bench|examples)/" || true)
 [[ -n $left ]] && echo "run_all.sh: WARNING: processes left behind:" && echo "$left"
+
+# ---- plots (gnuplot-nox) --------------------------------------------------------
+plots=()
+if command -v gnuplot >/dev/null; then
+  mkdir -p "$plotdir"
+  touch "$logdir/.plots-start"
+  sleep 1 # -nt compares whole seconds on some file systems
+  stamp="$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null), $(nproc) CPUs$( ((smoke)) && echo ', --smoke: not a measurement')"
+  gnuplot -e "data='$csvdir'; out='$plotdir'; stamp='$stamp'" bench/plots.gp >"$logdir/plots.log" 2>&1 ||
+    echo "run_all.sh: gnuplot failed (see $logdir/plots.log)"
+  for p in overhead_vs_duration tasks_per_s_vs_workers all_up_vs_workers master_rss_vs_workers; do
+    [[ -s $plotdir/$p.png && $plotdir/$p.png -nt $logdir/.plots-start ]] && plots+=("$p") # drawn now
+  done
+  echo "run_all.sh: plots in $plotdir: ${plots[*]:-none}"
+else
+  echo "run_all.sh: no gnuplot (apt-get install --no-install-recommends gnuplot-nox): no plots"
+fi
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 {
@@ -126,7 +266,8 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "- Unpinned: no thread or process is pinned; figures are medians of >= 3 runs (latency: of per-run medians),"
   echo "  each run of fiber next to a run of its baseline. On a shared 2-CPU machine absolute numbers move"
   echo "  with the load; compare the ratios, taken in the same run."
-  echo "- Time: build $((t_built - t_start)) s, runs $((t_end - t_built)) s ($(for b in "${benches[@]}"; do printf '%s %ss, ' "$b" "${seconds[$b]}"; done | sed 's/, $//'))"
+  echo "- Time: build $((t_built - t_start)) s, runs $((t_end - t_built)) s ($(for b in "${benches[@]}"; do printf '%s %ss, ' "$b" "${seconds[$b]:-0}"; done | sed 's/, $//'))"
+  ((rig_wanted)) && echo "- Multi-host rig (tests/rigs): $rig_note. Master in the root network namespace (10.200.0.1), workers in the namespaces righost1..3 (10.200.0.11..13) on one bridge: the same 2 CPUs, every byte through two veth pairs and the bridge."
   echo
   echo "| bench | figure | fiber | baseline (same run) | ratio | target | |"
   echo "|---|---|---|---|---|---|---|"
@@ -134,6 +275,24 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo
   echo "Logs of this run: \`$build/bench-logs/<bench>.log\`. What each figure means: the comment at the top of"
   echo "\`bench/bench_<name>.cpp\`."
+  if ((${#plots[@]})); then
+    echo
+    echo "## Curves"
+    echo
+    echo "Drawn by \`bench/plots.gp\` (gnuplot) from the CSV files this run wrote to \`${csvdir#"$root"/}/\`."
+    declare -A caption=(
+      [overhead_vs_duration]="Overhead per task against task duration (bench_overhead, 2 workers, chunksize 1): wall/ideal, and µs per task above each framework's own in-process control; ideal = 1 and 0."
+      [tasks_per_s_vs_workers]="Tasks/s of a local Pool against its workers (bench_curves): empty tasks and 1 ms tasks (automatic chunksize), with the 1 ms ideal (workers × 1000/s). On 2 CPUs."
+      [all_up_vs_workers]="Pool construction to all workers connected, against workers: local (bench_curves, 1 → 1024) and Slurm on the three-host rig, array job and srun steps (bench_curves_slurm, 1 → 24)."
+      [master_rss_vs_workers]="The master's RSS against workers (bench_curves): once all are up, and after the maps."
+    )
+    for p in "${plots[@]}"; do
+      echo
+      echo "![$p](${plotdir#"$(dirname "$out")"/}/$p.png)"
+      echo
+      echo "${caption[$p]}"
+    done
+  fi
   cat <<'NOTES'
 
 ## Reading the table
@@ -184,6 +343,49 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   figure counts arguments and results (both cross between the processes).
 - **actors sync** and **latency** are one process pair each: vCPU placement moves them
   most; the spread between runs is in the logs.
+- **hosts** (`bench_hosts`): the master in the root network namespace, its workers started
+  in the rig's namespaces by a launcher of the bench (`nsenter --net=...`, fiber's public
+  `backend::launcher` interface) and dialling 10.200.0.1 over tcp:// or tls+tcp://; raw nng
+  runs its client in the root namespace and its server in righost1, between the same two
+  namespaces, in the same repetition. Not the Slurm backend for these rows: it always
+  listens on tcp:// (no TLS), and placement must be exact; the check row (a worker that is
+  a Slurm job on righost1) shows the launcher does not change the round trip. The "hosts"
+  share this machine's 2 CPUs: a veth hop costs CPU time, not wire time, and the softirq
+  work of both directions lands on the same two vCPUs as the processes.
+- **TLS** (`tls+tcp://`, mbedTLS through nng 1.5.2): raw nng pays more for TLS than fiber
+  does (REQ/REP over TLS / over TCP in the same run: 2–3.4x; perf stat, 21000 round trips:
+  nng 17 → 67 context switches and 102 → 364 µs of CPU per round trip; fiber 7.7 → 24 and
+  76 → 180 µs). The ≤ 1.5x target is below what the transport gives. Where fiber's part
+  goes: (1) nng 1.5.2's TLS stream sends only the first non-empty element of an I/O
+  vector per send operation and completes every send and receive on nng's task threads
+  (supplemental/tls/tls_common.c, tls_do_send), so a frame written as header + body is two
+  TLS records and two round trips through nng's threads; (2) fiber keeps a TLS link's read
+  side on its executor and never writes TLS inline (detail/stream_core.hpp: nng 1.5.2 TLS
+  links whose receive was cancelled for a lend went silent), so an idle worker's main
+  thread does not read its link itself as it does over tcp:// and ipc://. The unchunked
+  apply_async stream shows it most: ~14 context switches per task over TLS against 0.4
+  over TCP (perf stat; strace -c: 74 futex calls per task). A 1 MiB payload over TLS is
+  bound by mbedTLS's software AES-GCM on both ends: raw nng PUSH/PULL over TLS moves about
+  as much as fiber does.
+- **payload across hosts**: bound by CPU on 2 vCPUs shared with both namespaces' network
+  stacks, so other programs' load moves it the most (the same run read 0.3x to 0.96x of
+  raw nng under load average 4–6). Per MiB moved fiber used ~1.7x the CPU of raw nng
+  PUSH/PULL (perf stat), which never touches its payload: fiber serializes the argument
+  and deserializes the result (a copy each), zero-fills each received large frame's buffer
+  before `readv` overwrites it (detail/frame_buffer.hpp, `big_->resize`) and each decoded
+  vector before the copy into it (impl/serialize.hpp), and page-faults fresh 1 MiB buffers
+  (perf: memset ~4%, page faults and clear_page ~12% of fiber's samples).
+- **ES across hosts**: W = 3 workers, one per namespace host (`--exclusive`), against the
+  same program with 3 local workers; 3 workers on 2 CPUs in both modes, so each reads at
+  most 2/3: compare the ratio. Under other programs' load the ratio favours Slurm: with
+  autogroup scheduling each Slurm job is a session with a CPU share of its own, where
+  local workers share their master's (1.4 at load average 4–5 on 2026-11-24).
+- **Load**: fiber's I/O threads run as SCHED_BATCH (`io_threads_batch`). On this machine
+  under other programs' load (load average 5–6), 4 runs of about 30 had a round-trip
+  median of ~4 ms (a 250 Hz tick) instead of ~45 µs, locally over ipc:// as across hosts;
+  none of 16 runs with `FIBER_IO_THREADS_BATCH=false` did (whose median is ~20% higher),
+  though few runs and no controlled load: a lead, not a finding. Only a quiet machine
+  gives these rows a meaning.
 NOTES
 } >"$out"
 echo "run_all.sh: wrote $out ($((t_end - t_start)) s in all)"
