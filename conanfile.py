@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 """Conan 2 recipe for fiber, a header-only C++20 library.
 
     conan create . --build=missing      # package it

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSL-1.0
 """Prints, one per line and relative to BUILD_DIR, the files of the build tree
 that the named CTest tests run: their command lines and REQUIRED_FILES.
 

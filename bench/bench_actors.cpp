@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_actors: Remote<T> method calls (fiber's Manager / AsyncManager as
 // typed actors) on a trivial object, Counter::add.
 //

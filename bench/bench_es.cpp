@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_es: generation efficiency of examples/es (Evolution Strategies on the
 // MuJoCo humanoid, population 256) on a fiber::Pool of W workers. es prints,
 // per generation, efficiency = (Σ rollout CPU seconds of its tasks / W) /

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_latency: one Pool.apply round trip (caller → worker → caller) of an
 // empty task on a warm Pool of W workers: median and p99 over --trips trips
 // after 100 warm-up trips. Baselines in the same run: raw nng REQ/REP 64 B

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_overhead: the Fiber paper's framework-overhead test (arXiv 2003.11164,
 // section 4.1). n tasks that each sleep d are mapped (chunksize 1) over a Pool
 // of W workers, n chosen so that the ideal time n·d/W is --ideal seconds; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_payload: large arguments and results. A stream of --tasks
 // apply_async(echo, v), v a 1 MiB std::vector<float> (262144 floats) that the
 // worker returns: each task moves 1 MiB to the worker and 1 MiB back. Figure:

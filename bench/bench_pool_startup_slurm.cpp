@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_pool_startup_slurm: issue 7's measure — a fiber::Pool of 8 Slurm
 // workers, from construction to its first result, per launch mode:
 //

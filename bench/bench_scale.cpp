@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_scale: a Pool of many local workers (Fiber's paper ran 1024; IPyParallel
 // failed there). Starts --workers N (default 1024) workers, waits until all
 // have connected (time to all-workers-up), maps an empty task over --tasks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Serialization throughput next to plain memcpy of the same bytes, measured
 // in the same run so machine noise affects both alike.
 //

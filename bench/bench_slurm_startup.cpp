@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_slurm_startup: how long 8 Slurm-backed workers take to start, per
 // launch mode of fiber::backend::slurm.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_startup: how long until work can run.
 //
 //  - Pool of 8 local workers: construction → first apply result (median of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_throughput: empty-task throughput of a Pool of W workers.
 //
 //  - chunked: map of f(x) = x + 1 over 4M ints with the automatic chunksize

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench_transport: fiber's framed nng-stream transport against raw nng SP
 // sockets, same machine, same run, two threads (one io_context each) over ipc.
 //

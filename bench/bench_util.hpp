@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Shared helpers of fiber's benchmarks against their peers (issue 9): medians,
 // running a peer program as a subprocess and reading its figures, and the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Runs every benchmark of issues 9 and 22 against its baseline, in one go, and
 # writes bench/RESULTS.md (date, machine, every figure with its baseline, ratio
 # and target) with the plots of bench/plots/ (gnuplot, bench/plots.gp, from the

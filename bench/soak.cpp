@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Soak: a long run of Pool maps while a fault injector SIGKILLs and SIGSTOPs
 // random workers. Checks that every result arrives exactly once and in its
 // place, and that the master's resident memory and open file descriptors

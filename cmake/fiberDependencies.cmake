@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # fiberDependencies.cmake - finds what fiber's headers need.
 #
 # Included by the source tree's CMakeLists.txt and by the installed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // pool_map: estimate pi with a fiber::Pool, the way you would with
 // multiprocessing.Pool — then kill a worker mid-map and get the same answer.
 //

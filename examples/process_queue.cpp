@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Producers and consumers in separate processes, connected by fiber::Queues.
 //
 //   ./process_queue               # local child processes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // remote_envs — the PPO-style rollout loop of Fiber's paper (Zhi et al.,
 // "Fiber: A Platform for Efficient Development and Distributed Training for
 // Reinforcement Learning and Population-Based Methods", arXiv 2003.11164),

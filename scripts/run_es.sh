@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # fiber's main demo (the README's first command runs this after scripts/setup.sh):
 # OpenAI-style Evolution Strategies on the MuJoCo humanoid, rollouts farmed out
 # through a fiber::Pool (examples/es). Builds the `es` program (Release), trains

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Installs every Debian package fiber needs to build, test and run its examples
 # and to build its API docs. Idempotent, non-interactive, Debian bookworm.
 #

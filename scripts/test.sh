@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Configure, build and test fiber (the README's test command).
 #
 #   bash scripts/test.sh [CMAKE_ARGS...] [-- CTEST_ARGS...]

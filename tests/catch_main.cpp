@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // main() of every test executable, and Catch2 v2's implementation. This is the
 // largest translation unit of the test suite and its speed does not matter,
 // so tests/CMakeLists.txt compiles it with -O0 -g0.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Called first by main() in catch_main.cpp. Kept apart from Catch2's
 // implementation so that fiber's runtime is compiled with the build's normal
 // optimisation and sanitizer flags.

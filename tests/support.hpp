@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Helpers shared by fiber's tests: checking that no child outlives a test.
 

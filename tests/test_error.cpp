@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fiber::error hierarchy: every fiber exception is catchable as fiber::error
 // and as std::runtime_error, and remote_error keeps the remote type and message.
 #include <fiber/error.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include <fiber/pool.hpp>
 #include <fiber/pipe.hpp>
 #include <fiber/queue.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include <fiber/process.hpp>
 #include <fiber/queue.hpp>
 

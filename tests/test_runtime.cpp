@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include <fiber/fiber.hpp>
 
 #include <catch2/catch.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Security and fault tolerance (issue 8): rogue peers on the master's
 // listeners, the run directory and secret, hung/crashing/leaking workers,
 // the fd limit, TLS end to end, message and handshake limits, and workers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Tests for fiber/serialize.hpp: round trips for every supported kind, the
 // wire layout, and that hostile bytes only ever raise serialization_error.
 #include <fiber/serialize.hpp>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Included by tests/CMakeLists.txt after test_slurm_integration is defined.
 # The [netns] cases are hidden from the default run: they need the three-host
 # rig (slurm-up.sh --nodes 3 --netns). They are their own CTest test, label

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Integration tests of fiber's public API on a real Slurm cluster
 // (bash tests/rigs/slurm-up.sh): Process, Queue and Pool with
 // fiber::backend::slurm, their exit codes (as batch jobs and as srun steps

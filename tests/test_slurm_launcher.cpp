@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Tests of fiber::backend::slurm against a real Slurm cluster
 // (bash tests/rigs/slurm-up.sh). CTest label `slurm`; the [unit]
 // cases need no cluster. Every rig case owns its launcher, so a failing

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Tests for fiber's nng-stream transport (include/fiber/detail/transport.hpp).
 
 // Asio 1.22 enables co_await for clang only with libc++; clang 14 with

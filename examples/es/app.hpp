@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file app.hpp
 /// The `es` program minus its pool and its serializer: command line (CLI11),

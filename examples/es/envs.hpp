@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file envs.hpp
 /// Environments for the Evolution Strategies example: Gym's CartPole-v1 (pure

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file es.hpp
 /// OpenAI-style Evolution Strategies (Salimans, Ho, Chen, Sidor & Sutskever

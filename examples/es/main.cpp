@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 /// \file main.cpp
 /// `es`: OpenAI-style Evolution Strategies (Salimans et al. 2017) with its
 /// rollouts farmed out through a fiber::Pool — see README.md beside this file.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// \file policy.hpp
 /// Deterministic policies with all parameters in one flat `std::vector<float>`

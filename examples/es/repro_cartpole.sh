@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # CTest es_reproducible: CartPole, 5 generations, 1 vs 3 workers (so also
 # different batching) must give bitwise-identical parameters in policy.bin.
 # Usage: repro_cartpole.sh PATH/TO/es OUT_DIR

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Humanoid smoke test (CTest es_humanoid_smoke): 60 s of ES on 2 workers, then
 # checks that the mean episode length of the last 5 generations is above that
 # of the first 5. Usage: smoke_humanoid.sh PATH/TO/es OUT_DIR [BUDGET_S]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Tests of the ES example's pure core (envs.hpp, policy.hpp, es.hpp): no
 // fiber needed — rollouts run on the in-process serial_pool / thread_pool.
 #include <catch2/catch.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file error.hpp
 /// fiber's exception hierarchy. Every exception fiber throws derives from

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file fiber.hpp
 /// Everything fiber offers: Python multiprocessing's model — Process, Queue,

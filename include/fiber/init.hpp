@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file init.hpp
 /// Program entry and helpers: fiber::init, cpu_count, current_process,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file log.hpp
 /// A settable log sink. fiber imposes no logging framework: by default it

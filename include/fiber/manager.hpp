@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file manager.hpp
 /// Remote objects — Fiber's Manager / AsyncManager as typed actors.

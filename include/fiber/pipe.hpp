@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file pipe.hpp
 /// fiber::Pipe<T> and fiber::Connection<T> — multiprocessing.Pipe across

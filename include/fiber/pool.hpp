@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file pool.hpp
 /// fiber::Pool — multiprocessing.Pool over job-backed workers, with Fiber's

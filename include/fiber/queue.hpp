@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file queue.hpp
 /// fiber::Queue<T> and fiber::JoinableQueue<T> — multiprocessing.Queue and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file serialize.hpp
 /// fiber's wire format: a compact, non-self-describing binary encoding.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file shared.hpp
 /// Shared state, as Python's SyncManager offers it: a dictionary and a list

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Compiles one source file that must NOT compile, and checks why it fails.
 #
 #   cmake -DCXX=<compiler> -DSRC=<file.cpp> [-DINCLUDES=a|b] [-DDEFINES=X|Y=1]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A const member cannot be filled in place when deserializing.
 // expect-error: const, volatile or a reference
 // expect-error: NotSerializable = const int|is_deserializable_in_place<const int>

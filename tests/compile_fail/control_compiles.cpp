@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Control: the same setup as the compile-fail cases, but valid. If this fails,
 // the harness (include paths, flags) is broken, not the library.
 // expect-compile: success

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Only fiber_serialize is defined: both hooks are required.
 // expect-error: only one of fiber_serialize / fiber_deserialize
 // expect-error: NotSerializable = app::clock_value|has_both_hooks<app::clock_value>

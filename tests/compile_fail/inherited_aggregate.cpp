@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // An aggregate with a base class: Boost.PFR cannot reflect it. fiber must say
 // so itself (with the remedies) instead of letting PFR's assertion surface.
 // expect-error: cannot be serialized

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A RemoteManager of a type without a Boost.Describe description.
 // expect-first-error: fiber::RemoteManager<T> / fiber::Remote<T>: T must be described with BOOST_DESCRIBE_STRUCT or BOOST_DESCRIBE_CLASS
 #include <fiber/manager.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The culprit is deep inside an aggregate's container member: the message
 // names it (not the outer type) and nothing else is reported.
 // expect-error: cannot be serialized

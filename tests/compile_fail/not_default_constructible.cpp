@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Serializable (it has both hooks) but deserialize<T> must build a T first.
 // expect-error: default-initializable
 #include <fiber/serialize.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A class with a constructor and private data, no Describe, no hook.
 // expect-error: cannot be serialized
 // expect-error: make it an aggregate

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A Pipe of a type that cannot be serialized: one error naming the type and the fix.
 // expect-first-error: fiber::Queue<T> / fiber::Pipe<T>: the item type T \(check_item_type<T> above\) is not serializable
 // expect-error: check_item_type<std::unique_ptr<int> >

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Pool::apply with an argument that does not convert to the target's parameter.
 // expect-first-error: fiber: an argument does not convert to the target's parameter type \(see F and A below\)
 // expect-error: F = square

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Pool::async_apply with the wrong number of arguments before the token.
 // expect-first-error: fiber: wrong number of arguments for the target \(see F below\)
 #include <fiber/pool.hpp>

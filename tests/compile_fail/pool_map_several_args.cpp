@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Pool::map on a target of two parameters: starmap is the fix.
 // expect-first-error: fiber::Pool::map / imap / imap_unordered / async_map: the target takes several arguments \(or none\); use starmap
 #include <fiber/pool.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Pool::map over a range whose elements do not convert to the target's parameter.
 // expect-first-error: fiber::Pool::map / imap / imap_unordered / async_map: the range's elements \(Inputs below\) do not convert
 // expect-error: Inputs = std::vector<std::__cxx11::basic_string<char> >&

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Pool::starmap with tuples of the wrong arity.
 // expect-first-error: fiber::Pool::starmap: each element \(of Tuples below\) must be a std::tuple holding exactly the target's arguments
 #include <fiber/pool.hpp>

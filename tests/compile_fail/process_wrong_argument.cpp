@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A Process given arguments its target does not take.
 // expect-first-error: fiber: wrong number of arguments for the target \(see F below\)
 // expect-error: F = work

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Raw pointers have no encoding (an address means nothing in another process).
 // expect-error: cannot be serialized
 // expect-error: NotSerializable = const char ?\*|has_an_encoding<const char ?\*>

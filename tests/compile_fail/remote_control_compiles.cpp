@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Control for the remote_* cases: the same setup, valid. If this fails, the
 // harness (include paths, flags) is broken, not the diagnostics.
 // expect-compile: success

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Remote<T>::call<&T::m> names only methods listed in T's description.
 // expect-error: fiber::Remote<T>::call<&T::m>: m is not described
 // expect-error: add it to BOOST_DESCRIBE_STRUCT/CLASS\(T, \.\.\.\)

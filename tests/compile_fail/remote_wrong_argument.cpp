@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Arguments of a remote call are checked against the method's parameters.
 // expect-error: fiber::Remote<T>::call<&T::m>\(args\.\.\.\): the arguments do not match m's parameters
 #include <fiber/manager.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Ownership handles are not values: std::unique_ptr has no encoding.
 // expect-error: cannot be serialized
 // expect-error: unique_ptr

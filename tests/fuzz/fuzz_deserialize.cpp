@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // libFuzzer target for fiber::deserialize. The first byte picks a type; the
 // rest is decoded as that type. Only fiber::serialization_error may escape
 // the decoder (anything else reaches libFuzzer as a crash), and what decodes

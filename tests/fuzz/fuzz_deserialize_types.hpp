@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The types fuzz_deserialize.cpp decodes, shared with the seed-corpus
 // generator (make_corpus_deserialize.cpp) so the seeds stay valid encodings.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // libFuzzer target for fiber's wire-protocol frame decoder: the input is one
 // frame as the transport delivers it ([u8 kind][serialized body], length
 // prefix already stripped). It goes through exactly what the runtime does

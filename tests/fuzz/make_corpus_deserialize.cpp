@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Writes the seed corpus for fuzz_deserialize (valid encodings, one per
 // selector) into the directory given as argv[1]. The committed files in
 // corpus/deserialize/ were made with:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Writes the seed corpus for fuzz_frame (one valid frame of each kind, as
 // the transport delivers it: no length prefix) into the directory given as
 // argv[1]. The committed files in corpus/frame/ were made with:

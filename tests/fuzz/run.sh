@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Builds a libFuzzer target from tests/fuzz/<FUZZER_NAME>.cpp and runs it for a
 # bounded time on a copy of its seed corpus tests/fuzz/corpus/<NAME without
 # the fuzz_ prefix>/ (an empty corpus if there is none). Exits non-zero when

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A consumer of fiber: proves that fiber::fiber carries everything needed to
 // compile and link against fiber's headers. Shared by both consumer projects.
 #if __has_include(<fiber/serialize.hpp>)

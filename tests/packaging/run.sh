@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Proves the ways to consume fiber:
 #   1. cmake --install into a temporary prefix + find_package(fiber 0.1)
 #   2. add_subdirectory(<fiber source>)

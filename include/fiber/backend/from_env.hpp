@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file backend/from_env.hpp
 /// The default backend policy: chooses the backend at run time from the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file backend/launcher.hpp
 /// The one interface between fiber's runtime and a cluster manager: start a

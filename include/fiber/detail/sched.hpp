@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/sched.hpp
 /// Scheduling policy of fiber's I/O threads (Linux).

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
+/// @file detail/transport.hpp
 /// fiber's transport: 1:1, full-duplex, message-framed connections over nng's
 /// byte-stream API (`ipc://`, `tcp://`, `tls+tcp://`), bridged into Asio.
 ///

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/worker.hpp
 /// The worker side of fiber::init: dial the master, authenticate, then run

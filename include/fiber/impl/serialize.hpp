@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file impl/serialize.hpp
 /// Template bodies for fiber/serialize.hpp: the per-kind encoders and
