@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file config.hpp
 /// fiber's one configuration table. Precedence: code (options structs and
@@ -13,6 +14,7 @@
 
 #include <fiber/error.hpp>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -40,70 +42,96 @@ public:
 
 namespace detail {
 
+/// Every configuration key, one a line: its name (a dotted key such as
+/// slurm.partition is `[slurm] partition = ...` in TOML), its default in
+/// brackets (`[]`: unset) and what it sets; an indented line continues the
+/// one before. Its
+/// environment variable is FIBER_ and the name in capitals, '.' as '_'.
+/// Keep in sync with the README's configuration table.
+inline constexpr std::string_view config_keys_text = R"(
+backend [local] backend of backend::from_env: local | slurm | docker | kubernetes
+log_level [warning] debug | info | warning | error | off
+log_dir [] if set, each process also logs to <log_dir>/<name>.log
+worker_output_dir [] if set, each worker's stdout/stderr go to <dir>/<name>.{out,err} instead of the master's
+heartbeat_interval_ms [500] heartbeat period, both directions
+heartbeat_timeout_ms [2000] a peer silent this long is dead (hung worker, lost link, vanished master)
+start_timeout_s [120] a job that has not connected back after this long counts as lost
+max_message_size_mb [1024] largest accepted frame (MiB)
+local_transport [ipc] how local workers dial back: ipc (a socket in the 0700 run dir) | tcp | tls (127.0.0.1 only;
+    tls needs tls_cert)
+listen_address [] address the master binds for TCP backends (default: its hostname's address)
+tls_cert [] PEM certificate: enables TLS for TCP transports
+tls_key [] PEM private key of tls_cert
+tls_ca [] PEM CA bundle peers are verified against
+io_threads_batch [true] fiber's and nng's I/O threads run as SCHED_BATCH (Linux), so an arriving message does not
+    preempt a running task
+progress [false] draw a progress line for long Pool maps on a terminal
+slurm.partition [] sbatch --partition
+slurm.account [] sbatch --account
+slurm.time_limit [] sbatch --time
+slurm.extra_args [] extra sbatch arguments (shell-split)
+slurm.launch_mode [auto] auto | sbatch | array | srun
+slurm.poll_interval_ms [500] squeue polling period
+docker.image [] image of the docker backend's containers (docs/backends/docker.md)
+docker.mount_binary [true] bind-mount the executable's directory read-only at its own path (the image then needs
+    only its libraries)
+docker.network [host] container network: host, or a network whose gateway the master binds
+docker.user [] user[:group] the containers run as; default: the master's uid:gid; image: the image's
+docker.binds [] more bind mounts, comma-separated src:dst[:ro]
+docker.labels [] more container labels, comma-separated key=value
+k8s.namespace [] namespace of the kubernetes backend's pods (default: the kubeconfig context's, the master pod's,
+    or default)
+k8s.image [] image of the worker pods (default: the master pod's own image)
+k8s.image_pull_policy [] Always | IfNotPresent | Never (default: the cluster's)
+k8s.service_account [] service account of the worker pods (default: the namespace's)
+k8s.automount_token [false] mount the service account token into worker pods
+k8s.gpu_resource [nvidia.com/gpu] extended resource that resources.gpu requests
+k8s.labels [] more pod labels, comma-separated key=value
+k8s.pod_patch [] JSON merge patch (RFC 7386) applied to each worker pod, or @file: node selector, tolerations,
+    ...
+k8s.container_patch [] JSON merge patch applied to the worker container, or @file
+k8s.credentials [auto] auto (in-cluster, then kubeconfig, then k8s.api_server) | in-cluster | kubeconfig |
+    api-server
+k8s.context [] kubeconfig context (default: its current context)
+k8s.api_server [] API server URL used as is, e.g. http://127.0.0.1:8001 (kubectl proxy)
+k8s.service_account_dir [/var/run/secrets/kubernetes.io/serviceaccount] in-cluster credentials: token, ca.crt,
+    namespace
+k8s.kubectl [kubectl] kubectl, to resolve a kubeconfig and clean up after a killed master
+k8s.tls [true] workers dial tls+tcp:// (an ephemeral self-signed certificate when tls_cert is not set)
+)";
+
+/// One row of config_keys_text.
 struct config_key {
-  std::string_view name;     ///< dotted key, e.g. "slurm.partition" ([slurm] partition = ... in TOML)
-  std::string_view env;      ///< environment variable
+  std::string_view name;     ///< dotted key, e.g. "slurm.partition"
   std::string_view fallback; ///< default ("" = unset)
-  std::string_view doc;
+  std::string doc;
+  std::string env;           ///< environment variable, e.g. FIBER_SLURM_PARTITION
 };
 
-// Keep in sync with the README's configuration table.
-inline constexpr config_key config_keys[] = {
-    {"backend", "FIBER_BACKEND", "local", "backend of backend::from_env: local | slurm | docker | kubernetes"},
-    {"log_level", "FIBER_LOG_LEVEL", "warning", "debug | info | warning | error | off"},
-    {"log_dir", "FIBER_LOG_DIR", "", "if set, each process also logs to <log_dir>/<name>.log"},
-    {"worker_output_dir", "FIBER_WORKER_OUTPUT_DIR", "",
-     "if set, each worker's stdout/stderr go to <dir>/<name>.{out,err} instead of the master's"},
-    {"heartbeat_interval_ms", "FIBER_HEARTBEAT_INTERVAL_MS", "500", "heartbeat period, both directions"},
-    {"heartbeat_timeout_ms", "FIBER_HEARTBEAT_TIMEOUT_MS", "2000",
-     "a peer silent this long is dead (hung worker, lost link, vanished master)"},
-    {"start_timeout_s", "FIBER_START_TIMEOUT_S", "120",
-     "a job that has not connected back after this long counts as lost"},
-    {"max_message_size_mb", "FIBER_MAX_MESSAGE_SIZE_MB", "1024", "largest accepted frame (MiB)"},
-    {"local_transport", "FIBER_LOCAL_TRANSPORT", "ipc",
-     "how local workers dial back: ipc (a socket in the 0700 run dir) | tcp | tls (127.0.0.1 only; tls needs tls_cert)"},
-    {"listen_address", "FIBER_LISTEN_ADDRESS", "",
-     "address the master binds for TCP backends (default: its hostname's address)"},
-    {"tls_cert", "FIBER_TLS_CERT", "", "PEM certificate: enables TLS for TCP transports"},
-    {"tls_key", "FIBER_TLS_KEY", "", "PEM private key of tls_cert"},
-    {"tls_ca", "FIBER_TLS_CA", "", "PEM CA bundle peers are verified against"},
-    {"io_threads_batch", "FIBER_IO_THREADS_BATCH", "true",
-     "fiber's and nng's I/O threads run as SCHED_BATCH (Linux), so an arriving message does not preempt a running task"},
-    {"progress", "FIBER_PROGRESS", "false", "draw a progress line for long Pool maps on a terminal"},
-    {"slurm.partition", "FIBER_SLURM_PARTITION", "", "sbatch --partition"},
-    {"slurm.account", "FIBER_SLURM_ACCOUNT", "", "sbatch --account"},
-    {"slurm.time_limit", "FIBER_SLURM_TIME_LIMIT", "", "sbatch --time"},
-    {"slurm.extra_args", "FIBER_SLURM_EXTRA_ARGS", "", "extra sbatch arguments (shell-split)"},
-    {"slurm.launch_mode", "FIBER_SLURM_LAUNCH_MODE", "auto", "auto | sbatch | array | srun"},
-    {"slurm.poll_interval_ms", "FIBER_SLURM_POLL_INTERVAL_MS", "500", "squeue polling period"},
-    {"docker.image", "FIBER_DOCKER_IMAGE", "", "image of the docker backend's containers (docs/backends/docker.md)"},
-    {"docker.mount_binary", "FIBER_DOCKER_MOUNT_BINARY", "true",
-     "bind-mount the executable's directory read-only at its own path (the image then needs only its libraries)"},
-    {"docker.network", "FIBER_DOCKER_NETWORK", "host", "container network: host, or a network whose gateway the master binds"},
-    {"docker.user", "FIBER_DOCKER_USER", "", "user[:group] the containers run as; default: the master's uid:gid; image: the image's"},
-    {"docker.binds", "FIBER_DOCKER_BINDS", "", "more bind mounts, comma-separated src:dst[:ro]"},
-    {"docker.labels", "FIBER_DOCKER_LABELS", "", "more container labels, comma-separated key=value"},
-    {"k8s.namespace", "FIBER_K8S_NAMESPACE", "",
-     "namespace of the kubernetes backend's pods (default: the kubeconfig context's, the master pod's, or default)"},
-    {"k8s.image", "FIBER_K8S_IMAGE", "", "image of the worker pods (default: the master pod's own image)"},
-    {"k8s.image_pull_policy", "FIBER_K8S_IMAGE_PULL_POLICY", "", "Always | IfNotPresent | Never (default: the cluster's)"},
-    {"k8s.service_account", "FIBER_K8S_SERVICE_ACCOUNT", "", "service account of the worker pods (default: the namespace's)"},
-    {"k8s.automount_token", "FIBER_K8S_AUTOMOUNT_TOKEN", "false", "mount the service account token into worker pods"},
-    {"k8s.gpu_resource", "FIBER_K8S_GPU_RESOURCE", "nvidia.com/gpu", "extended resource that resources.gpu requests"},
-    {"k8s.labels", "FIBER_K8S_LABELS", "", "more pod labels, comma-separated key=value"},
-    {"k8s.pod_patch", "FIBER_K8S_POD_PATCH", "",
-     "JSON merge patch (RFC 7386) applied to each worker pod, or @file: node selector, tolerations, ..."},
-    {"k8s.container_patch", "FIBER_K8S_CONTAINER_PATCH", "", "JSON merge patch applied to the worker container, or @file"},
-    {"k8s.credentials", "FIBER_K8S_CREDENTIALS", "auto",
-     "auto (in-cluster, then kubeconfig, then k8s.api_server) | in-cluster | kubeconfig | api-server"},
-    {"k8s.context", "FIBER_K8S_CONTEXT", "", "kubeconfig context (default: its current context)"},
-    {"k8s.api_server", "FIBER_K8S_API_SERVER", "", "API server URL used as is, e.g. http://127.0.0.1:8001 (kubectl proxy)"},
-    {"k8s.service_account_dir", "FIBER_K8S_SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount",
-     "in-cluster credentials: token, ca.crt, namespace"},
-    {"k8s.kubectl", "FIBER_K8S_KUBECTL", "kubectl", "kubectl, to resolve a kubeconfig and clean up after a killed master"},
-    {"k8s.tls", "FIBER_K8S_TLS", "true",
-     "workers dial tls+tcp:// (an ephemeral self-signed certificate when tls_cert is not set)"},
-};
+/// config_keys_text, parsed once. Thread-safe.
+inline const std::vector<config_key>& config_keys() {
+  static const std::vector<config_key> keys = [] {
+    std::vector<config_key> out;
+    std::string_view text = config_keys_text;
+    while (!text.empty()) {
+      auto nl = text.find('\n');
+      auto line = text.substr(0, nl);
+      text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+      if (line.empty()) continue;
+      if (line.front() == ' ') { // continuation
+        out.back().doc += " " + std::string(line.substr(line.find_first_not_of(' ')));
+        continue;
+      }
+      auto open = line.find(" ["), close = line.find("] ", open);
+      config_key k{line.substr(0, open), line.substr(open + 2, close - open - 2), std::string(line.substr(close + 2)),
+                   "FIBER_"};
+      for (char c : k.name) k.env += c == '.' ? '_' : char(std::toupper(static_cast<unsigned char>(c)));
+      out.push_back(std::move(k));
+    }
+    return out;
+  }();
+  return keys;
+}
 
 // Variables fiber sets for its own workers; not user configuration.
 inline bool is_internal_env(std::string_view name) {
@@ -111,7 +139,7 @@ inline bool is_internal_env(std::string_view name) {
 }
 
 inline const config_key* find_config_key(std::string_view name) {
-  for (const auto& k : config_keys)
+  for (const auto& k : config_keys())
     if (k.name == name) return &k;
   return nullptr;
 }
@@ -143,7 +171,7 @@ public:
   /// The effective table (every key that has a value), shipped to workers.
   std::map<std::string, std::string> effective() {
     std::map<std::string, std::string> out;
-    for (const auto& k : config_keys)
+    for (const auto& k : config_keys())
       if (auto v = get(k.name)) out.emplace(k.name, *v);
     return out;
   }
@@ -176,7 +204,7 @@ private:
       auto name = kv.substr(0, eq);
       if (is_internal_env(name)) continue;
       const config_key* key = nullptr;
-      for (const auto& k : config_keys)
+      for (const auto& k : config_keys())
         if (k.env == name) key = &k;
       if (!key) {
         unknown_env_.emplace_back(name);

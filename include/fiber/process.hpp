@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file process.hpp
 /// fiber::Process — multiprocessing.Process as a job-backed process: the
@@ -54,10 +55,10 @@ public:
 
   basic_process(basic_process&&) noexcept = default;
   basic_process& operator=(basic_process&& o) noexcept {
-    if (this != &o) {
-      reap();
-      st_ = std::move(o.st_);
-    }
+    if (this == &o) return *this;
+    reap(); // as the destructor does
+    st_ = std::move(o.st_);
+    closed_name_ = std::move(o.closed_name_);
     return *this;
   }
   basic_process(const basic_process&) = delete;

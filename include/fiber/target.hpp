@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file target.hpp
 /// Remote targets. `fiber::target<&f>` names a free function or static member
@@ -41,27 +42,27 @@ constexpr std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 146959810393
   return h;
 }
 
-/// "[with auto F = ns::f]" → "ns::f" (g++ and clang spell it differently).
+/// What follows `marker` ("F = ", "T = ") in a __PRETTY_FUNCTION__, up to
+/// its `;` or `]` (g++ and clang spell the rest differently).
+constexpr std::string_view pretty_argument(std::string_view p, std::string_view marker) {
+  auto b = p.find(marker);
+  if (b == std::string_view::npos) return p;
+  b += marker.size();
+  return p.substr(b, p.find_first_of(";]", b) - b);
+}
+
+/// "[with auto F = ns::f]" → "ns::f".
 template <auto F>
 constexpr std::string_view pretty_value_name() {
-  std::string_view p = __PRETTY_FUNCTION__;
-  auto b = p.find("F = ");
-  if (b == std::string_view::npos) return p;
-  b += 4;
-  auto e = p.find_first_of(";]", b);
-  auto name = p.substr(b, e - b);
+  auto name = pretty_argument(__PRETTY_FUNCTION__, "F = ");
   if (name.starts_with("&")) name.remove_prefix(1);
   return name;
 }
 
+/// "[with T = ns::S]" → "ns::S".
 template <class T>
 constexpr std::string_view pretty_type_name() {
-  std::string_view p = __PRETTY_FUNCTION__;
-  auto b = p.find("T = ");
-  if (b == std::string_view::npos) return p;
-  b += 4;
-  auto e = p.find_first_of(";]", b);
-  return p.substr(b, e - b);
+  return pretty_argument(__PRETTY_FUNCTION__, "T = ");
 }
 
 

@@ -47,14 +47,21 @@ constexpr bool check_target_args() {
   }
 }
 
+/// The inputs of Pool::map and its kin: an input range.
+template <class Inputs>
+constexpr bool check_input_range() {
+  static_assert(std::ranges::input_range<Inputs>,
+                "fiber::Pool::map / imap / imap_unordered / starmap / async_map: the inputs (Inputs below) must be an "
+                "input range: e.g. a std::vector of the target's argument, or of std::tuple of its arguments for starmap");
+  return std::ranges::input_range<Inputs>;
+}
+
 /// A range of one target argument per task (Pool::map, imap, imap_unordered,
 /// async_map).
 template <auto F, class Inputs>
 constexpr bool check_map_inputs() {
   using traits = fn_traits<decltype(F)>;
-  if constexpr (!std::ranges::input_range<Inputs>) {
-    static_assert(always_false<Inputs>, "fiber::Pool::map / imap / imap_unordered / async_map: the inputs (Inputs "
-                                        "below) must be an input range, e.g. a std::vector of the target's argument");
+  if constexpr (!check_input_range<Inputs>()) {
     return false;
   } else if constexpr (traits::arity != 1) {
     static_assert(always_false_v<F>, "fiber::Pool::map / imap / imap_unordered / async_map: the target takes "
@@ -84,13 +91,10 @@ inline constexpr bool tuple_matches<Tuple, Params, std::void_t<decltype(std::tup
 /// starmap_async, async_starmap).
 template <auto F, class Tuples>
 constexpr bool check_starmap_inputs() {
-  using traits = fn_traits<decltype(F)>;
-  if constexpr (!std::ranges::input_range<Tuples>) {
-    static_assert(always_false<Tuples>, "fiber::Pool::starmap: the inputs (Tuples below) must be an input range of "
-                                        "std::tuple, e.g. std::vector<std::tuple<int, double>>");
+  if constexpr (!check_input_range<Tuples>()) {
     return false;
   } else if constexpr (!tuple_matches<std::remove_cvref_t<std::ranges::range_reference_t<Tuples>>,
-                                      typename traits::args>) {
+                                      typename fn_traits<decltype(F)>::args>) {
     static_assert(always_false<Tuples>, "fiber::Pool::starmap: each element (of Tuples below) must be a std::tuple "
                                         "holding exactly the target's arguments, each convertible to its parameter");
     return false;

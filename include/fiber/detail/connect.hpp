@@ -4,6 +4,7 @@
 /// Dialing a fiber connection: `async_connect(ex, url, options, token)`
 /// completes with a framed `stream` (nng's dialer, TLS when the URL asks for it).
 
+#include <fiber/detail/aio_callback.hpp>
 #include <fiber/detail/completion.hpp>
 #include <fiber/detail/nng_error.hpp>
 #include <fiber/detail/nng_ptr.hpp>
@@ -67,10 +68,8 @@ private:
 
   static void on_dial_cb(void* arg) {
     auto* self = static_cast<connect_core*>(arg);
-    const int rv = nng_aio_result(self->aio_.get());
-    auto* s = rv == 0 ? static_cast<nng_stream*>(nng_aio_get_output(self->aio_.get(), 0)) : nullptr;
-    auto ex = self->ex_;
-    asio::post(ex, [keep = std::move(self->keep_), rv, s] { keep->on_dial(rv, s); });
+    finish_on_executor(self->aio_.get(), self->ex_, self->keep_, aio_stream,
+                       [](connect_core& c, int rv, nng_stream* s) { c.on_dial(rv, s); });
   }
 
   void on_dial(int rv, nng_stream* s) {

@@ -4,6 +4,7 @@
 /// Accepting fiber connections: `listener` binds an ipc://, tcp:// or
 /// tls+tcp:// URL and completes async_accept with a framed `stream`.
 
+#include <fiber/detail/aio_callback.hpp>
 #include <fiber/detail/completion.hpp>
 #include <fiber/detail/nng_error.hpp>
 #include <fiber/detail/nng_ptr.hpp>
@@ -131,10 +132,8 @@ private:
 
   static void on_accept_cb(void* arg) {
     auto* self = static_cast<listener_core*>(arg);
-    const int rv = nng_aio_result(self->aio_.get());
-    auto* s = rv == 0 ? static_cast<nng_stream*>(nng_aio_get_output(self->aio_.get(), 0)) : nullptr;
-    auto ex = self->ex_;
-    asio::post(ex, [keep = std::move(self->keep_), rv, s] { keep->on_accept(rv, s); });
+    finish_on_executor(self->aio_.get(), self->ex_, self->keep_, aio_stream,
+                       [](listener_core& c, int rv, nng_stream* s) { c.on_accept(rv, s); });
   }
 
   void on_accept(int rv, nng_stream* s) {
@@ -165,47 +164,22 @@ private:
 
 /// Listens on ipc://path, tcp://host:port (port 0: any) or tls+tcp://...
 /// Not thread-safe: use it on its executor.
-class listener {
+class listener : public core_handle<listener_core> {
 public:
   listener() noexcept = default;
   /// Binds now; throws std::system_error whose message names the URL.
   listener(asio::any_io_executor ex, const std::string& url, const transport_options& opt = {})
-      : core_(std::make_shared<listener_core>(std::move(ex), url, opt)) {}
-  listener(listener&&) noexcept = default;
-  listener& operator=(listener&& o) noexcept {
-    if (this != &o) {
-      close();
-      core_ = std::move(o.core_);
-    }
-    return *this;
-  }
-  ~listener() { close(); }
+      : core_handle(std::make_shared<listener_core>(std::move(ex), url, opt)) {}
 
-  asio::any_io_executor get_executor() const noexcept {
-    return core_ ? core_->executor() : asio::any_io_executor{};
-  }
   /// The URL actually bound (a tcp port 0 is replaced by the real port).
   std::string url() const { return core_ ? core_->url() : std::string(); }
 
   /// Completes with void(std::error_code, stream).
   template <asio::completion_token_for<void(std::error_code, stream)> Token>
   auto async_accept(Token&& token) {
-    return asio::async_initiate<Token, void(std::error_code, stream)>(
-        [core = core_](auto handler) {
-          if (!core) return post_error(std::move(handler), asio::error::bad_descriptor, stream{});
-          completion<std::error_code, stream> c(std::move(handler), core->executor());
-          core->start_accept(std::move(c));
-        },
-        token);
+    return initiate_on_core<stream>(std::forward<Token>(token), core_,
+                                    [](listener_core& c, auto done) { c.start_accept(std::move(done)); });
   }
-
-  /// Stops listening; pending accepts complete with operation_aborted.
-  void close() noexcept {
-    if (core_) core_->close();
-  }
-
-private:
-  std::shared_ptr<listener_core> core_;
 };
 
 } // namespace fiber::detail

@@ -55,20 +55,8 @@ public:
 
   /// Launch the processes; throws backend_error.
   void start() {
-    std::weak_ptr<manager_core> weak = shared_from_this();
-    sup_ = std::make_shared<supervisor>(
-        launcher_, "fiber::RemoteManager " + s_.name, "manager processes",
-        supervisor::events{[weak](std::uint64_t id, std::shared_ptr<peer_link> l) {
-                             if (auto s = weak.lock()) s->on_connect(id, std::move(l));
-                             else l->send(frame(frame_kind::shutdown));
-                           },
-                           [weak](std::uint64_t id, const backend::job_exit& ex) {
-                             if (auto s = weak.lock()) s->on_exit(id, ex);
-                           },
-                           [weak](std::uint64_t, const std::string& reason) {
-                             if (auto s = weak.lock())
-                               s->fail_fatal(std::make_exception_ptr(handshake_error(reason)), reason);
-                           }});
+    sup_ = std::make_shared<supervisor>(launcher_, "fiber::RemoteManager " + s_.name, "manager processes",
+                                        supervisor::forward_to(shared_from_this()));
     grow();
   }
 
@@ -162,6 +150,7 @@ public:
   std::size_t object_count() const { return objects_.size(); }
 
 private:
+  friend class supervisor; // supervisor::forward_to calls on_connect, on_exit, on_refused
   struct proc {
     std::string name;
     std::shared_ptr<peer_link> link;
@@ -198,6 +187,10 @@ private:
     for (unsigned i = active; i < s_.processes; ++i) names.push_back(s_.name + "-m" + std::to_string(next_index_++));
     auto ids = sup_->launch(names, s_.res);
     for (std::size_t i = 0; i < ids.size(); ++i) procs_[ids[i]].name = names[i];
+  }
+
+  void on_refused(const std::string& reason) {
+    fail_fatal(std::make_exception_ptr(handshake_error(reason)), reason);
   }
 
   void on_connect(std::uint64_t wid, std::shared_ptr<peer_link> l) {

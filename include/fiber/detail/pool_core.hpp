@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/pool_core.hpp
 /// The Pool's scheduler, on the runtime thread. Pull-based: each worker
@@ -60,19 +61,8 @@ public:
 
   /// Runtime thread. Launch the initial workers; throws backend_error.
   void start() {
-    std::weak_ptr<pool_core> weak = shared_from_this();
-    sup_ = std::make_shared<supervisor>(
-        launcher_, "fiber::Pool " + s_.name, "workers",
-        supervisor::events{[weak](std::uint64_t id, std::shared_ptr<peer_link> l) {
-                             if (auto s = weak.lock()) s->on_connect(id, std::move(l));
-                             else l->send(frame(frame_kind::shutdown));
-                           },
-                           [weak](std::uint64_t id, const backend::job_exit& ex) {
-                             if (auto s = weak.lock()) s->on_exit(id, ex);
-                           },
-                           [weak](std::uint64_t, const std::string& reason) {
-                             if (auto s = weak.lock()) s->fail_all(std::make_exception_ptr(handshake_error(reason)));
-                           }});
+    sup_ = std::make_shared<supervisor>(launcher_, "fiber::Pool " + s_.name, "workers",
+                                        supervisor::forward_to(shared_from_this()));
     grow();
   }
 
@@ -135,6 +125,7 @@ public:
   }
 
 private:
+  friend class supervisor; // supervisor::forward_to calls on_connect, on_exit, on_refused
   /// A chunk of several tasks whose worker died, rerun as single tasks (the
   /// parts) so that only the task that kills its worker is charged. Its
   /// results go to the call as one blob, in order, once every part is done.
@@ -317,6 +308,10 @@ private:
       if (w.link) w.link->send(frame(frame_kind::shutdown));
       else sup_->cancel(id, 15);
     }
+  }
+
+  void on_refused(const std::string& reason) {
+    fail_all(std::make_exception_ptr(handshake_error(reason)));
   }
 
   void on_connect(std::uint64_t id, std::shared_ptr<peer_link> l) {

@@ -83,19 +83,25 @@ inline std::vector<chunk_result_view> decode_results_view(std::span<const std::b
   return out;
 }
 
-/// The bytes of frame(tasks, std::vector<chunk_msg>{c}) before c.args: sent
-/// with the arguments as the frame's tail, they need not be copied.
+/// The bytes of a frame of `kind` holding a vector of one message whose
+/// fixed-size `fields` are followed by a byte vector of `tail_size` bytes,
+/// up to that vector's contents: sent with the bytes as the frame's tail,
+/// they need not be copied.
+template <class... Fields>
+std::vector<std::byte> one_item_frame_head(frame_kind kind, std::size_t tail_size, const Fields&... fields) {
+  writer w;
+  w.buffer().reserve(16 + (sizeof(Fields) + ...));
+  w.write(static_cast<std::uint8_t>(kind));
+  w.write_varint(1);
+  (w.write(fields), ...);
+  w.write_varint(tail_size);
+  return w.release();
+}
+
+/// The bytes of frame(tasks, std::vector<chunk_msg>{c}) before c.args.
 inline std::vector<std::byte> tasks_frame_head(std::uint64_t chunk_id, std::uint64_t target_id, std::uint32_t count,
                                                std::size_t args_size) {
-  writer w;
-  w.buffer().reserve(40);
-  w.write(static_cast<std::uint8_t>(frame_kind::tasks));
-  w.write_varint(1);
-  w.write(chunk_id);
-  w.write(target_id);
-  w.write(count);
-  w.write_varint(args_size);
-  return w.release();
+  return one_item_frame_head(frame_kind::tasks, args_size, chunk_id, target_id, count);
 }
 
 /// One tasks frame holding `batch`, serialized straight from the chunks
@@ -117,13 +123,7 @@ inline std::vector<std::byte> tasks_frame(const std::vector<const chunk_msg*>& b
 
 /// The bytes of frame(results, std::vector<chunk_result_msg>{r}) before r.results.
 inline std::vector<std::byte> results_frame_head(std::uint64_t chunk_id, std::size_t results_size) {
-  writer w;
-  w.buffer().reserve(24);
-  w.write(static_cast<std::uint8_t>(frame_kind::results));
-  w.write_varint(1);
-  w.write(chunk_id);
-  w.write_varint(results_size);
-  return w.release();
+  return one_item_frame_head(frame_kind::results, results_size, chunk_id);
 }
 
 /// Appends item `status` ok; the value follows.

@@ -78,28 +78,19 @@ struct process_state : std::enable_shared_from_this<process_state> {
 
   /// Runtime thread: start the job through a supervisor of its own.
   void launch(std::shared_ptr<backend::launcher> l) {
-    std::weak_ptr<process_state> weak = shared_from_this();
-    sup = std::make_shared<supervisor>(
-        std::move(l), "fiber::Process " + name, "processes",
-        supervisor::events{[weak](std::uint64_t, std::shared_ptr<peer_link> l) {
-                             if (auto s = weak.lock()) s->on_connect(std::move(l));
-                             else l->close("process object gone");
-                           },
-                           [weak](std::uint64_t, const backend::job_exit& ex) {
-                             if (auto s = weak.lock()) s->on_exit(ex);
-                           },
-                           [weak](std::uint64_t, const std::string& reason) {
-                             if (auto s = weak.lock()) {
-                               std::lock_guard lk(s->m);
-                               s->refused = reason;
-                             }
-                           }});
+    sup = std::make_shared<supervisor>(std::move(l), "fiber::Process " + name, "processes",
+                                       supervisor::forward_to(shared_from_this()));
     worker_id = sup->launch({name}, res).at(0);
     std::lock_guard lk(m);
     job = *sup->job(worker_id);
   }
 
-  void on_connect(std::shared_ptr<detail::peer_link> l) {
+  void on_refused(const std::string& reason) {
+    std::lock_guard lk(m);
+    refused = reason;
+  }
+
+  void on_connect(std::uint64_t, std::shared_ptr<detail::peer_link> l) {
     link = l;
     {
       std::lock_guard lk(m);
@@ -131,7 +122,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
     l->send(frame(frame_kind::run, run));
   }
 
-  void on_exit(const backend::job_exit& ex) {
+  void on_exit(std::uint64_t, const backend::job_exit& ex) {
     // srun reports a step that exited with 128+n as killed by signal n. The
     // worker sends the status it exits with in that range (frame `exiting`)
     // before its link ends: hold such a report until the link has ended

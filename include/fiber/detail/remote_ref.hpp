@@ -100,6 +100,13 @@ struct error_info {
 
   explicit operator bool() const noexcept { return k != kind::none; }
 
+  template <class E>
+  static bool as(const std::exception& x, kind k, error_info& i) {
+    if (!dynamic_cast<const E*>(&x)) return false;
+    i = {k, {}, x.what()};
+    return true;
+  }
+
   static error_info from(std::exception_ptr e) {
     error_info i;
     if (!e) return i;
@@ -107,20 +114,12 @@ struct error_info {
       std::rethrow_exception(e);
     } catch (const remote_error& x) {
       i = {kind::remote, x.type_name(), x.message()};
-    } catch (const worker_lost& x) {
-      i = {kind::worker_lost, {}, x.what()};
-    } catch (const eof_error& x) {
-      i = {kind::eof, {}, x.what()};
-    } catch (const serialization_error& x) {
-      i = {kind::serialization, {}, x.what()};
-    } catch (const timeout_error& x) {
-      i = {kind::timeout, {}, x.what()};
-    } catch (const backend_error& x) {
-      i = {kind::backend, {}, x.what()};
-    } catch (const handshake_error& x) {
-      i = {kind::handshake, {}, x.what()};
     } catch (const std::exception& x) {
-      i = {kind::other, {}, x.what()};
+      // The first that matches, in catch-clause order (derived types first).
+      if (!(as<worker_lost>(x, kind::worker_lost, i) || as<eof_error>(x, kind::eof, i) ||
+            as<serialization_error>(x, kind::serialization, i) || as<timeout_error>(x, kind::timeout, i) ||
+            as<backend_error>(x, kind::backend, i) || as<handshake_error>(x, kind::handshake, i)))
+        i = {kind::other, {}, x.what()};
     } catch (...) {
       i = {kind::other, {}, "fiber: unknown exception"};
     }

@@ -23,9 +23,21 @@
 
 namespace fiber::detail {
 
+/// What direct_writer and lent_reader share: a copyable reference to a
+/// stream's state, handed out only by stream.
+class stream_state_ref {
+public:
+  explicit operator bool() const noexcept { return core_ != nullptr; }
+
+protected:
+  stream_state_ref() noexcept = default;
+  explicit stream_state_ref(std::shared_ptr<stream_core> c) noexcept : core_(std::move(c)) {}
+  std::shared_ptr<stream_core> core_;
+};
+
 /// the stream has nothing else to write (stream_core::try_send_direct).
 /// Copyable; keeps the stream's state alive, not its connection.
-class direct_writer {
+class direct_writer : public stream_state_ref {
 public:
   direct_writer() noexcept = default;
   /// True once `m`, then `tail`, are written as one frame. False, having done nothing,
@@ -35,12 +47,10 @@ public:
   bool try_send(std::span<const std::byte> m, std::span<const std::byte> tail = {}) const {
     return core_ && core_->try_send_direct(m, tail);
   }
-  explicit operator bool() const noexcept { return core_ != nullptr; }
 
 private:
   friend class stream;
-  explicit direct_writer(std::shared_ptr<stream_core> c) noexcept : core_(std::move(c)) {}
-  std::shared_ptr<stream_core> core_;
+  explicit direct_writer(std::shared_ptr<stream_core> c) noexcept : stream_state_ref(std::move(c)) {}
 };
 
 /// The read side of a stream, lent to one thread that blocks on it (a
@@ -49,7 +59,7 @@ private:
 /// thread and the executor. Lent with stream::lend_reader, on the executor;
 /// meanwhile async_recv waits. Copyable (all copies are one borrower: use
 /// them from one thread at a time); keeps the stream's state alive.
-class lent_reader {
+class lent_reader : public stream_state_ref {
 public:
   lent_reader() noexcept = default;
   /// Blocks for the next frame. Errors: asio::error::already_started when
@@ -60,40 +70,24 @@ public:
   /// Returns the read side: async_recv is served again (buffered frames
   /// first). With an error, the stream is closed with it. No-op once taken back.
   void give_back(std::error_code ec = {}) const { core_->give_back(ec); }
-  explicit operator bool() const noexcept { return core_ != nullptr; }
 
 private:
   friend class stream;
-  explicit lent_reader(std::shared_ptr<stream_core> c) noexcept : core_(std::move(c)) {}
-  std::shared_ptr<stream_core> core_;
+  explicit lent_reader(std::shared_ptr<stream_core> c) noexcept : stream_state_ref(std::move(c)) {}
 };
 
 /// One connected byte stream carrying length-prefixed messages. Move-only;
 /// destroying it closes the connection (pending operations complete with
 /// operation_aborted). Not thread-safe: use it on its executor.
-class stream {
+class stream : public core_handle<stream_core> {
 public:
-  using executor_type = asio::any_io_executor;
-
   /// An empty stream (is_open() == false); operations fail with bad_descriptor.
   stream() noexcept = default;
   /// Takes ownership of `s` (also on exception).
-  stream(executor_type ex, nng_stream* s, const transport_options& opt) {
-    stream_ptr owned(s);
-    core_ = std::make_shared<stream_core>(std::move(ex), std::move(owned), opt);
+  stream(executor_type ex, nng_stream* s, const transport_options& opt)
+      : core_handle(std::make_shared<stream_core>(std::move(ex), stream_ptr(s), opt)) {
     core_->start();
   }
-  stream(stream&&) noexcept = default;
-  stream& operator=(stream&& o) noexcept {
-    if (this != &o) {
-      close();
-      core_ = std::move(o.core_);
-    }
-    return *this;
-  }
-  ~stream() { close(); }
-
-  executor_type get_executor() const noexcept { return core_ ? core_->executor() : executor_type{}; }
 
   /// Queues `m`; completes with void(std::error_code) once it is written.
   /// Messages queued while a write is in flight leave together in one
@@ -108,13 +102,10 @@ public:
   /// is held until the frame is written or has failed).
   template <asio::completion_token_for<void(std::error_code)> Token>
   auto async_send(message m, shared_bytes tail, Token&& token) {
-    return asio::async_initiate<Token, void(std::error_code)>(
-        [core = core_](auto handler, message m, shared_bytes tail) {
-          if (!core) return post_error(std::move(handler), asio::error::bad_descriptor);
-          completion<std::error_code> c(std::move(handler), core->executor());
-          core->start_send(std::move(m), std::move(tail), std::move(c));
-        },
-        token, std::move(m), std::move(tail));
+    return initiate_on_core(std::forward<Token>(token), core_,
+                            [m = std::move(m), tail = std::move(tail)](stream_core& c, auto done) mutable {
+                              c.start_send(std::move(m), std::move(tail), std::move(done));
+                            });
   }
 
   /// Completes with void(std::error_code, message): the next whole message.
@@ -122,19 +113,10 @@ public:
   /// frame; the stream is closed), operation_aborted (close() or cancelled).
   template <asio::completion_token_for<void(std::error_code, message)> Token>
   auto async_recv(Token&& token) {
-    return asio::async_initiate<Token, void(std::error_code, message)>(
-        [core = core_](auto handler) {
-          if (!core) return post_error(std::move(handler), asio::error::bad_descriptor, message{});
-          completion<std::error_code, message> c(std::move(handler), core->executor());
-          core->start_recv(std::move(c));
-        },
-        token);
+    return initiate_on_core<message>(std::forward<Token>(token), core_,
+                                     [](stream_core& c, auto done) { c.start_recv(std::move(done)); });
   }
 
-  /// Closes the connection; pending operations complete with operation_aborted.
-  void close() noexcept {
-    if (core_) core_->close();
-  }
   /// A writer other threads may use for synchronous sends (see direct_writer).
   direct_writer direct() const noexcept { return direct_writer(core_); }
   /// Lends the read side (see lent_reader): once whole buffered frames have
@@ -163,8 +145,6 @@ public:
   /// Counters since the stream was created (zero for an empty stream).
   stream_stats stats() const noexcept { return core_ ? core_->stats() : stream_stats{}; }
 
-private:
-  std::shared_ptr<stream_core> core_;
 };
 
 } // namespace fiber::detail

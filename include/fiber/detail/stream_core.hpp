@@ -5,6 +5,7 @@
 /// by its executor (async send/recv), by any thread writing directly while
 /// the executor has nothing to write, and by one thread it lent its reads to.
 
+#include <fiber/detail/aio_callback.hpp>
 #include <fiber/detail/buffer_cache.hpp>
 #include <fiber/detail/bytes.hpp>
 #include <fiber/detail/completion.hpp>
@@ -346,10 +347,8 @@ private:
   // threads).
   static void on_send_cb(void* arg) {
     auto* self = static_cast<stream_core*>(arg);
-    const int rv = nng_aio_result(self->saio_.get());
-    const std::size_t n = nng_aio_count(self->saio_.get());
-    auto ex = self->ex_;
-    asio::post(ex, [keep = std::move(self->skeep_), rv, n] { keep->on_send(rv, n); });
+    finish_on_executor(self->saio_.get(), self->ex_, self->skeep_, aio_count,
+                       [](stream_core& c, int rv, std::size_t n) { c.on_send(rv, n); });
   }
 
   void on_send(int rv, std::size_t n, via v = via::dispatch) {
@@ -436,10 +435,8 @@ private:
 
   static void on_recv_cb(void* arg) {
     auto* self = static_cast<stream_core*>(arg);
-    const int rv = nng_aio_result(self->raio_.get());
-    const std::size_t n = nng_aio_count(self->raio_.get());
-    auto ex = self->ex_;
-    asio::post(ex, [keep = std::move(self->rkeep_), rv, n] { keep->on_recv(rv, n); });
+    finish_on_executor(self->raio_.get(), self->ex_, self->rkeep_, aio_count,
+                       [](stream_core& c, int rv, std::size_t n) { c.on_recv(rv, n); });
   }
 
   void on_recv(int rv, std::size_t n) {

@@ -44,6 +44,24 @@ public:
     std::function<void(std::uint64_t id, const std::string& reason)> refused;
   };
 
+  /// Events forwarded to `owner`'s on_connect(id, link), on_exit(id, exit)
+  /// and on_refused(reason) while it lives; a worker that connects after
+  /// its owner is gone is told to shut down.
+  template <class Owner>
+  static events forward_to(const std::shared_ptr<Owner>& owner) {
+    std::weak_ptr<Owner> weak = owner;
+    return {[weak](std::uint64_t id, std::shared_ptr<peer_link> l) {
+              if (auto s = weak.lock()) s->on_connect(id, std::move(l));
+              else l->send(frame(frame_kind::shutdown));
+            },
+            [weak](std::uint64_t id, const backend::job_exit& ex) {
+              if (auto s = weak.lock()) s->on_exit(id, ex);
+            },
+            [weak](std::uint64_t, const std::string& reason) {
+              if (auto s = weak.lock()) s->on_refused(reason);
+            }};
+  }
+
   /// `owner` names the owner in messages ("fiber::Pool pool-1"); `workers`
   /// what its workers are called there ("workers", "manager processes").
   supervisor(std::shared_ptr<backend::launcher> l, std::string owner, std::string workers, events ev)

@@ -3,14 +3,17 @@
 /// @file backend/detail/async_util.hpp
 /// Small pieces the HTTP-driven backends share: a move-only std::function
 /// (Asio 1.22 has no any_completion_handler) and the glue that turns an Asio
-/// completion handler into one, completing on the handler's own executor.
+/// completion handler into one, completing on the handler's own executor;
+/// the text of an exception_ptr.
 
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 
+#include <exception>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -62,6 +65,29 @@ unique_function<void(Args...)> bind_completion(Handler&& handler, const IoExecut
       std::apply([&](auto&&... a) { std::move(h)(std::move(a)...); }, std::move(t));
     });
     work.reset();
+  };
+}
+
+/// The message of the exception `e` holds, or `fallback` when `e` is null or
+/// holds something that is not a std::exception.
+inline std::string exception_text(std::exception_ptr e, const char* fallback) {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+  }
+  return fallback;
+}
+
+/// A handler that runs `f(*owner, args...)` while `owner` lives and
+/// `stopping(*owner)` is false, and does nothing otherwise.
+template <class T, class Stopping, class F>
+auto guarded_by(std::weak_ptr<T> owner, Stopping stopping, F f) {
+  return [w = std::move(owner), stopping, f = std::move(f)](auto&&... a) mutable {
+    auto self = w.lock();
+    if (!self || stopping(*self)) return;
+    f(*self, std::forward<decltype(a)>(a)...);
   };
 }
 

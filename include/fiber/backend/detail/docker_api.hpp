@@ -368,36 +368,35 @@ private:
       });
     }
 
+    // Handlers of a streamed body: `started` once the response head is in,
+    // then each item `Decoder` cuts from the bytes to `on_item`.
+    template <class Decoder, class OnItem>
+    static http::stream_handlers decoded(std::function<void()> started, OnItem on_item) {
+      auto decoder = std::make_shared<Decoder>();
+      http::stream_handlers sh;
+      sh.on_head = [started = std::move(started)](const http::response&) { started(); };
+      sh.on_data = [decoder, on_item = std::move(on_item)](std::string_view d) { decoder->feed(d, on_item); };
+      return sh;
+    }
+
     void events(std::vector<std::string> labels, std::string since, event_handlers h, json_handler done,
                 asio::cancellation_slot slot) {
       auto filters = url_encode(nlohmann::json{{"type", {"container"}}, {"label", labels}}.dump());
       std::string path = "/events?filters=" + filters + (since.empty() ? "" : "&since=" + url_encode(since));
       auto shared = std::make_shared<event_handlers>(std::move(h));
-      auto lines = std::make_shared<line_splitter>();
-      http::stream_handlers sh;
-      sh.on_head = [shared](const http::response&) {
-        if (shared->on_subscribed) shared->on_subscribed();
-      };
-      sh.on_data = [shared, lines](std::string_view d) {
-        lines->feed(d, [&](std::string_view line) {
-          if (auto e = parse_event(line); e && shared->on_event) shared->on_event(*e);
-        });
-      };
+      auto sh = decoded<line_splitter>([shared] { if (shared->on_subscribed) shared->on_subscribed(); },
+                                       [shared](std::string_view line) {
+                                         if (auto e = parse_event(line); e && shared->on_event) shared->on_event(*e);
+                                       });
       stream("GET", path, "events", std::move(sh), std::move(done), slot);
     }
 
     void attach(std::string id, attach_handlers h, json_handler done, asio::cancellation_slot slot) {
       auto shared = std::make_shared<attach_handlers>(std::move(h));
-      auto demux = std::make_shared<output_demux>();
-      http::stream_handlers sh;
-      sh.on_head = [shared](const http::response&) {
-        if (shared->on_attached) shared->on_attached();
-      };
-      sh.on_data = [shared, demux](std::string_view d) {
-        demux->feed(d, [&](int stream, std::string_view bytes) {
-          if (shared->on_output) shared->on_output(stream, bytes);
-        });
-      };
+      auto sh = decoded<output_demux>([shared] { if (shared->on_attached) shared->on_attached(); },
+                                      [shared](int stream, std::string_view bytes) {
+                                        if (shared->on_output) shared->on_output(stream, bytes);
+                                      });
       stream("POST", "/containers/" + url_encode(id) + "/attach?stream=1&stdout=1&stderr=1", "attach to container " + id,
              std::move(sh), std::move(done), slot);
     }

@@ -4,6 +4,7 @@
 /// The docker backend's launcher: one container per job, driven through the
 /// Engine API (docker_api.hpp). See backend/docker.hpp for the behaviour.
 
+#include <fiber/backend/detail/net_address.hpp>
 #include <fiber/backend/detail/docker_api.hpp>
 #include <fiber/backend/detail/docker_options.hpp>
 #include <fiber/backend/launcher.hpp>
@@ -17,6 +18,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -96,8 +98,7 @@ public:
                             "bridge network");
       else addr = network_gateway();
     }
-    if (addr.find(':') != std::string::npos && addr.front() != '[') addr = "[" + addr + "]";
-    listen_url_ = std::string(opts_.tls ? "tls+tcp://" : "tcp://") + addr + ":0";
+    listen_url_ = fiber::detail::tcp_listen_url(addr, opts_.tls);
     return *listen_url_;
   }
 
@@ -112,7 +113,7 @@ public:
     if (opts_.image.empty())
       throw backend_error("docker: no image to run workers in: set docker.image (FIBER_DOCKER_IMAGE), e.g. an image "
                           "holding the shared libraries of " +
-                          (specs.empty() || specs[0].argv.empty() ? std::string("the program") : specs[0].argv[0]));
+                          program_of(specs));
     if (weak_from_this().expired()) throw std::logic_error("docker: the launcher must be owned by a shared_ptr");
     std::vector<backend::job> jobs;
     launched_ = launched_ || !specs.empty();
@@ -149,9 +150,7 @@ public:
   const std::string& run_id() const noexcept { return run_id_; }
   /// Jobs not yet reported ended.
   std::size_t live_jobs() const noexcept {
-    std::size_t n = 0;
-    for (auto& [k, r] : jobs_) n += !r.reported;
-    return n;
+    return std::size_t(std::ranges::count_if(jobs_, [](auto& kv) { return !kv.second.reported; }));
   }
   /// The client (its negotiated version, ...).
   const docker::api& api() const noexcept { return api_; }
@@ -176,11 +175,7 @@ private:
 
   template <class F>
   auto guarded(F f) {
-    return [w = weak_from_this(), f = std::move(f)](auto&&... a) mutable {
-      auto self = w.lock();
-      if (!self || self->shutting_down_) return;
-      f(*self, std::forward<decltype(a)>(a)...);
-    };
+    return guarded_by(weak_from_this(), [](const docker_launcher& s) { return s.shutting_down_; }, std::move(f));
   }
 
   record* find(const std::string& name) {
@@ -321,14 +316,7 @@ private:
     jobs_.erase(it);
   }
 
-  static std::string what(std::exception_ptr e) {
-    try {
-      if (e) std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      return x.what();
-    }
-    return "docker: unknown error";
-  }
+  static std::string what(std::exception_ptr e) { return exception_text(e, "docker: unknown error"); }
 
   // ---- events ----------------------------------------------------------------
 

@@ -14,6 +14,7 @@
 
 #include <cctype>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -104,6 +105,32 @@ inline std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+/// A comma-separated list of key=value labels (docker.labels, k8s.labels).
+/// Throws fiber::backend_error naming `who`'s `key` for an item with no key,
+/// or with no `=` when `need_value`.
+inline std::map<std::string, std::string> parse_labels(const char* who, const char* key, bool need_value) {
+  std::map<std::string, std::string> out;
+  for (auto& kv : split_list(config_string(key))) {
+    auto eq = kv.find('=');
+    if (eq == 0 || (need_value && eq == std::string::npos))
+      throw backend_error(std::string(who) + ": " + key + ": '" + kv + "' is not key=value");
+    out[kv.substr(0, eq)] = eq == std::string::npos ? std::string() : kv.substr(eq + 1);
+  }
+  return out;
+}
+
+/// `value` if it is one of `allowed`; else throws fiber::backend_error
+/// naming `who`'s `key` and the choices.
+inline std::string one_of(const char* who, const char* key, std::string value,
+                          std::initializer_list<std::string_view> allowed) {
+  std::string list;
+  for (auto a : allowed) {
+    if (value == a) return value;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  throw backend_error(std::string(who) + ": " + key + " must be one of " + list + ", got '" + value + "'");
+}
+
 } // namespace docker_impl
 
 /// Settings of the docker backend (configuration keys docker.*).
@@ -129,11 +156,7 @@ struct docker_options {
     if (user.empty()) o.user = std::to_string(::getuid()) + ":" + std::to_string(::getgid());
     else if (user != "image") o.user = user;
     o.binds = docker_impl::split_list(config_string("docker.binds"));
-    for (auto& kv : docker_impl::split_list(config_string("docker.labels"))) {
-      auto eq = kv.find('=');
-      if (eq == 0) throw backend_error("docker: docker.labels: '" + kv + "' is not key=value");
-      o.labels[kv.substr(0, eq)] = eq == std::string::npos ? std::string() : kv.substr(eq + 1);
-    }
+    o.labels = docker_impl::parse_labels("docker", "docker.labels", false);
     o.listen_address = config_string("listen_address");
     for (const char* k : {"tls_cert", "tls_key", "tls_ca"})
       if (auto v = config_string(k); !v.empty()) o.tls_files.push_back(v);

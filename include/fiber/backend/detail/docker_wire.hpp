@@ -262,46 +262,53 @@ inline std::optional<event> parse_event(std::string_view line) {
   return e;
 }
 
-/// Splits a byte stream into lines (the events stream: one JSON document a line).
-class line_splitter {
+/// Cuts a byte stream into items, keeping an incomplete one's bytes between
+/// calls: `Cut{}(bytes, on_item)` reports each whole item in `bytes` and
+/// returns how many bytes those took.
+template <class Cut>
+class stream_decoder {
 public:
   template <class F>
-  void feed(std::string_view data, F&& on_line) {
+  void feed(std::string_view data, F&& on_item) {
     buf_.append(data);
+    buf_.erase(0, Cut{}(std::string_view(buf_), on_item));
+  }
+
+private:
+  std::string buf_;
+};
+
+/// Lines (the events stream: one JSON document a line); empty ones skipped.
+struct cut_lines {
+  template <class F>
+  std::size_t operator()(std::string_view b, F& on_line) const {
     std::size_t start = 0;
-    for (auto nl = buf_.find('\n'); nl != std::string::npos; nl = buf_.find('\n', start)) {
-      std::string_view line(buf_.data() + start, nl - start);
-      if (!line.empty()) on_line(line);
+    for (auto nl = b.find('\n'); nl != std::string_view::npos; nl = b.find('\n', start)) {
+      if (nl > start) on_line(b.substr(start, nl - start));
       start = nl + 1;
     }
-    buf_.erase(0, start);
+    return start;
   }
-
-private:
-  std::string buf_;
 };
+using line_splitter = stream_decoder<cut_lines>;
 
-/// Undoes the framing of `/attach` without a TTY: frames of
-/// [stream (1 stdout, 2 stderr), 0, 0, 0, size (u32 big-endian)] + payload.
-class output_demux {
-public:
-  /// Calls on_output(stream, bytes) for each complete frame's payload.
+/// The framing of `/attach` without a TTY: frames of [stream (1 stdout,
+/// 2 stderr), 0, 0, 0, size (u32 big-endian)] + payload; calls
+/// on_output(stream, payload) for each.
+struct cut_output_frames {
   template <class F>
-  void feed(std::string_view data, F&& on_output) {
-    buf_.append(data);
+  std::size_t operator()(std::string_view b, F& on_output) const {
     std::size_t at = 0;
-    while (buf_.size() - at >= 8) {
-      auto* h = reinterpret_cast<const unsigned char*>(buf_.data() + at);
+    while (b.size() - at >= 8) {
+      auto* h = reinterpret_cast<const unsigned char*>(b.data() + at);
       const std::size_t n = (std::size_t(h[4]) << 24) | (std::size_t(h[5]) << 16) | (std::size_t(h[6]) << 8) | h[7];
-      if (buf_.size() - at - 8 < n) break;
-      on_output(int(h[0]), std::string_view(buf_.data() + at + 8, n));
+      if (b.size() - at - 8 < n) break;
+      on_output(int(h[0]), b.substr(at + 8, n));
       at += 8 + n;
     }
-    buf_.erase(0, at);
+    return at;
   }
-
-private:
-  std::string buf_;
 };
+using output_demux = stream_decoder<cut_output_frames>;
 
 } // namespace fiber::detail::docker

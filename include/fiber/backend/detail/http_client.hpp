@@ -278,22 +278,20 @@ private:
     }
 
     void arm(curl_socket_t fd, const std::shared_ptr<socket_state>& s) {
-      if ((s->want & CURL_POLL_IN) && !s->reading) {
-        s->reading = true;
-        s->sd->async_wait(asio::posix::stream_descriptor::wait_read,
-                          [w = weak_from_this(), s, fd](std::error_code ec) {
-                            s->reading = false;
-                            if (auto self = w.lock(); self && !ec && !s->gone) self->ready(fd, s, CURL_CSELECT_IN);
-                          });
-      }
-      if ((s->want & CURL_POLL_OUT) && !s->writing) {
-        s->writing = true;
-        s->sd->async_wait(asio::posix::stream_descriptor::wait_write,
-                          [w = weak_from_this(), s, fd](std::error_code ec) {
-                            s->writing = false;
-                            if (auto self = w.lock(); self && !ec && !s->gone) self->ready(fd, s, CURL_CSELECT_OUT);
-                          });
-      }
+      arm(fd, s, CURL_POLL_IN, &socket_state::reading, asio::posix::stream_descriptor::wait_read, CURL_CSELECT_IN);
+      arm(fd, s, CURL_POLL_OUT, &socket_state::writing, asio::posix::stream_descriptor::wait_write, CURL_CSELECT_OUT);
+    }
+
+    // One direction: wait until `fd` is ready for it (unless curl does not
+    // want it or a wait is under way), then tell curl `select`.
+    void arm(curl_socket_t fd, const std::shared_ptr<socket_state>& s, int poll, bool socket_state::*waiting,
+             asio::posix::stream_descriptor::wait_type direction, int select) {
+      if (!(s->want & poll) || (*s).*waiting) return;
+      (*s).*waiting = true;
+      s->sd->async_wait(direction, [w = weak_from_this(), s, fd, waiting, select](std::error_code ec) {
+        (*s).*waiting = false;
+        if (auto self = w.lock(); self && !ec && !s->gone) self->ready(fd, s, select);
+      });
     }
 
     void ready(curl_socket_t fd, std::shared_ptr<socket_state> s, int what) {

@@ -47,11 +47,7 @@ class kube_launcher final : public backend::launcher, public std::enable_shared_
   // A handler that runs `f(*this, args...)` while the launcher lives and is not shutting down.
   template <class F>
   auto guarded(F f) {
-    return [w = weak_from_this(), f = std::move(f)](auto&&... a) mutable {
-      auto self = w.lock();
-      if (!self || self->shutting_down_) return;
-      f(*self, std::forward<decltype(a)>(a)...);
-    };
+    return guarded_by(weak_from_this(), [](const kube_launcher& s) { return s.shutting_down_; }, std::move(f));
   }
 
 public:
@@ -129,8 +125,7 @@ public:
     if (addr.empty())
       throw backend_error("kubernetes: no local address routes to the API server at " + api_.where().server +
                           ": set listen_address to an address the pods can reach");
-    if (addr.find(':') != std::string::npos && addr.front() != '[') addr = "[" + addr + "]";
-    listen_url_ = std::string(opts_.tls ? "tls+tcp://" : "tcp://") + addr + ":0";
+    listen_url_ = fiber::detail::tcp_listen_url(addr, opts_.tls);
     return *listen_url_;
   }
 
@@ -145,7 +140,7 @@ public:
     if (opts_.image.empty() && !api_.where().in_cluster)
       throw backend_error("kubernetes: no image for the worker pods: set k8s.image (FIBER_K8S_IMAGE) to an image "
                           "holding " +
-                          (specs.empty() || specs[0].argv.empty() ? std::string("the program") : specs[0].argv[0]) +
+                          program_of(specs) +
                           " at that path (the default, the master pod's own image, needs a master in a pod)");
     if (weak_from_this().expired()) throw std::logic_error("kubernetes: the launcher must be owned by a shared_ptr");
     std::vector<backend::job> jobs;
@@ -206,9 +201,7 @@ public:
   std::string selector() const { return std::string(kube::label_run) + "=" + run_id_; }
   std::string secret_name() const { return "fiber-" + run_id_; }
   std::size_t live_jobs() const noexcept {
-    std::size_t n = 0;
-    for (auto& [k, r] : jobs_) n += !r.reported;
-    return n;
+    return std::size_t(std::ranges::count_if(jobs_, [](auto& kv) { return !kv.second.reported; }));
   }
   const kube::api& api() const noexcept { return api_; }
   const kube_options& options() const noexcept { return opts_; }
@@ -576,14 +569,7 @@ private:
     }));
   }
 
-  static std::string what(std::exception_ptr e) {
-    try {
-      if (e) std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      return x.what();
-    }
-    return "kubernetes: unknown error";
-  }
+  static std::string what(std::exception_ptr e) { return exception_text(e, "kubernetes: unknown error"); }
 
   asio::any_io_executor ex_;
   kube_options opts_;

@@ -127,27 +127,19 @@ struct kube_options {
     o.namespace_ = config_string("k8s.namespace");
     o.image = config_string("k8s.image");
     o.image_pull_policy = config_string("k8s.image_pull_policy");
-    if (!o.image_pull_policy.empty() && o.image_pull_policy != "Always" && o.image_pull_policy != "IfNotPresent" &&
-        o.image_pull_policy != "Never")
-      throw backend_error("kubernetes: k8s.image_pull_policy must be Always, IfNotPresent or Never, got '" +
-                          o.image_pull_policy + "'");
+    if (!o.image_pull_policy.empty())
+      o.image_pull_policy = docker_impl::one_of("kubernetes", "k8s.image_pull_policy", o.image_pull_policy,
+                                                {"Always", "IfNotPresent", "Never"});
     o.service_account = config_string("k8s.service_account");
     o.automount_token = config_bool("k8s.automount_token");
     if (auto g = config_string("k8s.gpu_resource"); !g.empty()) o.gpu_resource = g;
-    for (auto& kv : docker_impl::split_list(config_string("k8s.labels"))) {
-      auto eq = kv.find('=');
-      if (eq == 0 || eq == std::string::npos)
-        throw backend_error("kubernetes: k8s.labels: '" + kv + "' is not key=value");
-      o.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
+    o.labels = docker_impl::parse_labels("kubernetes", "k8s.labels", true);
     o.pod_patch = kube::json_setting("k8s.pod_patch", config_string("k8s.pod_patch"));
     o.container_patch = kube::json_setting("k8s.container_patch", config_string("k8s.container_patch"));
     o.credentials = config_string("k8s.credentials");
     if (o.credentials.empty()) o.credentials = "auto";
-    if (o.credentials != "auto" && o.credentials != "in-cluster" && o.credentials != "kubeconfig" &&
-        o.credentials != "api-server")
-      throw backend_error("kubernetes: k8s.credentials must be auto, in-cluster, kubeconfig or api-server, got '" +
-                          o.credentials + "'");
+    o.credentials = docker_impl::one_of("kubernetes", "k8s.credentials", o.credentials,
+                                        {"auto", "in-cluster", "kubeconfig", "api-server"});
     o.context = config_string("k8s.context");
     o.api_server = config_string("k8s.api_server");
     if (auto d = config_string("k8s.service_account_dir"); !d.empty()) o.service_account_dir = d;

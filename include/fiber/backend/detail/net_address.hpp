@@ -2,9 +2,11 @@
 #pragma once
 /// @file backend/detail/net_address.hpp
 /// Addresses of this machine: the non-loopback addresses a host name resolves
-/// to, and the local address of the route towards a host (nothing is sent).
+/// to, the local address of the route towards a host (nothing is sent), and
+/// the URL a master listens at for workers on other hosts.
 
 #include <fiber/backend/detail/unique_fd.hpp>
+#include <fiber/backend/launcher.hpp>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -72,5 +74,18 @@ inline std::string route_source(const std::string& host, const std::string& port
 }
 
 /// Controller hosts/addresses from `scontrol show config` output:
+
+/// What the jobs of `specs` run, for messages: the first one's executable.
+inline std::string program_of(const std::vector<backend::job_spec>& specs) {
+  return specs.empty() || specs[0].argv.empty() ? std::string("the program") : specs[0].argv[0];
+}
+
+/// The URL a master listens at for workers on other hosts: `addr` (an IPv6
+/// address gets brackets) on an ephemeral port, over TLS or plain TCP.
+/// tcp_listen_url("10.0.0.1", true) == "tls+tcp://10.0.0.1:0".
+inline std::string tcp_listen_url(std::string addr, bool tls) {
+  if (addr.find(':') != std::string::npos && addr.front() != '[') addr = "[" + addr + "]";
+  return std::string(tls ? "tls+tcp://" : "tcp://") + addr + ":0";
+}
 
 } // namespace fiber::detail
