@@ -21,6 +21,7 @@ public:
 /// type_name() is the remote exception's (demangled) type.
 class remote_error : public error {
 public:
+  /// An error whose what() is "<type_name>: <message>".
   remote_error(std::string type_name, std::string message)
       : error(type_name + ": " + message), type_name_(std::move(type_name)),
         message_(std::move(message)) {}

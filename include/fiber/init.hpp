@@ -52,10 +52,11 @@ inline unsigned cpu_count() {
 /// Identity of the calling process, as multiprocessing.current_process().
 struct process_info {
   std::string name;   ///< "master", or the worker's name, e.g. "Process-2", "pool-1-w3"
-  std::int64_t pid;
+  std::int64_t pid;   ///< the OS pid on this host (getpid())
   bool is_worker;     ///< started by a backend on behalf of a master
 };
 
+/// The calling process's name, pid and whether it is a worker; callable from any thread.
 inline process_info current_process() {
   auto& rt = detail::runtime::instance();
   return {rt.process_name(), ::getpid(), rt.is_worker()};

@@ -23,15 +23,17 @@
 
 namespace fiber {
 
+/// Severity of a log record, lowest first; `off` as a threshold drops every record.
 enum class log_level { debug = 0, info = 1, warning = 2, error = 3, off = 4 };
 
 /// One log record. Views are valid only during the sink call.
 struct log_record {
-  log_level level;
+  log_level level;          ///< the record's severity
   std::string_view process; ///< "master", or the worker's name, e.g. "pool-1-w3"
-  std::string_view message;
+  std::string_view message; ///< the text, without process name, level or newline
 };
 
+/// A log destination: called once per record that passes the level, under fiber's log lock.
 using log_sink = std::function<void(const log_record&)>;
 
 namespace detail {

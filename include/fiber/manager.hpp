@@ -115,15 +115,19 @@ public:
     if (!wait(timeout)) throw timeout_error("fiber::remote_result::get: not ready within the timeout");
     return take();
   }
+  /// True once the call has finished (returned, thrown or failed); never blocks.
   bool ready() const {
     std::lock_guard lk(st_->m);
     return st_->done;
   }
+  /// Waits until ready(). Throws std::logic_error on fiber's runtime thread
+  /// (in a completion handler): use Remote::async_call there.
   void wait() const {
     check_thread();
     std::unique_lock lk(st_->m);
     st_->cv.wait(lk, [&] { return st_->done; });
   }
+  /// Waits at most `timeout`; true if ready. Throws as wait().
   template <class Rep, class Period>
   bool wait(std::chrono::duration<Rep, Period> timeout) const {
     check_thread();
@@ -173,7 +177,7 @@ class Remote {
   static_assert(detail::check_object_type<T>());
 
 public:
-  using element_type = T;
+  using element_type = T; ///< the remote object's type
 
   Remote() = default;
 
@@ -280,6 +284,8 @@ public:
     w.write(ref.object);
     w.write(detail::object_type_id<T>());
   }
+  /// Deserialization hook: reads what fiber_serialize wrote. Throws
+  /// serialization_error if the bytes name an object of another type.
   friend void fiber_deserialize(reader& in, Remote& r) {
     detail::remote_ref ref;
     ref.url = in.read<std::string>();
@@ -383,8 +389,10 @@ class RemoteManager {
   static_assert(detail::check_object_type<T>());
 
 public:
-  using object_type = T;
+  using object_type = T; ///< the type of the objects it holds
 
+  /// Starts `opt.processes` manager processes (0: cpu_count()) on the
+  /// backend. Throws backend_error if the backend cannot start them.
   explicit RemoteManager(manager_options opt = {}) : opt_(std::move(opt)) {
     if (opt_.processes == 0) opt_.processes = cpu_count();
     if (opt_.name.empty()) opt_.name = "manager-" + std::to_string(detail::next_manager_number());
@@ -467,7 +475,9 @@ public:
     rt.remove_service(service_);
   }
 
+  /// The number of manager processes (manager_options::processes, 0 resolved to cpu_count()).
   unsigned processes() const noexcept { return opt_.processes; }
+  /// The manager's name, the prefix of its processes' names ("manager-N" unless set).
   const std::string& name() const noexcept { return opt_.name; }
 
   /// OS pids of the connected manager processes (local backend: children).

@@ -82,10 +82,12 @@ struct connection_access {
 template <class T>
 class Connection : detail::check_item_type<T> {
 public:
-  using value_type = T;
+  using value_type = T; ///< the message type sent and received
 
   Connection() = default;
+  /// Takes over `o`'s end; `o` is left closed.
   Connection(Connection&& o) noexcept { take_from(o); }
+  /// Closes this end, then takes over `o`'s; `o` is left closed.
   Connection& operator=(Connection&& o) noexcept {
     if (this != &o) {
       close();
@@ -176,8 +178,9 @@ public:
 
   /// True after close(), after being moved from, and when default-constructed.
   bool closed() const noexcept { return !attached_; }
-  /// Whether this end may recv / send.
+  /// Whether this end may recv.
   bool readable() const noexcept { return readable_; }
+  /// Whether this end may send.
   bool writable() const noexcept { return writable_; }
 
   /// Serialization hook: registers a transfer (so the end stays open until

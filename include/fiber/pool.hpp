@@ -67,7 +67,7 @@ struct pool_options {
 template <class T>
 class async_result {
 public:
-  using value_type = detail::item_result<T>;
+  using value_type = detail::item_result<T>; ///< what get() returns: `T`, or std::monostate for void
 
   /// Waits, then returns the value (decoded anew on every call). Throws what
   /// the call raised: remote_error (the target threw), worker_lost (its
@@ -135,8 +135,9 @@ class Pool {
   static constexpr bool unary = traits::arity == 1;
 
 public:
+  /// One task's result as map() etc. return it: the target's result type, std::monostate for a void target.
   using result_type = detail::item_result<typename target::result_type>;
-  using R = typename target::result_type;
+  using R = typename target::result_type; ///< the target's declared result type (may be void)
 
   /// Starts `opt.processes` workers (at first a core's worth at a time on
   /// the local backend); work starts with the first one up. Throws
@@ -346,6 +347,7 @@ public:
     detail::runtime::instance().sync([&] { core->resize(n); });
   }
 
+  /// The number of workers asked for: pool_options::processes, or the last resize().
   unsigned processes() const noexcept { return processes_; }
   /// Workers connected right now.
   unsigned live_workers() const {
@@ -552,10 +554,13 @@ private:
   bool closed_ = false, stopped_ = false;
 };
 
+/// Deduces `Pool<F>` (backend::from_env) from `Pool(fiber::target<&f>, opt)`.
 template <auto F>
 Pool(target_t<F>, pool_options) -> Pool<F>;
+/// Deduces `Pool<F>` (backend::from_env) from `Pool(fiber::target<&f>)`.
 template <auto F>
 Pool(target_t<F>) -> Pool<F>;
+/// Deduces `Pool<F>` (backend::from_env) from the initializer constructor.
 template <auto F, auto I, class... IA>
 Pool(target_t<F>, pool_options, target_t<I>, IA&&...) -> Pool<F>;
 

@@ -53,7 +53,10 @@ public:
     }
   }
 
+  /// Takes over `o`'s process; `o` is left empty (as if closed).
   basic_process(basic_process&&) noexcept = default;
+  /// Terminates and reaps the process this one held if it was started and
+  /// still runs (as the destructor does), then takes over `o`'s.
   basic_process& operator=(basic_process&& o) noexcept {
     if (this == &o) return *this;
     reap(); // as the destructor does
@@ -116,6 +119,7 @@ public:
     return true;
   }
 
+  /// True between start() and the process's end. Throws std::logic_error after close().
   bool is_alive() const {
     check_open("is_alive");
     std::lock_guard lk(st_->m);
@@ -145,6 +149,7 @@ public:
     return std::nullopt;
   }
 
+  /// The process's name: "Process-N" unless set_name() changed it; still valid after close().
   const std::string& name() const noexcept { return st_ ? st_->name : closed_name_; }
   /// Set before start(); the worker's name in logs and current_process().
   void set_name(std::string n) {

@@ -171,6 +171,7 @@ private:
 /// is unspecified. Not thread-safe; cheap to copy.
 class reader {
 public:
+  /// Starts at the first byte of `in`, which is borrowed, not copied.
   explicit reader(std::span<const std::byte> in) noexcept
       : begin_(in.data()), cur_(in.data()), end_(in.data() + in.size()) {}
 

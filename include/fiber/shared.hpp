@@ -42,6 +42,7 @@ template <class K, class V>
 class dict {
 public:
   dict() = default;
+  /// A dictionary holding `init`'s entries.
   explicit dict(std::map<K, V> init) : data_(std::move(init)) {}
 
   /// The value at `k`, or nullopt (Python's d.get(k)).
@@ -70,7 +71,9 @@ public:
     data_.erase(it);
     return v;
   }
+  /// True if `k` is a key (Python's `k in d`).
   bool contains(const K& k) const { return data_.count(k) != 0; }
+  /// The number of entries (Python's len(d)).
   std::uint64_t size() const { return data_.size(); }
   /// Keys in order.
   std::vector<K> keys() const {
@@ -79,6 +82,7 @@ public:
     for (const auto& kv : data_) out.push_back(kv.first);
     return out;
   }
+  /// Values, in key order.
   std::vector<V> values() const {
     std::vector<V> out;
     out.reserve(data_.size());
@@ -91,6 +95,7 @@ public:
   void update(const std::map<K, V>& other) {
     for (const auto& [k, v] : other) data_[k] = v;
   }
+  /// Removes every entry.
   void clear() { data_.clear(); }
 
 private:
@@ -106,14 +111,18 @@ template <class T>
 class list {
 public:
   list() = default;
+  /// A list holding `init`'s elements.
   explicit list(std::vector<T> init) : data_(std::move(init)) {}
 
+  /// Adds `v` at the end.
   void append(const T& v) { data_.push_back(v); }
   /// Appends every element of `vs` (Python's extend).
   void extend(const std::vector<T>& vs) { data_.insert(data_.end(), vs.begin(), vs.end()); }
   /// The element at `i`; throws std::out_of_range.
   T get(std::int64_t i) const { return data_[index(i)]; }
+  /// l[i] = v; throws std::out_of_range.
   void set(std::int64_t i, const T& v) { data_[index(i)] = v; }
+  /// The number of elements (Python's len(l)).
   std::uint64_t size() const { return data_.size(); }
   /// Removes and returns the last element; throws std::out_of_range if empty.
   T pop() {
@@ -124,6 +133,7 @@ public:
   }
   /// A copy of every element, in order.
   std::vector<T> items() const { return data_; }
+  /// Removes every element.
   void clear() { data_.clear(); }
 
 private:

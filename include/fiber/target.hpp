@@ -153,12 +153,15 @@ bool register_target();
 /// A target's compile-time identity. Empty; copy it freely.
 template <auto F>
 struct target_t {
-  using traits = detail::fn_traits<decltype(F)>;
-  using result_type = typename traits::result;
-  using args_tuple = typename traits::args;
-  static constexpr auto function = F;
+  using traits = detail::fn_traits<decltype(F)>; ///< internal: result, args and arity of F
+  using result_type = typename traits::result;   ///< F's declared result type (may be void)
+  using args_tuple = typename traits::args;      ///< F's parameter types without cv/ref, as a std::tuple
+  static constexpr auto function = F;            ///< the function pointer itself
+  /// F's qualified name, e.g. "app::square"; used in error messages and logs.
   static constexpr std::string_view name() { return detail::pretty_value_name<F>(); }
+  /// F's type spelled out, e.g. "int (*)(int)"; part of the id.
   static constexpr std::string_view signature() { return detail::pretty_type_name<decltype(F)>(); }
+  /// The 64-bit FNV-1a hash of name() and signature(): how a worker finds F.
   static constexpr std::uint64_t id = detail::fnv1a(signature(), detail::fnv1a(name()));
 };
 

@@ -44,6 +44,7 @@ concept watchable = requires(W& w, std::function<void()> ready) {
 /// identity of the object it names, which must outlive it. Copyable.
 class waitable {
 public:
+  /// Names `w` (a Connection end or a Process), which must outlive this waitable.
   template <class W>
     requires detail::watchable<W>
   waitable(W& w) // NOLINT(google-explicit-constructor): implicit, as SPEC's fiber::wait({a, p}) needs

@@ -2,8 +2,8 @@
 #pragma once
 /// @file backend/docker.hpp
 /// The docker backend: each job-backed process is one Docker container,
-/// created, started, watched and stopped through the Docker Engine API
-/// (`FIBER_BACKEND=docker ./app`, or `fiber::Pool<&f, fiber::backend::docker>`).
+/// created, started, watched and stopped through the Docker Engine API. Chosen with
+/// `FIBER_BACKEND=docker ./app`, or `fiber::Pool<&f, fiber::backend::docker>`.
 /// FIBER_BACKEND=docker needs this header in one source file of the program
 /// (fiber/fiber.hpp includes it); backend::from_env finds it by name.
 /// docs/backends/docker.md has the configuration table and a walk-through.
@@ -103,7 +103,7 @@ namespace fiber::backend {
 
 /// Policy: job-backed processes are Docker containers (see this file's comment).
 struct docker {
-  static constexpr std::string_view name = "docker";
+  static constexpr std::string_view name = "docker"; ///< the backend's name, as FIBER_BACKEND spells it
   /// Reads the configuration table (docker.*) and DOCKER_HOST now; contacts
   /// the daemon in the background. Throws fiber::backend_error for a
   /// malformed value or DOCKER_HOST, or when fiber was built without

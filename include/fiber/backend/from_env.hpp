@@ -2,7 +2,7 @@
 #pragma once
 /// @file backend/from_env.hpp
 /// The default backend policy: chooses the backend at run time from the
-/// `backend` configuration key (FIBER_BACKEND; "local" when unset), so
+/// `backend` configuration key (FIBER_BACKEND; "local" when unset). Thus
 /// `FIBER_BACKEND=slurm ./app` moves an unchanged binary onto a cluster.
 
 #include <fiber/backend/detail/named_backends.hpp>
@@ -15,8 +15,10 @@
 
 namespace fiber::backend {
 
+/// Policy: the backend named by the `backend` key (FIBER_BACKEND), chosen
+/// when make() is called; local when unset. Stateless tag.
 struct from_env {
-  static constexpr std::string_view name = "from_env";
+  static constexpr std::string_view name = "from_env"; ///< this policy's name
   /// Throws fiber::backend_error naming the value for an unknown backend.
   static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
     auto which = detail::config_string("backend");

@@ -2,8 +2,8 @@
 #pragma once
 /// @file backend/kubernetes.hpp
 /// The kubernetes backend: each job-backed process is one pod, created,
-/// watched and deleted through the API server's REST API
-/// (`FIBER_BACKEND=kubernetes ./app`, or `fiber::Pool<&f, fiber::backend::kubernetes>`).
+/// watched and deleted through the API server's REST API. Chosen with
+/// `FIBER_BACKEND=kubernetes ./app`, or `fiber::Pool<&f, fiber::backend::kubernetes>`.
 /// FIBER_BACKEND=kubernetes needs this header in one source file of the
 /// program (fiber/fiber.hpp includes it); backend::from_env finds it by name.
 /// docs/kubernetes/README.md has the configuration table, RBAC and a walk-through.

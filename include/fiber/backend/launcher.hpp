@@ -38,14 +38,16 @@ struct job_spec {
   std::string name;                                ///< human-readable, e.g. "pool-1-w3"
   std::vector<std::string> argv;                   ///< argv[0] is the executable path
   std::vector<std::pair<std::string, std::string>> env; ///< added to the inherited environment
-  fiber::resources resources;
+  fiber::resources resources;                      ///< what to ask the cluster manager for
   std::optional<std::string> stdout_path;          ///< nullopt: the master's stdout
   std::optional<std::string> stderr_path;          ///< nullopt: the master's stderr
 };
 
-/// How a job ended, as SPEC.md reports exit codes.
+/// How a job ended; exitcode() turns it into multiprocessing's exit code.
 struct job_exit {
-  enum class kind { exited, signalled, lost } how = kind::exited;
+  /// exited: it returned a status; signalled: a signal ended it; lost: the
+  /// backend lost track of it (node failure, container or pod gone).
+  enum class kind { exited, signalled, lost } how = kind::exited; ///< which of the three
   int code = 0;            ///< exit status; signal number when signalled
   std::string reason;      ///< backend's words (e.g. Slurm state "NODE_FAIL")
   /// The job never started: the backend refused it (e.g. Docker: no such
@@ -60,9 +62,9 @@ struct job_exit {
 /// Opaque handle of one started job. `id` is the backend's own id
 /// (pid for local, "1234" or "1234_5" for Slurm); `pid` is set when known.
 struct job {
-  std::string id;
-  std::int64_t pid = -1;
-  std::string host;
+  std::string id;        ///< the backend's id of the job
+  std::int64_t pid = -1; ///< the OS pid on its host; -1 until known
+  std::string host;      ///< its host where the backend knows it at start (local: this host); may be empty
 };
 
 /// Called once, on the runtime's executor, when the job has ended.

@@ -117,7 +117,8 @@ private:
 namespace backend {
 /// Policy: job-backed processes are child processes of the master.
 struct local {
-  static constexpr std::string_view name = "local";
+  static constexpr std::string_view name = "local"; ///< the backend's name, as FIBER_BACKEND spells it
+  /// A launcher that starts the master's own binary with posix_spawn; reads no configuration.
   static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
     return std::make_shared<detail::local_launcher>(std::move(ex));
   }

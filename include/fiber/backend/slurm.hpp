@@ -631,7 +631,7 @@ namespace backend {
 
 /// Policy: job-backed processes are Slurm jobs (see backend/slurm.hpp).
 struct slurm {
-  static constexpr std::string_view name = "slurm";
+  static constexpr std::string_view name = "slurm"; ///< the backend's name, as FIBER_BACKEND spells it
   /// Reads the configuration table now. Throws fiber::backend_error for a
   /// malformed slurm.* value (fiber::config_error for an unknown key).
   static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
