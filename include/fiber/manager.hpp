@@ -56,6 +56,7 @@
 /// then fail with fiber::error.
 
 #include <fiber/backend/from_env.hpp>
+#include <fiber/detail/take_once.hpp>
 #include <fiber/detail/manager_core.hpp>
 #include <fiber/detail/object_host.hpp>
 #include <fiber/detail/object_registry.hpp>
@@ -454,13 +455,7 @@ public:
   /// Destroy every object and stop the processes now (the destructor does
   /// this). Later make() calls throw fiber::error. Idempotent.
   void shutdown() {
-    std::shared_ptr<detail::manager_core> core;
-    {
-      std::lock_guard lk(m_);
-      if (stopped_) return;
-      stopped_ = true;
-      core = core_;
-    }
+    auto core = detail::take_once(m_, stopped_, core_);
     if (!core) return;
     auto& rt = detail::runtime::instance();
     if (rt.on_runtime_thread()) { // cannot wait here

@@ -7,6 +7,7 @@
 /// late take work as they arrive (dynamic scaling).
 
 #include <fiber/backend/from_env.hpp>
+#include <fiber/detail/take_once.hpp>
 #include <fiber/detail/api_checks.hpp>
 #include <fiber/detail/imap_range.hpp>
 #include <fiber/detail/pool_call.hpp>
@@ -281,7 +282,7 @@ public:
         return initiate<result_type>(std::forward<decltype(token)>(token), st,
                                      [](auto& st) { return detail::take_one<R>(*st); });
       } else { // after the check's one error, keep the caller well-typed
-        return asio::async_initiate<decltype(token), void(std::exception_ptr, result_type)>([](auto&&...) {}, token);
+        return misused<result_type>(token);
       }
     }(std::make_index_sequence<sizeof...(A) - 1>{});
   }
@@ -293,23 +294,15 @@ public:
   /// Cancellation is not supported: submitted tasks run.
   template <class In, class Token>
   auto async_map(In&& inputs, Token&& token) {
-    if constexpr (detail::check_map_inputs<F, In>()) {
-      return initiate<std::vector<result_type>>(std::forward<Token>(token), submit_range<false>(inputs, 0),
-                                                [](auto& st) { return detail::collect<R>(*st); });
-    } else {
-      return asio::async_initiate<Token, void(std::exception_ptr, std::vector<result_type>)>([](auto&&...) {}, token);
-    }
+    if constexpr (detail::check_map_inputs<F, In>()) return async_collect<false>(inputs, std::forward<Token>(token));
+    else return misused<std::vector<result_type>>(token);
   }
 
   /// starmap, asynchronously; as async_map.
   template <class In, class Token>
   auto async_starmap(In&& tuples, Token&& token) {
-    if constexpr (detail::check_starmap_inputs<F, In>()) {
-      return initiate<std::vector<result_type>>(std::forward<Token>(token), submit_range<true>(tuples, 0),
-                                                [](auto& st) { return detail::collect<R>(*st); });
-    } else {
-      return asio::async_initiate<Token, void(std::exception_ptr, std::vector<result_type>)>([](auto&&...) {}, token);
-    }
+    if constexpr (detail::check_starmap_inputs<F, In>()) return async_collect<true>(tuples, std::forward<Token>(token));
+    else return misused<std::vector<result_type>>(token);
   }
 
   // ---- lifecycle --------------------------------------------------------------
@@ -389,13 +382,7 @@ private:
   }
 
   void stop(bool now) {
-    std::shared_ptr<detail::pool_core> core;
-    {
-      std::lock_guard lk(m_);
-      if (stopped_) return;
-      stopped_ = true;
-      core = core_;
-    }
+    auto core = detail::take_once(m_, stopped_, core_);
     if (!core) return;
     std::promise<void> done;
     auto fut = done.get_future();
@@ -516,7 +503,18 @@ private:
     return st;
   }
 
+  // async_map and async_starmap: every result, in order.
+  template <bool Star, class In, class Token>
+  auto async_collect(In& inputs, Token&& token) {
+    return initiate<std::vector<result_type>>(std::forward<Token>(token), submit_range<Star>(inputs, 0),
+                                              [](auto& st) { return detail::collect<R>(*st); });
+  }
 
+  // The return type of a misused async call, after its static_assert fired.
+  template <class T, class Token>
+  static auto misused(Token& token) {
+    return asio::async_initiate<Token, void(std::exception_ptr, T)>([](auto&&...) {}, token);
+  }
 
   template <class T, class Token, class Extract>
   auto initiate(Token&& token, std::shared_ptr<state> st, Extract extract) {

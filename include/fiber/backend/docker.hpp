@@ -110,14 +110,11 @@ struct docker {
   /// libcurl's and nlohmann-json's headers, or libcurl cannot be loaded.
   static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
 #if defined(FIBER_HAS_DOCKER_BACKEND)
-    auto l = std::make_shared<detail::docker_launcher>(ex, detail::docker_options::from_config(),
-                                                       detail::docker::endpoint_from_env());
-    l->start();
-    return l;
+    return detail::make_started<detail::docker_launcher>(ex, detail::docker_options::from_config(),
+                                                         detail::docker::endpoint_from_env());
 #else
     (void)ex;
-    throw backend_error("docker: fiber was built without libcurl and nlohmann-json, which the docker backend needs: "
-                        "install the Debian packages libcurl4-openssl-dev and nlohmann-json3-dev and rebuild");
+    detail::throw_built_without_http(name);
 #endif
   }
 };

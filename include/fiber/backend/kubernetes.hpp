@@ -133,13 +133,10 @@ struct kubernetes {
     auto opts = detail::kube_options::from_config();
     opts.state_dir = detail::runtime::instance().run_dir();
     auto where = detail::kube::resolve(opts, detail::kube::environment::from_process());
-    auto l = std::make_shared<detail::kube_launcher>(ex, std::move(opts), std::move(where));
-    l->start();
-    return l;
+    return detail::make_started<detail::kube_launcher>(ex, std::move(opts), std::move(where));
 #else
     (void)ex;
-    throw backend_error("kubernetes: fiber was built without libcurl and nlohmann-json, which the kubernetes backend "
-                        "needs: install the Debian packages libcurl4-openssl-dev and nlohmann-json3-dev and rebuild");
+    detail::throw_built_without_http(name);
 #endif
   }
 };

@@ -7,6 +7,7 @@
 /// the files that include it (fiber/fiber.hpp does).
 
 #include <fiber/backend/launcher.hpp>
+#include <fiber/error.hpp>
 
 #include <asio/any_io_executor.hpp>
 
@@ -14,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace fiber::detail {
 
@@ -36,6 +38,23 @@ inline backend_factory find_backend(std::string_view name) {
   auto& m = named_backends();
   auto it = m.find(name);
   return it == m.end() ? nullptr : it->second;
+}
+
+/// A launcher of type `L` made from `args` and started: what a backend's
+/// make() returns.
+template <class L, class... Args>
+std::shared_ptr<backend::launcher> make_started(Args&&... args) {
+  auto l = std::make_shared<L>(std::forward<Args>(args)...);
+  l->start();
+  return l;
+}
+
+/// What make() of a backend that needs libcurl and nlohmann-json throws when
+/// fiber was built without them.
+[[noreturn]] inline void throw_built_without_http(std::string_view backend) {
+  throw backend_error(std::string(backend) + ": fiber was built without libcurl and nlohmann-json, which the " +
+                      std::string(backend) + " backend needs: install the Debian packages libcurl4-openssl-dev and "
+                      "nlohmann-json3-dev and rebuild");
 }
 
 } // namespace fiber::detail
