@@ -99,8 +99,8 @@ std::vector<unsigned> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   fiber::init(argc, argv);
   auto a = bench::parse_common(argc, argv);
-  const auto list = parse_list(
-      bench::opt(a, "--workers-list").value_or(a.smoke ? "1,2,4" : "1,2,4,8,16,32,64,128,256,512,1024"));
+  const auto list =
+      parse_list(bench::opt(a, "--workers-list").value_or(a.smoke ? "1,2,4" : "1,2,4,8,16,32,64,128,256,512,1024"));
   const int empty_tasks = a.smoke ? 5000 : std::atoi(bench::opt(a, "--empty-tasks").value_or("1000000").c_str());
   const double wait_s = std::atof(bench::opt(a, "--wait").value_or(a.smoke ? "60" : "240").c_str());
   const auto csv_path = bench::opt(a, "--csv");
@@ -128,8 +128,8 @@ int main(int argc, char** argv) {
       auto p = run(n, empty_tasks, wait_s);
       std::printf("N=%u rep %d: %s all up %.3f s | empty %.3g tasks/s | 1 ms %.3g tasks/s (ideal %.3g) | master RSS "
                   "%.1f / %.1f MiB | %d threads per worker\n",
-                  n, rep + 1, p.ok ? "" : ("failed (" + p.why + ")").c_str(), p.up_s, p.empty_tps, p.ms_tps,
-                  1000.0 * n, p.rss_up_mib, p.rss_after_mib, p.threads);
+                  n, rep + 1, p.ok ? "" : ("failed (" + p.why + ")").c_str(), p.up_s, p.empty_tps, p.ms_tps, 1000.0 * n,
+                  p.rss_up_mib, p.rss_after_mib, p.threads);
       std::fflush(stdout);
       if (p.ok) pts.push_back(p);
       else why = p.why;

@@ -71,8 +71,7 @@ int child(const std::string& mode, int reps, unsigned workers) {
         return 1;
       }
       first.push_back(bench::seconds_since(t0));
-      while (pool.live_workers() < workers && bench::seconds_since(t0) < 120)
-        std::this_thread::sleep_for(2ms);
+      while (pool.live_workers() < workers && bench::seconds_since(t0) < 120) std::this_thread::sleep_for(2ms);
       if (pool.live_workers() < workers) {
         std::fprintf(stderr, "%s: only %u of %u workers connected within 120 s\n", mode.c_str(), pool.live_workers(),
                      workers);
@@ -134,8 +133,7 @@ int main(int argc, char** argv) {
       netns = netns || n.rfind("righost", 0) == 0;
     }
   }
-  std::printf("nodes: %s (%ld CPUs)%s\n", nodes.c_str(), cpus,
-              netns ? "; netns rig: listen_address 10.200.0.1" : "");
+  std::printf("nodes: %s (%ld CPUs)%s\n", nodes.c_str(), cpus, netns ? "; netns rig: listen_address 10.200.0.1" : "");
   std::fflush(stdout);
   std::string env = netns ? "FIBER_LISTEN_ADDRESS=10.200.0.1 " : "";
   const auto self = fs::read_symlink("/proc/self/exe").string();
@@ -159,18 +157,20 @@ int main(int argc, char** argv) {
       std::fputs(out.c_str(), stdout);
       if (m == "srun") {
         // salloc has returned; its allocation may still be completing
-        for (int i = 0; i < 600 && !trim(bench::run_capture("squeue -h -n fibercurve-alloc -o %i 2>/dev/null")).empty(); ++i)
+        for (int i = 0; i < 600 && !trim(bench::run_capture("squeue -h -n fibercurve-alloc -o %i 2>/dev/null")).empty();
+             ++i)
           std::this_thread::sleep_for(100ms);
       }
-      double first = bench::grab(out, R"(RESULT \w+ \d+ ([0-9.]+))"), all = bench::grab(out, R"(RESULT \w+ \d+ [0-9.]+ ([0-9.]+))");
+      double first = bench::grab(out, R"(RESULT \w+ \d+ ([0-9.]+))"),
+             all = bench::grab(out, R"(RESULT \w+ \d+ [0-9.]+ ([0-9.]+))");
       if (csv && !std::isnan(all)) {
         std::fprintf(csv, "%s,%u,%.4f,%.4f\n", m.c_str(), n, first, all);
         std::fflush(csv);
       }
       bench::row("curve: Slurm Pool of " + std::to_string(n) + " workers, " + m + (netns ? " (3 netns hosts)" : ""),
                  "construction → first result / all up, s (median of " + std::to_string(a.reps) + ")",
-                 std::isnan(all) ? "failed (see log)" : bench::fmt("%.3f", first) + " / " + bench::fmt("%.3f", all), "-",
-                 "-", "-", "-");
+                 std::isnan(all) ? "failed (see log)" : bench::fmt("%.3f", first) + " / " + bench::fmt("%.3f", all),
+                 "-", "-", "-", "-");
     }
   }
   if (csv) std::fclose(csv);

@@ -103,8 +103,8 @@ int main(int argc, char** argv) {
   fiber::init(argc, argv);
   auto a = bench::parse_common(argc, argv);
   if (!a.reps_given) a.reps = a.smoke ? 1 : 5;
-  const unsigned pool_workers =
-      a.smoke ? 2 : unsigned(std::atoi(bench::opt(a, "--pool-workers").value_or("8").c_str()));
+  const unsigned pool_workers = a.smoke ? 2
+                                        : unsigned(std::atoi(bench::opt(a, "--pool-workers").value_or("8").c_str()));
   const double ideal_s = a.smoke ? 0.05 : std::atof(bench::opt(a, "--ideal").value_or("2.0").c_str());
   const unsigned W = a.workers;
   bench::header("bench_docker: Pool of docker workers, construction to first result; 1 ms task overhead");
@@ -165,10 +165,9 @@ int main(int argc, char** argv) {
   bench::row("startup, Pool of " + std::to_string(pool_workers) + " docker workers", "construction → first result, ms",
              bench::fmt("%.0f", first), "docker run --rm (same image): " + bench::fmt("%.0f", one_run),
              bench::fmt("%.2fx", first / one_run), "≤ 1.5x docker run", bench::verdict(first <= 1.5 * one_run));
-  bench::row("startup, Pool of " + std::to_string(pool_workers) + " docker workers",
-             "construction → all connected, ms", bench::fmt("%.0f", bench::median(all_ms)),
-             "docker run --rm: " + bench::fmt("%.0f", one_run), bench::fmt("%.2fx", bench::median(all_ms) / one_run),
-             "-", "-");
+  bench::row("startup, Pool of " + std::to_string(pool_workers) + " docker workers", "construction → all connected, ms",
+             bench::fmt("%.0f", bench::median(all_ms)), "docker run --rm: " + bench::fmt("%.0f", one_run),
+             bench::fmt("%.2fx", bench::median(all_ms) / one_run), "-", "-");
 
   // ---- 1 ms overhead ----------------------------------------------------------
   const int us = 1000;
@@ -198,12 +197,13 @@ int main(int argc, char** argv) {
   const std::string name = "overhead 1 ms, W=" + std::to_string(W) + ", docker workers (host network)";
   bench::row(name, "wall/ideal", bench::fmt("%.3f", bench::median(dk_ratio)), "-", "-", "-", "-");
   bench::row(name,
-             "excess µs/task above control, median of " + std::to_string(dk_excess.size()) + " pairs (control: " +
-                 bench::fmt("%.1f", bench::median(ctl_excess)) + " µs)",
+             "excess µs/task above control, median of " + std::to_string(dk_excess.size()) +
+                 " pairs (control: " + bench::fmt("%.1f", bench::median(ctl_excess)) + " µs)",
              bench::fmt("%.1f", dk), "local workers: " + bench::fmt("%.1f", lo), bench::fmt("%+.1f µs", dk - lo),
              "≤ 10 µs", bench::verdict(dk <= 10));
   bench::row(name, "excess µs/task above control (as above)", bench::fmt("%.1f", dk),
-             "local workers over tcp://127.0.0.1: " + bench::fmt("%.1f", tc), bench::fmt("%+.1f µs", dk - tc), "-", "-");
+             "local workers over tcp://127.0.0.1: " + bench::fmt("%.1f", tc), bench::fmt("%+.1f µs", dk - tc), "-",
+             "-");
   if (own_image) (void)bench::run_capture("docker rmi -f " + image + " >/dev/null 2>&1");
   return 0;
 }

@@ -99,10 +99,11 @@ int main(int argc, char** argv) {
   const std::string args = " --env " + env + (a.smoke ? " --policy linear" : "") + " --population " + pop +
                            " --workers " + std::to_string(W) + " --generations " + std::to_string(gens + 1) +
                            " --final-episodes 0 --out " + out_dir;
-  const std::string slurm_env = "FIBER_BACKEND=slurm FIBER_LISTEN_ADDRESS=10.200.0.1 FIBER_SLURM_EXTRA_ARGS=--exclusive "
-                                "FIBER_SLURM_POLL_INTERVAL_MS=200 ";
-  std::printf("%s%s\n  slurm: %s\n  local: FIBER_BACKEND=local\nrounds=%d, %d counted generations per run\n", es.c_str(),
-              args.c_str(), slurm_env.c_str(), rounds, gens);
+  const std::string slurm_env =
+      "FIBER_BACKEND=slurm FIBER_LISTEN_ADDRESS=10.200.0.1 FIBER_SLURM_EXTRA_ARGS=--exclusive "
+      "FIBER_SLURM_POLL_INTERVAL_MS=200 ";
+  std::printf("%s%s\n  slurm: %s\n  local: FIBER_BACKEND=local\nrounds=%d, %d counted generations per run\n",
+              es.c_str(), args.c_str(), slurm_env.c_str(), rounds, gens);
   {
     std::ifstream ag("/proc/sys/kernel/sched_autogroup_enabled"), la("/proc/loadavg");
     std::string a1, l1;

@@ -150,9 +150,8 @@ stamp sleep_task(int us) {
 }
 /// Per worker, the gaps between consecutive tasks [µs] (bench_overhead's).
 std::vector<double> worker_gaps(std::vector<stamp> v) {
-  std::sort(v.begin(), v.end(), [](const stamp& a, const stamp& b) {
-    return a.pid != b.pid ? a.pid < b.pid : a.in_us < b.in_us;
-  });
+  std::sort(v.begin(), v.end(),
+            [](const stamp& a, const stamp& b) { return a.pid != b.pid ? a.pid < b.pid : a.in_us < b.in_us; });
   std::vector<double> gaps;
   for (std::size_t i = 1; i < v.size(); ++i)
     if (v[i].pid == v[i - 1].pid) gaps.push_back(v[i].in_us - v[i - 1].out_us);
@@ -206,7 +205,8 @@ bool make_tls(tls_files& t, int hosts) {
   std::string san = "DNS:127.0.0.1,IP:127.0.0.1,DNS:" + std::string(master_addr) + ",IP:" + master_addr;
   for (int i = 1; i <= hosts; ++i) san += ",DNS:" + host_addr(i) + ",IP:" + host_addr(i);
   const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=fiber-bench -addext "
-                          "subjectAltName=" + san + " -keyout " + t.key + " -out " + t.cert + " >/dev/null 2>&1";
+                          "subjectAltName=" +
+                          san + " -keyout " + t.key + " -out " + t.cert + " >/dev/null 2>&1";
   return std::system(cmd.c_str()) == 0 && bench::exists(t.cert);
 }
 
@@ -364,12 +364,13 @@ int main(int argc, char** argv) {
   const bool want_slurm = std::find(a.rest.begin(), a.rest.end(), "--slurm") != a.rest.end();
   const bool require_rig = std::find(a.rest.begin(), a.rest.end(), "--require-rig") != a.rest.end();
   const bool no_baseline = std::find(a.rest.begin(), a.rest.end(), "--no-baseline") != a.rest.end();
-  const std::string transports = bench::opt(a, "--transports").value_or("tcp,tls"),
-                    parts = [&] {
-                      auto p = bench::opt(a, "--parts").value_or("rtt,stream,payload,overhead");
-                      return p == "one" ? std::string("rtt,stream,payload") : p;
-                    }();
-  auto in = [](const std::string& list, const std::string& x) { return ("," + list + ",").find("," + x + ",") != std::string::npos; };
+  const std::string transports = bench::opt(a, "--transports").value_or("tcp,tls"), parts = [&] {
+    auto p = bench::opt(a, "--parts").value_or("rtt,stream,payload,overhead");
+    return p == "one" ? std::string("rtt,stream,payload") : p;
+  }();
+  auto in = [](const std::string& list, const std::string& x) {
+    return ("," + list + ",").find("," + x + ",") != std::string::npos;
+  };
   fiber::set_log_level(fiber::log_level::error);
   bench::header("bench_hosts: master in the root namespace, workers on the netns rig's hosts, tcp:// and tls+tcp://");
 
@@ -513,8 +514,9 @@ int main(int argc, char** argv) {
     const double r = m("rtt_tls") / m("rtt_tcp");
     bench::row("hosts: price of TLS, apply round trip" + one, "tls+tcp:// / tcp:// median",
                bench::fmt("%.1f", m("rtt_tls")) + " / " + bench::fmt("%.1f", m("rtt_tcp")) + " µs",
-               "raw nng tls / tcp: " + bench::fmt("%.1f", m("nng_rtt_tls")) + " / " + bench::fmt("%.1f", m("nng_rtt_tcp")) +
-                   " µs (" + bench::fmt("%.2fx", m("nng_rtt_tls") / m("nng_rtt_tcp")) + ")",
+               "raw nng tls / tcp: " + bench::fmt("%.1f", m("nng_rtt_tls")) + " / " +
+                   bench::fmt("%.1f", m("nng_rtt_tcp")) + " µs (" +
+                   bench::fmt("%.2fx", m("nng_rtt_tls") / m("nng_rtt_tcp")) + ")",
                bench::fmt("%.2fx", r), "≤ 1.5x", bench::verdict(r <= 1.5, !std::isnan(r)));
     const double pr = m("payload_tls") / m("payload_tcp");
     bench::row("hosts: price of TLS, 1 MiB payload" + one, "tls+tcp:// / tcp:// MiB/s",

@@ -52,8 +52,8 @@ int main(int argc, char** argv) {
                 rep + 1, f_med.back(), f_p99.back(), nng_med.back(), nng_p99.back(), mp_med.back(), mp_p99.back());
     std::fflush(stdout);
   }
-  double fm = bench::median(f_med), fp = bench::median(f_p99), nm = bench::median(nng_med),
-         np = bench::median(nng_p99), mm = bench::median(mp_med), mpp = bench::median(mp_p99);
+  double fm = bench::median(f_med), fp = bench::median(f_p99), nm = bench::median(nng_med), np = bench::median(nng_p99),
+         mm = bench::median(mp_med), mpp = bench::median(mp_p99);
   bench::row("latency (apply round trip)", "median µs", bench::fmt("%.1f", fm),
              "raw nng REQ/REP ipc: " + bench::fmt("%.1f", nm), bench::fmt("%.2fx", fm / nm), "≤ 1.2x",
              bench::verdict(fm / nm <= 1.2, !std::isnan(nm)));

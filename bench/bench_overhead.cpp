@@ -56,9 +56,8 @@ stamp sleep_task(int us) {
 
 // Gaps between consecutive tasks of each worker [µs].
 std::vector<double> worker_gaps(std::vector<stamp> v) {
-  std::sort(v.begin(), v.end(), [](const stamp& a, const stamp& b) {
-    return a.pid != b.pid ? a.pid < b.pid : a.in_us < b.in_us;
-  });
+  std::sort(v.begin(), v.end(),
+            [](const stamp& a, const stamp& b) { return a.pid != b.pid ? a.pid < b.pid : a.in_us < b.in_us; });
   std::vector<double> gaps;
   for (std::size_t i = 1; i < v.size(); ++i)
     if (v[i].pid == v[i - 1].pid) gaps.push_back(v[i].in_us - v[i - 1].out_us);
@@ -81,10 +80,7 @@ int main(int argc, char** argv) {
   // fiber/control pairs by default (its median rides out a few disturbed
   // ones), the untargeted 10 and 100 ms rows three.
   const auto reps_1ms = bench::opt(a, "--reps-1ms");
-  const int reps_short = a.smoke      ? 1
-                         : reps_1ms     ? std::max(1, std::atoi(reps_1ms->c_str()))
-                         : a.reps_given ? a.reps
-                                        : 9;
+  const int reps_short = a.smoke ? 1 : reps_1ms ? std::max(1, std::atoi(reps_1ms->c_str())) : a.reps_given ? a.reps : 9;
   double ideal_s = a.smoke ? 0.05 : std::atof(bench::opt(a, "--ideal").value_or("2.0").c_str());
   std::vector<double> durations_ms = {1, 10, 100};
   if (a.smoke) durations_ms = {1};
@@ -153,8 +149,8 @@ int main(int argc, char** argv) {
         over_workers[d].push_back(over / double(n));
         std::printf("rep %d d=%gms n=%zu: fiber %.3f s (%.3f)  C++ control %.3f s  mp.Pool %.3f s  py inline %.3f s"
                     "  worker gap median %.1f µs mean %.1f µs\n",
-                    rep + 1, d, n, wall, wall / ideal, ctl[d].back().wall, mp[d].back().wall,
-                    py_inline[d].back().wall, gap_median[d].back(), gap_mean[d].back());
+                    rep + 1, d, n, wall, wall / ideal, ctl[d].back().wall, mp[d].back().wall, py_inline[d].back().wall,
+                    gap_median[d].back(), gap_mean[d].back());
         std::fflush(stdout);
       }
     }
@@ -171,7 +167,10 @@ int main(int argc, char** argv) {
   std::FILE* csv = nullptr;
   if (auto p = bench::opt(a, "--csv")) {
     csv = std::fopen(p->c_str(), "w");
-    if (csv) std::fputs("d_ms,n,fiber_wall_ideal,mp_wall_ideal,control_wall_ideal,py_inline_wall_ideal,fiber_excess_us,mp_excess_us\n", csv);
+    if (csv)
+      std::fputs(
+          "d_ms,n,fiber_wall_ideal,mp_wall_ideal,control_wall_ideal,py_inline_wall_ideal,fiber_excess_us,mp_excess_us\n",
+          csv);
   }
   std::printf("\n| d (ms) | n | fiber wall/ideal | C++ control | excess µs/task above control | mp.Pool wall/ideal | "
               "py inline | mp excess µs above its control |\n|---|---|---|---|---|---|---|---|\n");
@@ -186,15 +185,16 @@ int main(int argc, char** argv) {
     std::printf("| %g | %zu | %.3f | %.3f | %.1f | %.3f | %.3f | %.1f |\n", d, fib[d][0].n, med(fib[d], ratio),
                 med(ctl[d], ratio), f_ex, med(mp[d], ratio), med(py_inline[d], ratio), m_ex);
     if (csv)
-      std::fprintf(csv, "%g,%zu,%.4f,%.4f,%.4f,%.4f,%.2f,%.2f\n", d, fib[d][0].n, med(fib[d], ratio),
-                   med(mp[d], ratio), med(ctl[d], ratio), med(py_inline[d], ratio), f_ex, m_ex);
+      std::fprintf(csv, "%g,%zu,%.4f,%.4f,%.4f,%.4f,%.2f,%.2f\n", d, fib[d][0].n, med(fib[d], ratio), med(mp[d], ratio),
+                   med(ctl[d], ratio), med(py_inline[d], ratio), f_ex, m_ex);
     std::string name = "overhead " + bench::fmt("%g", d) + " ms, W=" + std::to_string(W);
     bench::row(name, "wall/ideal", bench::fmt("%.3f", med(fib[d], ratio)),
                "mp.Pool cs=1: " + bench::fmt("%.3f", med(mp[d], ratio)),
                bench::fmt("%.3f", med(fib[d], ratio) / med(mp[d], ratio)), "-", "-");
     bool is1 = d == 1;
-    bench::row(name, "excess µs/task above control, median of " + std::to_string(fx.size()) + " pairs (control: " +
-                         bench::fmt("%.1f", med(ctl[d], excess)) + " µs)",
+    bench::row(name,
+               "excess µs/task above control, median of " + std::to_string(fx.size()) +
+                   " pairs (control: " + bench::fmt("%.1f", med(ctl[d], excess)) + " µs)",
                bench::fmt("%.1f", f_ex), "mp.Pool cs=1: " + bench::fmt("%.1f", m_ex) + " above its control",
                std::isnan(m_ex) ? "n/a" : bench::fmt("%+.1f µs", f_ex - m_ex), is1 ? "≤ 10 µs" : "-",
                is1 ? bench::verdict(f_ex <= 10) : "-");

@@ -106,8 +106,8 @@ int child(const std::string& mode, int reps, unsigned workers) {
       auto deadline = clk::now() + 120s;
       while (pool.live_workers() < workers && clk::now() < deadline) std::this_thread::sleep_for(2ms);
       if (pool.live_workers() < workers) {
-        std::fprintf(stderr, "%s: only %u of %u workers connected within 120 s\n", mode.c_str(),
-                     pool.live_workers(), workers);
+        std::fprintf(stderr, "%s: only %u of %u workers connected within 120 s\n", mode.c_str(), pool.live_workers(),
+                     workers);
         return 1;
       }
       s.all = secs(clk::now() - t0);
@@ -171,8 +171,8 @@ int main(int argc, char** argv) {
   const auto self = fs::read_symlink("/proc/self/exe").string();
   int rc = 0;
   for (auto& m : modes) {
-    std::vector<std::string> cmd{self, "--child", "--mode", m, "--reps", std::to_string(reps), "--workers",
-                                 std::to_string(workers)};
+    std::vector<std::string> cmd{
+        self, "--child", "--mode", m, "--reps", std::to_string(reps), "--workers", std::to_string(workers)};
     if (m == "srun" && !in_allocation) {
       // The master of a fresh allocation of `workers` CPUs (salloc runs it
       // here, with SLURM_JOB_ID set); each worker is a one-CPU step of it.

@@ -153,16 +153,17 @@ int main(int argc, char** argv) {
     for (auto& r : runs) v.push_back(double(f(r)));
     return bench::median(v);
   };
-  const double up = med([](const outcome& r) { return r.up_s; }), map = med([](const outcome& r) { return r.map_s; }),
-               mrss = med([](const outcome& r) { return r.master_rss_kib; }) / 1024,
-               wrss = med([](const outcome& r) { return r.worker_rss_kib; }) / 1024,
-               wpss = med([](const outcome& r) { return r.worker_pss_kib; }) / 1024;
+  const double up = med([](const outcome&r) { return r.up_s; }), map = med([](const outcome&r) { return r.map_s; }),
+               mrss = med([](const outcome&r) { return r.master_rss_kib; }) / 1024,
+               wrss = med([](const outcome&r) { return r.worker_rss_kib; }) / 1024,
+               wpss = med([](const outcome&r) { return r.worker_pss_kib; }) / 1024;
   std::printf("%u workers, median of %zu runs: all up in %.2f s, %d tasks in %.2f s (%.0f tasks/s); master RSS %.1f "
               "MiB; per worker RSS %.1f MiB, PSS %.1f MiB, %d threads\n",
               n, runs.size(), up, tasks, map, tasks / map, mrss, wrss, wpss, o.threads);
   std::string name = "scale, Pool of " + std::to_string(n) + " workers, " + std::to_string(tasks) + " tasks";
   bench::row(name, "completes (" + std::to_string(runs.size()) + " of " + std::to_string(a.reps) + " runs)",
-             n == asked && int(runs.size()) == a.reps ? "yes" : "only " + std::to_string(n) + " of " + std::to_string(asked),
+             n == asked && int(runs.size()) == a.reps ? "yes"
+                                                      : "only " + std::to_string(n) + " of " + std::to_string(asked),
              "-", "-", "completes", bench::verdict(n == asked && int(runs.size()) == a.reps));
   bench::row(name, "time to all-workers-up, s", bench::fmt("%.2f", up), "-", "-", "-", "-");
   bench::row(name, "map time, s", bench::fmt("%.2f", map) + " (" + bench::fmt("%.3g", tasks / map) + " tasks/s)", "-",

@@ -28,9 +28,13 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 /// Keeps the optimizer from discarding a result (gcc/clang).
-template <class T> void keep(T const& v) { asm volatile("" : : "r,m"(v) : "memory"); }
+template <class T>
+void keep(T const& v) {
+  asm volatile("" : : "r,m"(v) : "memory");
+}
 
-template <class F> double median_seconds(int reps, F&& f) {
+template <class F>
+double median_seconds(int reps, F&& f) {
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = clock_type::now();
@@ -55,17 +59,15 @@ static_assert(!fiber::detail::memcpy_wire<record50>, "meant to take the per-fiel
 void report(const char* what, std::size_t bytes, double fiber_s, double memcpy_s) {
   const double gbs = static_cast<double>(bytes) / fiber_s / 1e9;
   const double mgbs = static_cast<double>(bytes) / memcpy_s / 1e9;
-  std::printf("%-44s %9.2f GB/s   memcpy %9.2f GB/s   ratio %5.2fx of memcpy time\n", what, gbs,
-              mgbs, fiber_s / memcpy_s);
+  std::printf("%-44s %9.2f GB/s   memcpy %9.2f GB/s   ratio %5.2fx of memcpy time\n", what, gbs, mgbs,
+              fiber_s / memcpy_s);
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
   const bool smoke = argc > 1 && std::strcmp(argv[1], "--smoke") == 0;
-  const std::size_t n = smoke      ? 4096
-                        : argc > 1 ? std::strtoull(argv[1], nullptr, 10)
-                                   : std::size_t{1} << 20;
+  const std::size_t n = smoke ? 4096 : argc > 1 ? std::strtoull(argv[1], nullptr, 10) : std::size_t{1} << 20;
   const int reps = smoke ? 3 : argc > 2 ? std::atoi(argv[2]) : 15;
   if (n == 0 || reps <= 0) {
     std::fprintf(stderr, "usage: %s [FLOATS>0] [REPS>0] | --smoke\n", argv[0]);
@@ -116,7 +118,8 @@ int main(int argc, char** argv) {
 
   // --- one 50-field aggregate, many round trips per sample ----------------------
   record50 rec{};
-  boost::pfr::for_each_field(rec, [i = 0](auto& f) mutable { f = static_cast<std::remove_reference_t<decltype(f)>>(++i); });
+  boost::pfr::for_each_field(rec,
+                             [i = 0](auto& f) mutable { f = static_cast<std::remove_reference_t<decltype(f)>>(++i); });
   const std::size_t wire50 = fiber::serialize(rec).size();
   const std::size_t batch = std::max<std::size_t>(1, std::min<std::size_t>(n / 16, 100'000));
 
@@ -128,7 +131,7 @@ int main(int argc, char** argv) {
   });
   const double agg_mc = median_seconds(reps, [&] {
     for (std::size_t i = 0; i < batch; ++i) {
-      std::vector<std::byte> b(wire50);  // the same allocation serialize makes
+      std::vector<std::byte> b(wire50); // the same allocation serialize makes
       std::memcpy(b.data(), &rec, wire50);
       record50 out;
       std::memcpy(&out, b.data(), wire50);
@@ -139,8 +142,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "round trip mismatch\n");
     return 1;
   }
-  std::printf("50-field aggregate (%zu wire bytes, sizeof %zu), %zu round trips per sample\n",
-              wire50, sizeof(record50), batch);
+  std::printf("50-field aggregate (%zu wire bytes, sizeof %zu), %zu round trips per sample\n", wire50, sizeof(record50),
+              batch);
   report("  serialize + deserialize", wire50 * batch, agg_rt, agg_mc);
   std::printf("  %.1f ns per round trip (memcpy %.1f ns)\n", agg_rt / static_cast<double>(batch) * 1e9,
               agg_mc / static_cast<double>(batch) * 1e9);

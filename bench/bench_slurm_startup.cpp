@@ -196,9 +196,18 @@ int main(int argc, char** argv) {
     if (m == slurm_options::mode::srun && !alloc) {
       // Re-run this binary as the master of a fresh allocation (salloc runs
       // it here, with SLURM_JOB_ID set).
-      std::vector<std::string> cmd{"salloc", "--quiet", "--job-name=fiber-bench-alloc",
-                                   "--cpus-per-task=" + std::to_string(jobs), "--", fs::read_symlink("/proc/self/exe").string(),
-                                   "--mode", "srun", "--reps", std::to_string(reps), "--jobs", std::to_string(jobs)};
+      std::vector<std::string> cmd{"salloc",
+                                   "--quiet",
+                                   "--job-name=fiber-bench-alloc",
+                                   "--cpus-per-task=" + std::to_string(jobs),
+                                   "--",
+                                   fs::read_symlink("/proc/self/exe").string(),
+                                   "--mode",
+                                   "srun",
+                                   "--reps",
+                                   std::to_string(reps),
+                                   "--jobs",
+                                   std::to_string(jobs)};
       fiber::detail::spawn_request r;
       r.argv = cmd;
       r.out = r.err = fiber::detail::stdio::inherit;

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   fiber::init(argc, argv);
   auto a = bench::parse_common(argc, argv);
   if (!a.reps_given && !a.smoke) a.reps = 5;
-  const unsigned pool_workers = a.smoke ? 2 : unsigned(std::atoi(bench::opt(a, "--pool-workers").value_or("8").c_str()));
+  const unsigned pool_workers = a.smoke ? 2
+                                        : unsigned(std::atoi(bench::opt(a, "--pool-workers").value_or("8").c_str()));
   const int procs = a.smoke ? 3 : std::atoi(bench::opt(a, "--procs").value_or("30").c_str());
   bench::header("bench_startup: Pool construction to first result; Process start+join");
   std::printf("pool workers=%u  reps=%d  processes=%d\n", pool_workers, a.reps, procs);
@@ -70,8 +71,8 @@ int main(int argc, char** argv) {
     if (i >= 2) proc_us.push_back(us);
   }
   double pm = bench::median(pool_ms), prm = bench::median(proc_us);
-  std::printf("Process start+join: median %.0f us p99 %.0f us | mp fork %.0f us | posix_spawn /bin/true %.0f us\n",
-              prm, bench::quantile(proc_us, 0.99), mp_fork, spawn_us);
+  std::printf("Process start+join: median %.0f us p99 %.0f us | mp fork %.0f us | posix_spawn /bin/true %.0f us\n", prm,
+              bench::quantile(proc_us, 0.99), mp_fork, spawn_us);
 
   bench::row("startup, Pool of " + std::to_string(pool_workers) + " local workers", "construction → first result, ms",
              bench::fmt("%.1f", pm), "-", "-", "≤ 20 ms", bench::verdict(pm <= 20));

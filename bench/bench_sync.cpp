@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
              bench::verdict(fm / mm <= 0.5, !std::isnan(mm)));
   bench::row("sync: Lock acquire+release from another process", "p99 µs", bench::fmt("%.1f", fp),
              "mp Manager().Lock(): " + bench::fmt("%.1f", mp), bench::fmt("%.2fx", fp / mp), "-", "-");
-  bench::row("sync: Lock acquire+release in its creating process", "median µs", bench::fmt("%.1f", fl), "-", "-",
-             "-", "-");
+  bench::row("sync: Lock acquire+release in its creating process", "median µs", bench::fmt("%.1f", fl), "-", "-", "-",
+             "-");
   bench::row("sync: Barrier of 2 processes", "µs per cycle (mean)", bench::fmt("%.1f", fb),
              "mp.Barrier(2): " + bench::fmt("%.1f", mb), bench::fmt("%.2fx", fb / mb), "-", "-");
   return 0;

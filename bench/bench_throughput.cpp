@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
                 rep + 1, f_big.back(), mp_big.back(), f_one.back(), mp_one.back(), nng64.back());
     std::fflush(stdout);
   }
-  double fb = bench::median(f_big), mb = bench::median(mp_big), fo = bench::median(f_one),
-         mo = bench::median(mp_one), nn = bench::median(nng64);
+  double fb = bench::median(f_big), mb = bench::median(mp_big), fo = bench::median(f_one), mo = bench::median(mp_one),
+         nn = bench::median(nng64);
   bench::row("throughput, chunked (4M ints, auto chunksize)", "tasks/s", bench::fmt("%.3g", fb),
              "mp.Pool cs=10000: " + bench::fmt("%.3g", mb), bench::fmt("%.2fx", fb / mb), "≥ 2x",
              bench::verdict(fb / mb >= 2, !std::isnan(mb)));

@@ -72,7 +72,7 @@ inline std::string env_or(const char* name, const std::string& fallback) {
 }
 
 inline bool exists(const std::string& p) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(p.c_str(), &st) == 0;
 }
 
@@ -123,8 +123,8 @@ inline double grab(const std::string& text, const std::string& re) {
 /// Figures of bench/baselines/nng_pingpong.c (one run).
 struct nng_figures {
   double req_ipc_median_us = NAN, req_ipc_p99_us = NAN;
-  double push_ipc_64_msgs = NAN;  ///< 64 B PUSH/PULL msg/s (median of its reps)
-  double push_ipc_1m_mibs = NAN;  ///< 1 MiB PUSH/PULL MiB/s (median of its reps)
+  double push_ipc_64_msgs = NAN; ///< 64 B PUSH/PULL msg/s (median of its reps)
+  double push_ipc_1m_mibs = NAN; ///< 1 MiB PUSH/PULL MiB/s (median of its reps)
   std::string raw;
 };
 
@@ -134,8 +134,8 @@ inline nng_figures run_nng_pingpong(long trips, long n_small, long n_big, int re
   nng_figures f;
   auto bin = peer_binary("nng_pingpong", "-lnng");
   if (!bin) return f;
-  f.raw = run_capture(*bin + " " + std::to_string(trips) + " " + std::to_string(n_small) + " " +
-                      std::to_string(n_big) + " " + std::to_string(reps));
+  f.raw = run_capture(*bin + " " + std::to_string(trips) + " " + std::to_string(n_small) + " " + std::to_string(n_big) +
+                      " " + std::to_string(reps));
   f.req_ipc_median_us = grab(f.raw, R"(REQ/REP\s+ipc\s+64B RTT us: median\s+([0-9.]+))");
   f.req_ipc_p99_us = grab(f.raw, R"(REQ/REP\s+ipc\s+64B RTT us: median\s+[0-9.]+\s+p99\s+([0-9.]+))");
   f.push_ipc_64_msgs = grab(f.raw, R"(PUSH/PULL ipc\s+64B: median\s+([0-9.]+) msg/s)");
@@ -211,8 +211,8 @@ inline std::optional<std::string> opt(const common_args& a, const std::string& n
 inline void header(const char* what) {
   char host[256] = "?";
   ::gethostname(host, sizeof host);
-  std::printf("# %s  (nproc %ld, host %s; unpinned: threads and processes go where the scheduler puts them)\n",
-              what, ::sysconf(_SC_NPROCESSORS_ONLN), host);
+  std::printf("# %s  (nproc %ld, host %s; unpinned: threads and processes go where the scheduler puts them)\n", what,
+              ::sysconf(_SC_NPROCESSORS_ONLN), host);
   std::fflush(stdout);
 }
 

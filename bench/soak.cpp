@@ -134,8 +134,7 @@ int main(int argc, char** argv) {
       }
       for (std::size_t i = 0; i < seen.size(); ++i)
         if (seen[i] != 1)
-          return fail("imap_unordered: item " + std::to_string(i) + " delivered " + std::to_string(seen[i]) +
-                      " times");
+          return fail("imap_unordered: item " + std::to_string(i) + " delivered " + std::to_string(seen[i]) + " times");
     }
     ++maps;
     items += in.size();
@@ -188,8 +187,8 @@ int main(int argc, char** argv) {
   std::printf("soak: %.1f s, %u workers, %llu maps, %llu items, %llu SIGKILLs, %llu SIGSTOPs\n", soak_s, workers,
               (unsigned long long)maps, (unsigned long long)items, (unsigned long long)kills.load(),
               (unsigned long long)stops.load());
-  std::printf("soak: master VmRSS %ld KiB before, %ld KiB after (%+ld KiB); open fds %d before, %d after\n", rss0,
-              rss1, rss1 - rss0, fds0, fds1);
+  std::printf("soak: master VmRSS %ld KiB before, %ld KiB after (%+ld KiB); open fds %d before, %d after\n", rss0, rss1,
+              rss1 - rss0, fds0, fds1);
   if (fds1 > fds0 + 2) fail("open fds grew from " + std::to_string(fds0) + " to " + std::to_string(fds1));
   if (rss1 > rss0 + 16 * 1024 + rss0 / 10)
     fail("VmRSS grew from " + std::to_string(rss0) + " KiB to " + std::to_string(rss1) + " KiB");

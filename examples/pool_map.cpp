@@ -44,8 +44,7 @@ int main(int argc, char** argv) {
   // map: results in input order, like multiprocessing.Pool.map.
   auto hits = pool.map(work);
   double total = double(std::accumulate(hits.begin(), hits.end(), std::uint64_t{0}));
-  std::printf("pi ~ %.6f  (%zu tasks on %u workers)\n", 4.0 * total / double(samples * tasks), tasks,
-              pool.processes());
+  std::printf("pi ~ %.6f  (%zu tasks on %u workers)\n", 4.0 * total / double(samples * tasks), tasks, pool.processes());
 
   // imap_unordered: results as they finish. Kill a worker halfway: fiber
   // replaces it and reruns its tasks, and every result still arrives once.
@@ -56,7 +55,6 @@ int main(int argc, char** argv) {
       if (auto pids = pool.worker_pids(); !pids.empty()) ::kill(pid_t(pids.front()), SIGKILL);
     sum += h;
   }
-  std::printf("again after killing a worker: %zu results, same total: %s\n", seen,
-              double(sum) == total ? "yes" : "no");
+  std::printf("again after killing a worker: %zu results, same total: %s\n", seen, double(sum) == total ? "yes" : "no");
   return double(sum) == total ? 0 : 1;
 }

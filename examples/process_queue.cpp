@@ -49,8 +49,7 @@ int main(int argc, char** argv) {
   fiber::Queue<Result> results;
 
   std::vector<fiber::Process> procs;
-  for (int p = 0; p < producers; ++p)
-    procs.emplace_back(fiber::target<&produce>, jobs, p * per_producer, per_producer);
+  for (int p = 0; p < producers; ++p) procs.emplace_back(fiber::target<&produce>, jobs, p * per_producer, per_producer);
   for (int c = 0; c < consumers; ++c) procs.emplace_back(fiber::target<&consume>, jobs, results);
   for (auto& p : procs) p.start();
 

@@ -57,9 +57,9 @@
 using Obs = std::array<double, 4>; // x, x_dot, theta, theta_dot
 
 struct Step {
-  Obs obs{};          ///< next observation (already reset when done)
+  Obs obs{}; ///< next observation (already reset when done)
   double reward = 0;
-  bool done = false;  ///< the episode ended at this step (and the env was reset)
+  bool done = false;         ///< the episode ended at this step (and the env was reset)
   double episode_return = 0; ///< when done: the finished episode's return
 };
 
@@ -88,8 +88,8 @@ public:
     const double force = action == 1 ? force_mag : -force_mag;
     const double costheta = std::cos(theta), sintheta = std::sin(theta);
     const double temp = (force + polemass_length * theta_dot * theta_dot * sintheta) / total_mass;
-    const double thetaacc =
-        (gravity * sintheta - costheta * temp) / (length * (4.0 / 3.0 - masspole * costheta * costheta / total_mass));
+    const double thetaacc = (gravity * sintheta - costheta * temp) /
+                            (length * (4.0 / 3.0 - masspole * costheta * costheta / total_mass));
     const double xacc = temp - polemass_length * thetaacc * costheta / total_mass;
     x += tau * x_dot;
     x_dot += tau * xacc;
@@ -217,7 +217,8 @@ asio::awaitable<Report> rollout(std::vector<Handle>& envs, int steps, int iters)
   const auto n = envs.size();
   // Reset all environments in parallel, seeds 0..n-1.
   auto obs = co_await async_gather<Obs>(
-      n, [&](std::size_t i, auto cb) { envs[i].template async_call<&CartPole::reset>(std::uint64_t(i), std::move(cb)); },
+      n,
+      [&](std::size_t i, auto cb) { envs[i].template async_call<&CartPole::reset>(std::uint64_t(i), std::move(cb)); },
       asio::use_awaitable);
   auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < iters; ++it) {

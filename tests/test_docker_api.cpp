@@ -85,7 +85,8 @@ dk::container_spec helper(const std::string& tag, int exit_code, bool sleep = fa
   c.env = {"DOCKER_TEST_HELPER_EXIT=" + std::to_string(exit_code), sleep ? "DOCKER_TEST_HELPER_SLEEP=1" : "X=1"};
   c.labels = {{"app.kubernetes.io/managed-by", "fiber"}, {"fiber.apitest", tag}};
   if (const char* l = std::getenv("FIBER_DOCKER_LABELS")) // the fixture's label of this build tree's containers
-    if (std::string kv = l; kv.find('=') != std::string::npos) c.labels[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+    if (std::string kv = l; kv.find('=') != std::string::npos)
+      c.labels[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
   auto dir = c.argv[0].substr(0, c.argv[0].rfind('/'));
   c.binds = {dir + ":" + dir + ":ro"};
   c.user = std::to_string(::getuid()) + ":" + std::to_string(::getgid());
@@ -157,7 +158,8 @@ TEST_CASE("DOCKER_HOST parsing", "[docker][unit]") {
   CHECK(t.tls.ca_file == "/certs/ca.pem");
   CHECK(t.tls.cert_file == "/certs/cert.pem");
   CHECK(t.tls.key_file == "/certs/key.pem");
-  CHECK_THROWS_WITH(dk::parse_host("ssh://me@host"), Catch::Contains("docker: DOCKER_HOST=ssh://me@host is not supported"));
+  CHECK_THROWS_WITH(dk::parse_host("ssh://me@host"),
+                    Catch::Contains("docker: DOCKER_HOST=ssh://me@host is not supported"));
 }
 
 TEST_CASE("API version negotiation: the older of the daemon's and fiber's newest", "[docker][unit]") {
@@ -489,8 +491,9 @@ TEST_CASE("docker api: a daemon that cannot be reached is an error at once, sayi
     FAIL("no error");
   } catch (const dk::api_error& e) {
     CHECK(e.status() == 0);
-    CHECK_THAT(e.what(), Catch::StartsWith("docker: cannot reach the Docker daemon at unix:///nonexistent/docker.sock") &&
-                             Catch::Contains("dockerd"));
+    CHECK_THAT(e.what(),
+               Catch::StartsWith("docker: cannot reach the Docker daemon at unix:///nonexistent/docker.sock") &&
+                   Catch::Contains("dockerd"));
   }
   CHECK(clk::now() - t0 < 1s);
   // Nothing listens on this TCP port either.

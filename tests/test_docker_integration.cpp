@@ -586,7 +586,8 @@ TEST_CASE("docker: a missing image is a backend_error with Docker's message with
       (void)pool.map(std::vector{1, 2, 3});
       FAIL("map() should throw fiber::backend_error");
     } catch (const fiber::backend_error& e) {
-      CHECK_THAT(e.what(), Catch::Contains("docker backend") && Catch::Contains("No such image: fiber-no-such-image:test"));
+      CHECK_THAT(e.what(),
+                 Catch::Contains("docker backend") && Catch::Contains("No such image: fiber-no-such-image:test"));
     }
     double s = seconds_since(t0);
     std::printf("docker: missing image -> backend_error from Pool::map in %.3f s\n", s);
@@ -604,7 +605,8 @@ TEST_CASE("docker: a daemon that cannot be reached is a backend_error at once", 
     p.join(10s);
     FAIL("join() should throw fiber::backend_error");
   } catch (const fiber::backend_error& e) {
-    CHECK_THAT(e.what(), Catch::StartsWith("docker: cannot reach the Docker daemon at unix:///nonexistent/docker.sock"));
+    CHECK_THAT(e.what(),
+               Catch::StartsWith("docker: cannot reach the Docker daemon at unix:///nonexistent/docker.sock"));
   }
   CHECK(seconds_since(t0) < 1.0);
 }
@@ -619,8 +621,8 @@ TEST_CASE("docker: a container running a different binary is refused at the hand
       FAIL("join() should throw fiber::handshake_error");
     } catch (const fiber::handshake_error& e) {
       std::string what = e.what();
-      CHECK_THAT(what, Catch::Contains("handshake refused") && Catch::Contains("master runs build " +
-                                                                              fiber::detail::build_id()));
+      CHECK_THAT(what, Catch::Contains("handshake refused") &&
+                           Catch::Contains("master runs build " + fiber::detail::build_id()));
     }
     CHECK(p.exitcode() != 0);
   }
@@ -685,7 +687,8 @@ TEST_CASE("docker: the sweep removes containers of masters that are gone, and on
   ::gethostname(host, sizeof host - 1);
   auto me = fiber::detail::docker_impl::master_identity::self();
   auto create = [&](const std::string& name, const std::string& start) {
-    auto cmd = "docker create --name " + name + " --label app.kubernetes.io/managed-by=fiber --label fiber.run=sweeptest" +
+    auto cmd = "docker create --name " + name +
+               " --label app.kubernetes.io/managed-by=fiber --label fiber.run=sweeptest" +
                " --label fiber.master.host=" + me.host + " --label fiber.master.pid=" + me.pid +
                " --label fiber.master.start=" + start + " --label fiber.master.boot=" + me.boot +
                " --label 'fiber.master.pidns=" + me.pidns + "'" + extra_labels() + " --network none " + image() +

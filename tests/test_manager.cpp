@@ -49,18 +49,16 @@ struct Recorder {
   ~Recorder() { --alive; }
 
   void push(int x) { seen_.push_back(x); }
-  std::vector<int> seen() const { return seen_; }            // const method
+  std::vector<int> seen() const { return seen_; } // const method
   std::string name() const { return name_; }
   std::int64_t pid() const { return ::getpid(); }
   double slow(double s) {
     std::this_thread::sleep_for(std::chrono::duration<double>(s)); // creates overlap, not synchronization
     return s;
   }
-  int fail(std::string msg) {
-    throw std::invalid_argument(msg);
-  }
+  int fail(std::string msg) { throw std::invalid_argument(msg); }
   int alive_now() const { return alive.load(); } // Recorders alive in this process
-  void reset() { seen_.clear(); }                 // void result
+  void reset() { seen_.clear(); }                // void result
   int policy() const { return ::sched_getscheduler(0); }
 
   static inline std::atomic<int> alive{0};

@@ -51,7 +51,7 @@ int die_once(std::pair<std::string, int> in) {
   auto [dir, x] = in;
   if (x % 10 == 0) {
     auto marker = dir + "/" + std::to_string(x);
-    struct stat st{};
+    struct stat st {};
     if (::stat(marker.c_str(), &st) != 0) {
       std::ofstream(marker) << "died";
       ::kill(::getpid(), SIGKILL);
@@ -266,8 +266,8 @@ TEST_CASE("maxtasksperchild = 1: every task in a fresh worker, no task lost", "[
   const std::string starts = std::string(tmpl) + "/starts";
   const int n = 1000;
   {
-    fiber::Pool pool{fiber::target<&getpid_task>, {.processes = 4, .maxtasksperchild = 1},
-                     fiber::target<&count_start>, starts};
+    fiber::Pool pool{
+        fiber::target<&getpid_task>, {.processes = 4, .maxtasksperchild = 1}, fiber::target<&count_start>, starts};
     auto pids = pool.map(iota(n));
     CHECK(pids.size() == std::size_t(n));
     // A worker never runs a second task: every task's pid is one start.
@@ -316,8 +316,7 @@ TEST_CASE("map_async, starmap_async and async_starmap; a callback token runs on 
 // CPython's test_imap_handle_iterable_exception: a generator that fails at
 // item 3. Before the fix the feeder thread let the exception escape and the
 // whole program died (std::terminate).
-TEST_CASE("imap over an input range that throws: earlier results, then the exception at its place",
-          "[pool][imap]") {
+TEST_CASE("imap over an input range that throws: earlier results, then the exception at its place", "[pool][imap]") {
   fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
   auto failing = [] {
     return std::views::iota(0, 10) | std::views::transform([](int x) {
@@ -346,15 +345,12 @@ TEST_CASE("imap over an input range that throws: earlier results, then the excep
         "input fails at 3");
     CHECK(got == std::multiset<int>{0, 1, 4});
   }
-  SECTION("map rethrows to its caller") {
-    CHECK_THROWS_WITH(pool.map(failing()), "input fails at 3");
-  }
+  SECTION("map rethrows to its caller") { CHECK_THROWS_WITH(pool.map(failing()), "input fails at 3"); }
   // The Pool stays usable.
   CHECK(pool.map(std::vector{5, 6}) == std::vector<int>{25, 36});
 }
 
-TEST_CASE("an imap range that outlives its Pool ends with a clear error, never undefined behaviour",
-          "[pool][imap]") {
+TEST_CASE("an imap range that outlives its Pool ends with a clear error, never undefined behaviour", "[pool][imap]") {
   std::optional<fiber::Pool<&square>> pool;
   pool.emplace(fiber::target<&square>, fiber::pool_options{.processes = 1});
   auto results = pool->imap(std::views::iota(0, 1000), 10);
@@ -442,8 +438,7 @@ TEST_CASE("a chunk whose worker dies is rerun task by task: only the task that k
         got.push_back("threw");
       }
     }
-    CHECK(got == std::vector<std::string>{"0", "threw", "4", "9", "16", "lost", "36", "49", "64", "81", "100",
-                                          "121"});
+    CHECK(got == std::vector<std::string>{"0", "threw", "4", "9", "16", "lost", "36", "49", "64", "81", "100", "121"});
   }
   SECTION("imap_unordered: every task is accounted for once") {
     std::multiset<int> values;
@@ -478,8 +473,7 @@ TEST_CASE("a chunk whose worker dies is rerun task by task: only the task that k
   }
 }
 
-TEST_CASE("a Queue or a Connection end passed to a Pool task works there; a moved end leaves the caller",
-          "[pool]") {
+TEST_CASE("a Queue or a Connection end passed to a Pool task works there; a moved end leaves the caller", "[pool]") {
   SECTION("Connection") {
     auto [a, b] = fiber::Pipe<int>();
     fiber::Pool pool{fiber::target<&send_through>, {.processes = 1}};

@@ -71,7 +71,7 @@ void exit_with_children(std::string dir) {
   fiber::Process d{fiber::target<&wait_for_sigterm>, dir + "/daemon", std::move(ready_w)};
   d.set_daemon(true);
   d.start();
-  (void)ready.recv(); // its SIGTERM handler is in place
+  (void)ready.recv();                                                                // its SIGTERM handler is in place
   auto* kept = new fiber::Process{fiber::target<&finish_late>, dir + "/non-daemon"}; // outlives exit
   kept->start();
   write_file(dir + "/daemon.pid", std::to_string(*d.pid()));
@@ -254,8 +254,8 @@ TEST_CASE("at exit, daemon children are terminated and non-daemon children joine
     std::ifstream(dir + "/" + f) >> s;
     return s;
   };
-  CHECK(read("non-daemon") == "done");  // joined before the parent exited
-  CHECK(read("daemon") == "SIGTERM");   // terminated, not killed with its parent
+  CHECK(read("non-daemon") == "done"); // joined before the parent exited
+  CHECK(read("daemon") == "SIGTERM");  // terminated, not killed with its parent
   for (auto f : {"daemon.pid", "non-daemon.pid"}) {
     auto pid = std::stoll(read(f));
     CHECK(fiber_test::process_gone(pid));

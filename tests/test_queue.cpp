@@ -474,11 +474,16 @@ TEST_CASE("the broker never loses an item to a vanished client", "[queue][broker
   auto b = std::make_shared<d::queue_broker>(rt.executor(), 0);
   auto call = [&](std::uint64_t peer, std::uint32_t op, std::vector<std::byte> payload) {
     auto out = std::make_shared<std::vector<std::pair<d::wire_status, std::vector<std::byte>>>>();
-    rt.sync([&] { b->handle(peer, op, payload, [out](d::wire_status st, std::vector<std::byte> p) { out->emplace_back(st, std::move(p)); }); });
+    rt.sync([&] {
+      b->handle(peer, op, payload,
+                [out](d::wire_status st, std::vector<std::byte> p) { out->emplace_back(st, std::move(p)); });
+    });
     return out;
   };
   auto header = [](std::uint64_t wait, std::int64_t timeout) { return d::op_header{wait, timeout, 0}.bytes(); };
-  auto put = [&](int v) { return call(0, d::queue_op::put, d::put_payload(d::op_header{100 + std::uint64_t(v), -1, 0}, v)); };
+  auto put = [&](int v) {
+    return call(0, d::queue_op::put, d::put_payload(d::op_header{100 + std::uint64_t(v), -1, 0}, v));
+  };
   auto item_of = [](const std::vector<std::byte>& p) {
     REQUIRE(p.size() >= 2);
     REQUIRE(p[0] == std::byte(d::take_tag::item));

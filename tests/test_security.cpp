@@ -373,8 +373,7 @@ void fd_limited_pool(std::tuple<std::string, int, int, unsigned> in) {
 
 // ============================================================================
 
-TEST_CASE("rogue peers on every listener: refused, the map completes, no task runs for them",
-          "[security][rogue]") {
+TEST_CASE("rogue peers on every listener: refused, the map completes, no task runs for them", "[security][rogue]") {
   auto& rt = fd::runtime::instance();
   auto dir = temp_dir();
   const auto calls = dir + "/calls";
@@ -412,8 +411,8 @@ TEST_CASE("rogue peers on every listener: refused, the map completes, no task ru
       ++must_refuse;
     }
     // (b) garbage after the challenge; frames of every other kind instead of auth
-    for (auto kind : {fd::frame_kind::heartbeat, fd::frame_kind::run, fd::frame_kind::tasks,
-                      fd::frame_kind::request, fd::frame_kind::shutdown, fd::frame_kind::auth}) {
+    for (auto kind : {fd::frame_kind::heartbeat, fd::frame_kind::run, fd::frame_kind::tasks, fd::frame_kind::request,
+                      fd::frame_kind::shutdown, fd::frame_kind::auth}) {
       raw_peer p(url);
       auto ch = p.recv_frame();
       REQUIRE(ch);
@@ -488,8 +487,7 @@ TEST_CASE("rogue peers on every listener: refused, the map completes, no task ru
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("run dir 0700, secret file 0600; the secret is in no worker's command line or environment",
-          "[security]") {
+TEST_CASE("run dir 0700, secret file 0600; the secret is in no worker's command line or environment", "[security]") {
   auto& rt = fd::runtime::instance();
   fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
   pool.map(std::vector<int>{1, 2, 3, 4});
@@ -497,7 +495,7 @@ TEST_CASE("run dir 0700, secret file 0600; the secret is in no worker's command 
   fiber::Process proc{fiber::target<&sleep_forever>};
   proc.start();
 
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::stat(rt.run_dir().c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
   CHECK(st.st_uid == ::getuid());
@@ -700,8 +698,8 @@ TEST_CASE("TLS end to end: a Pool whose workers dial back over tls+tcp with a se
   auto dir = temp_dir();
   // CN = the address workers dial (mbedTLS checks the URL host against it);
   // the same certificate is the CA, so both sides verify each other.
-  auto cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -days 1 -keyout " + dir +
-             "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
+  auto cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -days 1 -keyout " + dir + "/key.pem -out " +
+             dir + "/cert.pem >/dev/null 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
   config_guard cfg{{"local_transport", "tls"},
                    {"tls_cert", dir + "/cert.pem"},

@@ -34,20 +34,23 @@ bytes make_bytes(std::initializer_list<int> v) {
   return out;
 }
 
-template <class T> T round_trip(const T& v) { return fiber::deserialize<T>(fiber::serialize(v)); }
+template <class T>
+T round_trip(const T& v) {
+  return fiber::deserialize<T>(fiber::serialize(v));
+}
 
 // --- user types ------------------------------------------------------------------
 
 enum class color : std::uint8_t { red = 1, green = 2 };
 enum plain_enum { pe_a = -5, pe_b = 70000 };
 
-struct point {  // aggregate, memcpy-able (no padding)
+struct point { // aggregate, memcpy-able (no padding)
   float x;
   float y;
   bool operator==(const point&) const = default;
 };
 
-struct padded {  // aggregate with padding: field by field
+struct padded { // aggregate with padding: field by field
   char c;
   double d;
   bool operator==(const padded&) const = default;
@@ -57,7 +60,7 @@ struct empty_agg {
   bool operator==(const empty_agg&) const = default;
 };
 
-struct nested_agg {  // aggregate of everything
+struct nested_agg { // aggregate of everything
   int id;
   std::string name;
   std::vector<point> points;
@@ -114,12 +117,10 @@ struct partly_described {
 };
 BOOST_DESCRIBE_STRUCT(partly_described, (), (sent))
 
-struct with_c_array {  // C arrays work through Describe
+struct with_c_array { // C arrays work through Describe
   int a[3] = {};
   std::string s[2];
-  bool operator==(const with_c_array& o) const {
-    return std::equal(a, a + 3, o.a) && std::equal(s, s + 2, o.s);
-  }
+  bool operator==(const with_c_array& o) const { return std::equal(a, a + 3, o.a) && std::equal(s, s + 2, o.s); }
 };
 BOOST_DESCRIBE_STRUCT(with_c_array, (), (a, s))
 
@@ -167,7 +168,7 @@ struct tree {
   }
   friend void fiber_deserialize(fiber::reader& r, tree& t) {
     t.value = r.read<int>();
-    const std::size_t n = r.read_length(5);  // int + varint: >= 5 bytes each
+    const std::size_t n = r.read_length(5); // int + varint: >= 5 bytes each
     t.kids.clear();
     for (std::size_t i = 0; i < n; ++i) t.kids.push_back(r.read<tree>());
   }
@@ -184,7 +185,7 @@ struct stateless {
 struct throws_on_int {
   throws_on_int() = default;
   explicit throws_on_int(int) { throw std::runtime_error("no"); }
-  std::string s;  // not trivially copyable, so libstdc++ may leave the variant valueless
+  std::string s; // not trivially copyable, so libstdc++ may leave the variant valueless
   friend void fiber_serialize(fiber::writer&, const throws_on_int&) {}
   friend void fiber_deserialize(fiber::reader&, throws_on_int&) {}
 };
@@ -223,15 +224,18 @@ private:
 };
 
 // A hook template for a family of types (as fiber's own handles do).
-template <class T> struct handle {
+template <class T>
+struct handle {
   T id{};
   bool operator==(const handle&) const = default;
 };
-template <class T> void fiber_serialize(fiber::writer& w, const handle<T>& h) {
+template <class T>
+void fiber_serialize(fiber::writer& w, const handle<T>& h) {
   w.write(std::uint8_t{0x42});
   w.write(h.id);
 }
-template <class T> void fiber_deserialize(fiber::reader& r, handle<T>& h) {
+template <class T>
+void fiber_deserialize(fiber::reader& r, handle<T>& h) {
   if (r.read<std::uint8_t>() != 0x42) r.fail("bad handle magic");
   h.id = r.read<T>();
 }
@@ -260,7 +264,7 @@ inline void decode(fiber::reader&, payload&) { throw std::logic_error("greedy de
 // reachable only through a converting constructor must not capture other types.
 namespace fiber {
 struct converts_from_int {
-  converts_from_int(int v) : v(v) {}  // NOLINT: implicit on purpose
+  converts_from_int(int v) : v(v) {} // NOLINT: implicit on purpose
   int v;
 };
 inline void fiber_serialize(writer& w, const converts_from_int& c) {
@@ -283,10 +287,12 @@ struct alloc_stats {
 };
 inline alloc_stats g_alloc;
 
-template <class T> struct counting_alloc {
+template <class T>
+struct counting_alloc {
   using value_type = T;
   counting_alloc() = default;
-  template <class U> counting_alloc(const counting_alloc<U>&) noexcept {}
+  template <class U>
+  counting_alloc(const counting_alloc<U>&) noexcept {}
   T* allocate(std::size_t n) {
     const std::size_t b = n * sizeof(T);
     g_alloc.largest = std::max(g_alloc.largest, b);
@@ -294,7 +300,10 @@ template <class T> struct counting_alloc {
     return std::allocator<T>{}.allocate(n);
   }
   void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>{}.deallocate(p, n); }
-  template <class U> bool operator==(const counting_alloc<U>&) const noexcept { return true; }
+  template <class U>
+  bool operator==(const counting_alloc<U>&) const noexcept {
+    return true;
+  }
 };
 
 } // namespace
@@ -320,18 +329,18 @@ static_assert(!fiber::serializable<app::no_strategy>);
 static_assert(!fiber::serializable<app::half>);
 static_assert(!fiber::serializable<std::vector<app::no_strategy>>);
 static_assert(!fiber::serializable<std::map<int, std::optional<app::half>>>);
-static_assert(!fiber::serializable<app::derived_agg>);  // PFR cannot do bases
+static_assert(!fiber::serializable<app::derived_agg>); // PFR cannot do bases
 static_assert(!fiber::serializable<app::const_member>);
-static_assert(!fiber::serializable<std::string_view>);  // not owning: refuse
+static_assert(!fiber::serializable<std::string_view>); // not owning: refuse
 static_assert(fiber::serializable<app::shape>);
-static_assert(!fiber::serializable<app::square>);  // the base's hook does not slice it
+static_assert(!fiber::serializable<app::square>); // the base's hook does not slice it
 static_assert(fiber::serializable<app::handle<int>>);
-static_assert(fiber::detail::kind_of<int> == fiber::detail::kind::scalar);  // not hijacked
+static_assert(fiber::detail::kind_of<int> == fiber::detail::kind::scalar); // not hijacked
 static_assert(fiber::detail::kind_of<fiber::converts_from_int> == fiber::detail::kind::hook);
 
 // The culprit named by the diagnostic is the innermost offending type.
-static_assert(std::is_same_v<fiber::detail::first_bad<std::map<int, std::vector<app::no_strategy>>>::type,
-                             app::no_strategy>);
+static_assert(
+    std::is_same_v<fiber::detail::first_bad<std::map<int, std::vector<app::no_strategy>>>::type, app::no_strategy>);
 static_assert(std::is_same_v<fiber::detail::first_bad<std::tuple<int, app::half>>::type, app::half>);
 
 // Bulk-copy classification.
@@ -354,16 +363,13 @@ TEST_CASE("scalars round-trip", "[serialize]") {
   CHECK(round_trip(std::int8_t{-128}) == -128);
   CHECK(round_trip(std::uint16_t{65535}) == 65535);
   CHECK(round_trip(std::int32_t{-123456789}) == -123456789);
-  CHECK(round_trip(std::numeric_limits<std::int64_t>::min()) ==
-        std::numeric_limits<std::int64_t>::min());
-  CHECK(round_trip(std::numeric_limits<std::uint64_t>::max()) ==
-        std::numeric_limits<std::uint64_t>::max());
+  CHECK(round_trip(std::numeric_limits<std::int64_t>::min()) == std::numeric_limits<std::int64_t>::min());
+  CHECK(round_trip(std::numeric_limits<std::uint64_t>::max()) == std::numeric_limits<std::uint64_t>::max());
   CHECK(round_trip(3.25f) == 3.25f);
   CHECK(round_trip(-1e300) == -1e300);
-  CHECK(round_trip(std::numeric_limits<double>::infinity()) ==
-        std::numeric_limits<double>::infinity());
+  CHECK(round_trip(std::numeric_limits<double>::infinity()) == std::numeric_limits<double>::infinity());
   CHECK(round_trip(color::green) == color::green);
-  CHECK(round_trip(static_cast<color>(200)) == static_cast<color>(200));  // any underlying value
+  CHECK(round_trip(static_cast<color>(200)) == static_cast<color>(200)); // any underlying value
   CHECK(round_trip(pe_b) == pe_b);
   CHECK(round_trip(pe_a) == pe_a);
   CHECK(round_trip(std::byte{0xfe}) == std::byte{0xfe});
@@ -387,13 +393,10 @@ TEST_CASE("sequences round-trip", "[serialize]") {
   std::vector<float> f(10'000);
   for (std::size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(i) * 0.5f;
   CHECK(round_trip(f) == f);
-  CHECK(round_trip(std::vector<std::string>{"", "a", "bc"}) ==
-        std::vector<std::string>{"", "a", "bc"});
-  CHECK(round_trip(std::vector<std::vector<int>>{{}, {1}, {2, 3}}) ==
-        std::vector<std::vector<int>>{{}, {1}, {2, 3}});
+  CHECK(round_trip(std::vector<std::string>{"", "a", "bc"}) == std::vector<std::string>{"", "a", "bc"});
+  CHECK(round_trip(std::vector<std::vector<int>>{{}, {1}, {2, 3}}) == std::vector<std::vector<int>>{{}, {1}, {2, 3}});
   CHECK(round_trip(std::vector<point>{{1, 2}, {3, 4}}) == std::vector<point>{{1, 2}, {3, 4}});
-  CHECK(round_trip(std::vector<padded>{{'a', 1.5}, {'b', 2.5}}) ==
-        std::vector<padded>{{'a', 1.5}, {'b', 2.5}});
+  CHECK(round_trip(std::vector<padded>{{'a', 1.5}, {'b', 2.5}}) == std::vector<padded>{{'a', 1.5}, {'b', 2.5}});
   CHECK(round_trip(std::vector<std::byte>{std::byte{1}, std::byte{255}}) ==
         std::vector<std::byte>{std::byte{1}, std::byte{255}});
   CHECK(round_trip(std::array<int, 3>{7, 8, 9}) == std::array<int, 3>{7, 8, 9});
@@ -408,7 +411,7 @@ TEST_CASE("vector<bool> round-trips at every size around byte boundaries", "[ser
     for (std::size_t i = 0; i < n; ++i) v[i] = (i * 7 + 3) % 5 < 2;
     INFO("n = " << n);
     const bytes b = fiber::serialize(v);
-    CHECK(b.size() == (n < 128 ? 1 : 2) + (n + 7) / 8);  // packed 8 per byte
+    CHECK(b.size() == (n < 128 ? 1 : 2) + (n + 7) / 8); // packed 8 per byte
     CHECK(fiber::deserialize<std::vector<bool>>(b) == v);
   }
 }
@@ -534,8 +537,7 @@ TEST_CASE("ADL hooks are used first and compose", "[serialize]") {
   REQUIRE(t.size() == 5);
   CHECK(t[0] == std::byte{0xAB});
   CHECK(round_trip(app::tagged{5}) == app::tagged{5});
-  CHECK_THROWS_AS(fiber::deserialize<app::tagged>(make_bytes({0xAC, 5, 0, 0, 0})),
-                  fiber::serialization_error);
+  CHECK_THROWS_AS(fiber::deserialize<app::tagged>(make_bytes({0xAC, 5, 0, 0, 0})), fiber::serialization_error);
 
   const std::map<std::string, std::vector<app::opaque>> m{{"k", {app::opaque{"a"}, app::opaque{}}}};
   CHECK(round_trip(m) == m);
@@ -560,26 +562,31 @@ TEST_CASE("ADL hooks are used first and compose", "[serialize]") {
 TEST_CASE("containers of empty encodings use pad bytes and stay bounded", "[serialize]") {
   const std::vector<std::monostate> v(1000);
   const bytes b = fiber::serialize(v);
-  CHECK(b.size() == 2 + 1000);  // varint(1000) + one pad byte each
+  CHECK(b.size() == 2 + 1000); // varint(1000) + one pad byte each
   CHECK(round_trip(v).size() == 1000);
   CHECK(round_trip(std::vector<app::stateless>(3)).size() == 3);
   CHECK(round_trip(std::set<std::monostate>{std::monostate{}}).size() == 1);
   const std::map<int, std::monostate> m{{1, {}}, {2, {}}};
   CHECK(round_trip(m) == m);
   // A huge count of empty elements cannot be backed by the input.
-  CHECK_THROWS_AS(fiber::deserialize<std::vector<std::monostate>>(
-                      make_bytes({0xff, 0xff, 0xff, 0xff, 0x0f})),
+  CHECK_THROWS_AS(fiber::deserialize<std::vector<std::monostate>>(make_bytes({0xff, 0xff, 0xff, 0xff, 0x0f})),
                   fiber::serialization_error);
   CHECK_THROWS_AS(fiber::deserialize<std::vector<std::monostate>>(make_bytes({2, 0, 1})),
-                  fiber::serialization_error);  // non-zero pad
+                  fiber::serialization_error); // non-zero pad
 }
 
 // --- the wire format ------------------------------------------------------------------
 
 TEST_CASE("varints are LEB128 and minimal", "[serialize][wire]") {
-  const std::pair<std::uint64_t, std::size_t> cases[] = {
-      {0, 1}, {1, 1}, {127, 1}, {128, 2}, {16383, 2}, {16384, 3},
-      {(1ull << 32) - 1, 5}, {1ull << 63, 10}, {std::numeric_limits<std::uint64_t>::max(), 10}};
+  const std::pair<std::uint64_t, std::size_t> cases[] = {{0, 1},
+                                                         {1, 1},
+                                                         {127, 1},
+                                                         {128, 2},
+                                                         {16383, 2},
+                                                         {16384, 3},
+                                                         {(1ull << 32) - 1, 5},
+                                                         {1ull << 63, 10},
+                                                         {std::numeric_limits<std::uint64_t>::max(), 10}};
   for (auto [value, len] : cases) {
     fiber::writer w;
     w.write_varint(value);
@@ -603,7 +610,7 @@ TEST_CASE("encodings are compact", "[serialize][wire]") {
   CHECK(fiber::serialize(std::optional<std::uint8_t>{9}) == make_bytes({1, 9}));
   CHECK(fiber::serialize(std::variant<int, std::uint8_t>{std::uint8_t{7}}) == make_bytes({1, 7}));
   CHECK(fiber::serialize(color::green) == make_bytes({2}));
-  CHECK(fiber::serialize(padded{'a', 0.0}).size() == 9);  // no padding bytes
+  CHECK(fiber::serialize(padded{'a', 0.0}).size() == 9); // no padding bytes
   CHECK(fiber::serialize(std::vector<int>{}) == make_bytes({0}));
   CHECK(fiber::serialize(std::map<int, int>{{1, 2}}) == make_bytes({1, 1, 0, 0, 0, 2, 0, 0, 0}));
   CHECK(fiber::serialize(std::pair<std::uint8_t, bool>{3, true}) == make_bytes({3, 1}));
@@ -634,7 +641,7 @@ TEST_CASE("writer appends after an initial buffer and releases it", "[serialize]
   const bytes out = w.release();
   CHECK(out.size() == 5);
   CHECK(w.size() == 0);
-  w.write(std::string("z"));  // reusable after release
+  w.write(std::string("z")); // reusable after release
   CHECK(w.buffer() == make_bytes({1, 'z'}));
 }
 
@@ -656,7 +663,7 @@ TEST_CASE("reader reads in sequence, views without copying and checks bounds", "
   const std::size_t n = r.read_length();
   CHECK(n == 4);
   const auto view = r.read_span(n);
-  CHECK(view.data() == b.data() + b.size() - 4);  // zero-copy
+  CHECK(view.data() == b.data() + b.size() - 4); // zero-copy
   CHECK(r.empty());
   CHECK_THROWS_AS(r.read_span(1), fiber::serialization_error);
   std::byte x;
@@ -674,11 +681,11 @@ TEST_CASE("reader reads in sequence, views without copying and checks bounds", "
 
 TEST_CASE("reader rejects bad varints", "[serialize][malformed]") {
   const bytes cases[] = {
-      make_bytes({0x80}),                                                  // truncated
-      make_bytes({0x80, 0x00}),                                            // non-minimal
-      make_bytes({0xff, 0x80, 0x00}),                                      // non-minimal
-      make_bytes({0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}),  // > 64 bits
-      make_bytes({0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x81, 0x00}),  // 11 bytes
+      make_bytes({0x80}),                                                             // truncated
+      make_bytes({0x80, 0x00}),                                                       // non-minimal
+      make_bytes({0xff, 0x80, 0x00}),                                                 // non-minimal
+      make_bytes({0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}),       // > 64 bits
+      make_bytes({0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x81, 0x00}), // 11 bytes
   };
   for (const bytes& b : cases) {
     fiber::reader r(b);
@@ -690,7 +697,8 @@ TEST_CASE("reader rejects bad varints", "[serialize][malformed]") {
 
 namespace {
 /// Every strict prefix of a valid encoding must be rejected, never crash.
-template <class T> void check_every_truncation(const T& value) {
+template <class T>
+void check_every_truncation(const T& value) {
   const bytes b = fiber::serialize(value);
   REQUIRE(fiber::deserialize<T>(b) == value);
   for (std::size_t cut = 0; cut < b.size(); ++cut) {
@@ -702,7 +710,7 @@ template <class T> void check_every_truncation(const T& value) {
 
 TEST_CASE("truncated input is rejected at every byte boundary", "[serialize][malformed]") {
   check_every_truncation(std::int64_t{-1});
-  check_every_truncation(std::string(200, 'q'));  // 2-byte length
+  check_every_truncation(std::string(200, 'q')); // 2-byte length
   check_every_truncation(std::vector<float>{1, 2, 3});
   check_every_truncation(std::vector<std::string>{"a", "", "bcd"});
   check_every_truncation(std::vector<bool>{true, false, true, true, false, false, true, true, true});
@@ -751,29 +759,25 @@ TEST_CASE("trailing bytes are an error", "[serialize][malformed]") {
 
 TEST_CASE("invalid tags and values are rejected", "[serialize][malformed]") {
   using V = std::variant<int, std::string>;
-  CHECK_THROWS_WITH(fiber::deserialize<V>(make_bytes({2, 0, 0, 0, 0})),
-                    Catch::Contains("variant index 2"));
+  CHECK_THROWS_WITH(fiber::deserialize<V>(make_bytes({2, 0, 0, 0, 0})), Catch::Contains("variant index 2"));
   CHECK_THROWS_AS(fiber::deserialize<V>(make_bytes({0x80, 0x01})), fiber::serialization_error);
   CHECK_THROWS_WITH(fiber::deserialize<bool>(make_bytes({2})), Catch::Contains("bool byte 2"));
   CHECK_THROWS_AS(fiber::deserialize<bool>(make_bytes({0xff})), fiber::serialization_error);
   CHECK_THROWS_AS(fiber::deserialize<std::vector<bool>>(make_bytes({1, 0x03})),
-                  fiber::serialization_error);  // padding bit set
-  CHECK_THROWS_AS(fiber::deserialize<std::optional<int>>(make_bytes({2, 0, 0, 0, 0})),
-                  fiber::serialization_error);
+                  fiber::serialization_error); // padding bit set
+  CHECK_THROWS_AS(fiber::deserialize<std::optional<int>>(make_bytes({2, 0, 0, 0, 0})), fiber::serialization_error);
   CHECK_THROWS_WITH(fiber::deserialize<std::set<std::uint8_t>>(make_bytes({2, 5, 5})),
                     Catch::Contains("out of order or duplicated"));
   CHECK_THROWS_WITH(fiber::deserialize<std::set<std::uint8_t>>(make_bytes({2, 6, 5})),
-                    Catch::Contains("out of order"));  // one encoding per value
-  CHECK(fiber::deserialize<std::set<std::uint8_t>>(make_bytes({2, 5, 6})) ==
-        std::set<std::uint8_t>{5, 6});
+                    Catch::Contains("out of order")); // one encoding per value
+  CHECK(fiber::deserialize<std::set<std::uint8_t>>(make_bytes({2, 5, 6})) == std::set<std::uint8_t>{5, 6});
   CHECK_THROWS_WITH((fiber::deserialize<std::unordered_set<std::uint8_t>>(make_bytes({2, 5, 5}))),
                     Catch::Contains("duplicate key"));
   CHECK(fiber::deserialize<std::unordered_set<std::uint8_t>>(make_bytes({2, 6, 5})) ==
         std::unordered_set<std::uint8_t>{5, 6});
   CHECK_THROWS_AS((fiber::deserialize<std::map<std::uint8_t, std::uint8_t>>(make_bytes({2, 1, 1, 1, 2}))),
                   fiber::serialization_error);
-  CHECK_THROWS_AS((fiber::deserialize<std::array<bool, 2>>(make_bytes({1, 3}))),
-                  fiber::serialization_error);
+  CHECK_THROWS_AS((fiber::deserialize<std::array<bool, 2>>(make_bytes({1, 3}))), fiber::serialization_error);
 }
 
 TEST_CASE("a valueless variant cannot be serialized", "[serialize]") {
@@ -798,26 +802,24 @@ TEST_CASE("huge claimed lengths are rejected quickly without allocating", "[seri
   CHECK(g_alloc.total == 0);
   CHECK_THROWS_AS(fiber::deserialize<std::string>(huge), fiber::serialization_error);
   CHECK_THROWS_AS((fiber::deserialize<std::map<int, int>>(huge)), fiber::serialization_error);
-  CHECK_THROWS_AS(fiber::deserialize<std::unordered_set<std::string>>(huge),
-                  fiber::serialization_error);
+  CHECK_THROWS_AS(fiber::deserialize<std::unordered_set<std::string>>(huge), fiber::serialization_error);
   CHECK_THROWS_AS(fiber::deserialize<std::vector<bool>>(huge), fiber::serialization_error);
   CHECK_THROWS_AS(fiber::deserialize<std::vector<std::monostate>>(huge), fiber::serialization_error);
 
   // A count the input can back (1 byte per element) for elements that are
   // large in memory: up-front reservation stays capped at 1 MiB.
-  using big = std::optional<std::array<double, 1024>>;  // 8 KiB in memory, 1 byte on the wire
+  using big = std::optional<std::array<double, 1024>>; // 8 KiB in memory, 1 byte on the wire
   bytes claim;
   {
     fiber::writer w;
     w.write_varint(20'000);
     claim = w.release();
-    claim.resize(claim.size() + 20'000, std::byte{0x05});  // invalid optional tags
+    claim.resize(claim.size() + 20'000, std::byte{0x05}); // invalid optional tags
   }
   g_alloc = {};
-  CHECK_THROWS_AS((fiber::deserialize<std::vector<big, counting_alloc<big>>>(claim)),
-                  fiber::serialization_error);
+  CHECK_THROWS_AS((fiber::deserialize<std::vector<big, counting_alloc<big>>>(claim)), fiber::serialization_error);
   CHECK(g_alloc.largest <= (std::size_t{1} << 20) + sizeof(big));
-  CHECK(clock::now() - t0 < std::chrono::seconds(5));  // generous: a hang would be endless
+  CHECK(clock::now() - t0 < std::chrono::seconds(5)); // generous: a hang would be endless
 }
 
 TEST_CASE("random bytes only ever raise serialization_error", "[serialize][malformed]") {
@@ -846,7 +848,7 @@ TEST_CASE("random bytes only ever raise serialization_error", "[serialize][malfo
     attempt(std::type_identity<app::tree>{}, b);
   }
   CHECK(ok + rejected == 3000 * 8);
-  CHECK(ok > 0);        // some short inputs are valid (e.g. int32, small variants)
+  CHECK(ok > 0); // some short inputs are valid (e.g. int32, small variants)
   CHECK(rejected > 0);
 }
 

@@ -367,7 +367,8 @@ TEST_CASE("slurm (child): Process exit codes through srun steps", "[.][srun-chil
 TEST_CASE("slurm: Process exit codes through srun steps of an allocation", "[slurm][process]") {
   require_rig();
   auto self = fs::read_symlink("/proc/self/exe").string();
-  auto out = shell("salloc --job-name=fiberit-alloc --nodes=1 --ntasks=6 " + self + " \"[srun-child]\" 2>&1; echo rc=$?");
+  auto out = shell("salloc --job-name=fiberit-alloc --nodes=1 --ntasks=6 " + self +
+                   " \"[srun-child]\" 2>&1; echo rc=$?");
   INFO(out);
   CHECK(out.find("All tests passed") != std::string::npos);
   CHECK(out.find("rc=0") != std::string::npos);
@@ -520,7 +521,8 @@ TEST_CASE("slurm: scancel of a worker's job mid-map: complete, exactly-once resu
     CHECK(eventually(
         [&] {
           auto j = fiber_jobs();
-          return j.size() == 8 && std::none_of(j.begin(), j.end(), [&](auto& l) { return l.rfind(victim + " ", 0) == 0; });
+          return j.size() == 8 &&
+                 std::none_of(j.begin(), j.end(), [&](auto& l) { return l.rfind(victim + " ", 0) == 0; });
         },
         30s));
     CHECK(eventually([&] { return pool.live_workers() == 8; }, 60s));
@@ -582,8 +584,7 @@ TEST_CASE("slurm netns: workers on three hosts; a cut link is caught by heartbea
   const auto log = (dir.path / "starts").string();
   {
     // 4 CPUs per worker, 8 per host: two workers on each of the three hosts.
-    SlurmPool pool{fiber::target<&square_where>,
-                   pool_opts(6, "fiberit-netns", 4)};
+    SlurmPool pool{fiber::target<&square_where>, pool_opts(6, "fiberit-netns", 4)};
     REQUIRE(eventually([&] { return pool.live_workers() == 6; }, 60s));
 
     auto where = pool.map(inputs(48, 20), 1);

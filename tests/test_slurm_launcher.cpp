@@ -190,7 +190,8 @@ TEST_CASE("slurm: sbatch command and script for one spec", "[slurm][unit]") {
   CHECK(plan.name == "pool-1-w0");
   CHECK(plan.output == "/tmp/o.out");
   CHECK(plan.error == "/dev/null");
-  CHECK(plan.script == "#!/bin/sh\n# fiber (slurm backend): one worker\nexec '/bin/sh' '-c' 'echo '\\''hi there'\\'' $X'\n");
+  CHECK(plan.script ==
+        "#!/bin/sh\n# fiber (slurm backend): one worker\nexec '/bin/sh' '-c' 'echo '\\''hi there'\\'' $X'\n");
   CHECK(plan.env == s.env);
 
   slurm_options o;
@@ -199,10 +200,11 @@ TEST_CASE("slurm: sbatch command and script for one spec", "[slurm][unit]") {
   o.time_limit = "10:00";
   o.extra_args = {"--qos=low"};
   auto argv = si::sbatch_argv(o, plan, s.resources);
-  std::vector<std::string> want{"sbatch", "--job-name=pool-1-w0", "--output=/tmp/o.out", "--error=/dev/null",
-                                "--ntasks=1", "--nodes=1", "--cpus-per-task=2", "--mem=512M", "--gres=gpu:1",
-                                "--partition=debug", "--account=lab", "--time=10:00", "--qos=low", "--parsable",
-                                "--export=ALL", "--no-requeue"};
+  std::vector<std::string> want{
+      "sbatch",        "--job-name=pool-1-w0", "--output=/tmp/o.out", "--error=/dev/null", "--ntasks=1",
+      "--nodes=1",     "--cpus-per-task=2",    "--mem=512M",          "--gres=gpu:1",      "--partition=debug",
+      "--account=lab", "--time=10:00",         "--qos=low",           "--parsable",        "--export=ALL",
+      "--no-requeue"};
   CHECK(argv == want);
   for (auto& a : argv) CHECK(a.find("s3cr3t") == std::string::npos);
   CHECK(plan.script.find("s3cr3t") == std::string::npos);
@@ -253,9 +255,20 @@ TEST_CASE("slurm: srun command construction for a step", "[slurm][unit]") {
   o.partition = "ignored-for-steps";
   o.extra_args = {"--qos=ignored"};
   auto argv = si::srun_argv(o, "4242", s);
-  std::vector<std::string> want{"srun", "--jobid=4242", "--ntasks=1", "--nodes=1", "--exact", "--quiet",
-                                "--input=none", "--export=ALL", "--job-name=pool-3-w1", "--cpus-per-task=4",
-                                "--gres=gpu:2", "/opt/app/bin/train", "--epochs", "3"};
+  std::vector<std::string> want{"srun",
+                                "--jobid=4242",
+                                "--ntasks=1",
+                                "--nodes=1",
+                                "--exact",
+                                "--quiet",
+                                "--input=none",
+                                "--export=ALL",
+                                "--job-name=pool-3-w1",
+                                "--cpus-per-task=4",
+                                "--gres=gpu:2",
+                                "/opt/app/bin/train",
+                                "--epochs",
+                                "3"};
   CHECK(argv == want);
   s.stdout_path = "/tmp/x.out";
   o.overlap = true; // the master is itself a step
@@ -337,13 +350,15 @@ TEST_CASE("slurm: exit code of a batch job", "[slurm][rig]") {
   auto r = launch(*l, {sh_spec("fiber-test-exit3", "exit 3")});
   REQUIRE(r->jobs.size() == 1);
   CHECK(si::parse_job_id(r->jobs[0].id));
-  REQUIRE(run_until(ctx, [&] { return r->all_done(); }, 30s));
+  REQUIRE(run_until(
+      ctx, [&] { return r->all_done(); }, 30s));
   CHECK(r->exits[0]->how == job_exit::kind::exited);
   CHECK(r->exits[0]->code == 3);
   CHECK(r->calls[0] == 1);
   CHECK(l->live_jobs() == 0);
   // exactly once: more polling rounds do not call it again
-  run_until(ctx, [] { return false; }, 300ms);
+  run_until(
+      ctx, [] { return false; }, 300ms);
   CHECK(r->calls[0] == 1);
 }
 
@@ -352,12 +367,14 @@ TEST_CASE("slurm: cancel a running job: TERM and KILL", "[slurm][rig]") {
   asio::io_context ctx;
   auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options());
   auto r = launch(*l, {sh_spec("fiber-test-term", "exec sleep 60"), sh_spec("fiber-test-kill", "exec sleep 60")});
-  REQUIRE(run_until(ctx, [&] { return l->state(r->jobs[0]) == "RUNNING" && l->state(r->jobs[1]) == "RUNNING"; }, 30s));
+  REQUIRE(run_until(
+      ctx, [&] { return l->state(r->jobs[0]) == "RUNNING" && l->state(r->jobs[1]) == "RUNNING"; }, 30s));
   CHECK_FALSE(l->node(r->jobs[0]).empty());
   l->cancel(r->jobs[0], 15);
   l->cancel(r->jobs[1], 9);
   l->cancel(r->jobs[1], 9); // idempotent
-  REQUIRE(run_until(ctx, [&] { return r->all_done(); }, 30s));
+  REQUIRE(run_until(
+      ctx, [&] { return r->all_done(); }, 30s));
   CHECK(r->exits[0]->exitcode() == -15);
   CHECK(r->exits[1]->exitcode() == -9);
   CHECK(r->calls == std::vector<int>{1, 1});
@@ -370,9 +387,11 @@ TEST_CASE("slurm: job cancelled by someone else counts as signalled", "[slurm][r
   asio::io_context ctx;
   auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options());
   auto r = launch(*l, {sh_spec("fiber-test-ext", "exec sleep 60")});
-  REQUIRE(run_until(ctx, [&] { return l->state(r->jobs[0]) == "RUNNING"; }, 30s));
+  REQUIRE(run_until(
+      ctx, [&] { return l->state(r->jobs[0]) == "RUNNING"; }, 30s));
   shell("scancel " + r->jobs[0].id);
-  REQUIRE(run_until(ctx, [&] { return r->all_done(); }, 30s));
+  REQUIRE(run_until(
+      ctx, [&] { return r->all_done(); }, 30s));
   CHECK(r->exits[0]->how == job_exit::kind::signalled);
   CHECK(r->exits[0]->reason.find("CANCELLED") != std::string::npos);
 }
@@ -459,7 +478,8 @@ TEST_CASE("slurm: job array of 4: each task gets its own identity", "[slurm][rig
   auto r = launch(*l, specs);
   REQUIRE(r->jobs.size() == 4);
   for (int i = 0; i < 4; ++i) CHECK(r->jobs[i].id == base_id(r->jobs[0].id) + "_" + std::to_string(i));
-  REQUIRE(run_until(ctx, [&] { return r->all_done(); }, 30s));
+  REQUIRE(run_until(
+      ctx, [&] { return r->all_done(); }, 30s));
   std::set<std::string> seen;
   for (int i = 0; i < 4; ++i) {
     CHECK(r->exits[i]->how == job_exit::kind::exited);
@@ -493,8 +513,8 @@ TEST_CASE("slurm: the secret is in no command line, job record or script", "[slu
   single.env = {{"FIBER_INTERNAL_SECRET", common}};
   auto r = launch(*l, specs);
   auto r1 = launch(*l, {single});
-  REQUIRE(run_until(ctx, [&] { return fs::exists(dir / "seen0") && fs::exists(dir / "seen1") && fs::exists(dir / "one"); },
-                    30s));
+  REQUIRE(run_until(
+      ctx, [&] { return fs::exists(dir / "seen0") && fs::exists(dir / "seen1") && fs::exists(dir / "one"); }, 30s));
   // The jobs did receive their variables...
   CHECK(slurp(dir / "seen0") == common + " " + w0);
   CHECK(slurp(dir / "seen1") == common + " " + w1);
@@ -503,8 +523,8 @@ TEST_CASE("slurm: the secret is in no command line, job record or script", "[slu
   std::string arr = base_id(r->jobs[0].id), one = r1->jobs[0].id;
   std::string seen = shell("scontrol show job -dd " + arr + " " + one + " 2>&1; scontrol show job -dd " + one +
                            " 2>&1; scontrol show step " + one + " 2>&1; squeue -h -j " + arr + "," + one +
-                           " -o %all 2>&1; scontrol write batch_script " + arr + " - 2>&1; scontrol write batch_script " +
-                           one + " - 2>&1; ps -eww -o args 2>&1");
+                           " -o %all 2>&1; scontrol write batch_script " + arr +
+                           " - 2>&1; scontrol write batch_script " + one + " - 2>&1; ps -eww -o args 2>&1");
   INFO(seen.substr(0, 4000));
   CHECK(seen.find("fiber (slurm backend)") != std::string::npos); // we did read the scripts
   CHECK(seen.find(common) == std::string::npos);
@@ -522,7 +542,8 @@ TEST_CASE("slurm: destroying the launcher cancels its live jobs", "[slurm][rig]"
     auto b = launch(*l, {sh_spec("fiber-test-dtor1", "exec sleep 60")});
     ids = ids_of(*a);
     ids.push_back(b->jobs[0].id);
-    REQUIRE(run_until(ctx, [&] { return l->state(b->jobs[0]) == "RUNNING"; }, 30s));
+    REQUIRE(run_until(
+        ctx, [&] { return l->state(b->jobs[0]) == "RUNNING"; }, 30s));
     CHECK(any_listed(ids));
     l.reset();
     CHECK(a->calls == std::vector<int>{0, 0}); // documented: no handler after destruction
@@ -537,10 +558,12 @@ TEST_CASE("slurm: a held job reports its pending reason", "[slurm][rig]") {
   o.extra_args = {"--hold"};
   auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), o);
   auto r = launch(*l, {sh_spec("fiber-test-held", "true")});
-  REQUIRE(run_until(ctx, [&] { return l->state(r->jobs[0]) == "PENDING"; }, 10s));
+  REQUIRE(run_until(
+      ctx, [&] { return l->state(r->jobs[0]) == "PENDING"; }, 10s));
   CHECK(l->pending_reason(r->jobs[0]) == "JobHeldUser");
   l->cancel(r->jobs[0], 15);
-  REQUIRE(run_until(ctx, [&] { return r->all_done(); }, 15s));
+  REQUIRE(run_until(
+      ctx, [&] { return r->all_done(); }, 15s));
   CHECK(r->exits[0]->exitcode() == -15);
 }
 
@@ -549,7 +572,8 @@ TEST_CASE("slurm: a job whose node goes down is lost", "[slurm][rig]") {
   asio::io_context ctx;
   auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options());
   auto r = launch(*l, {sh_spec("fiber-test-nodefail", "exec sleep 60")});
-  REQUIRE(run_until(ctx, [&] { return l->state(r->jobs[0]) == "RUNNING"; }, 30s));
+  REQUIRE(run_until(
+      ctx, [&] { return l->state(r->jobs[0]) == "RUNNING"; }, 30s));
   std::string node = l->node(r->jobs[0]);
   REQUIRE(!node.empty());
   struct resume {
@@ -560,7 +584,8 @@ TEST_CASE("slurm: a job whose node goes down is lost", "[slurm][rig]") {
     }
   } guard{node};
   shell("scontrol update NodeName=" + node + " State=DOWN Reason=fiber-slurm-test 2>&1");
-  REQUIRE(run_until(ctx, [&] { return r->all_done(); }, 30s));
+  REQUIRE(run_until(
+      ctx, [&] { return r->all_done(); }, 30s));
   CHECK(r->exits[0]->how == job_exit::kind::lost);
   CHECK(r->exits[0]->reason.find("NODE_FAIL") != std::string::npos);
 }
@@ -598,14 +623,16 @@ TEST_CASE("slurm: jobs on every node reach the master at listen_url()", "[slurm]
   int nodes = std::max(1, std::atoi(fiber::detail::trim(shell("sinfo -h -o %D")).c_str()));
   std::vector<job_spec> specs;
   for (int i = 0; i < nodes; ++i) {
-    auto s = sh_spec("fiber-test-dial", "exec bash -c 'echo \"$FIBER_INTERNAL_WORKER_ID $(hostname -I 2>/dev/null)\" > /dev/tcp/" +
-                                            addr + "/" + std::to_string(port) + "'");
+    auto s = sh_spec("fiber-test-dial",
+                     "exec bash -c 'echo \"$FIBER_INTERNAL_WORKER_ID $(hostname -I 2>/dev/null)\" > /dev/tcp/" + addr +
+                         "/" + std::to_string(port) + "'");
     s.env = {{"FIBER_INTERNAL_WORKER_ID", std::to_string(i)}};
     s.resources.cpu = 8;
     specs.push_back(s);
   }
   auto r = launch(*l, specs);
-  REQUIRE(run_until(ctx, [&] { return r->all_done() && heard.size() == specs.size(); }, 60s));
+  REQUIRE(run_until(
+      ctx, [&] { return r->all_done() && heard.size() == specs.size(); }, 60s));
   for (auto& x : r->exits) CHECK(x->exitcode() == 0);
   for (auto& h : heard) UNSCOPED_INFO("heard: " << h);
   CHECK(heard.size() == specs.size());
@@ -630,19 +657,23 @@ TEST_CASE("slurm srun steps inside an allocation", "[.slurm-inner]") {
   std::vector<job_spec> specs{sh_spec("inner-exit3", "exit 3"), sh_spec("inner-term", "exec sleep 60"),
                               sh_spec("inner-running", "touch " + dir + "/running; exec sleep 60")};
   for (int i = 0; i < 2; ++i) {
-    auto s = sh_spec("inner-w" + std::to_string(i), "echo \"$FIBER_INTERNAL_WORKER_ID $SLURM_STEP_ID\" > " + dir +
-                                                        "/id$FIBER_INTERNAL_WORKER_ID");
+    auto s = sh_spec("inner-w" + std::to_string(i),
+                     "echo \"$FIBER_INTERNAL_WORKER_ID $SLURM_STEP_ID\" > " + dir + "/id$FIBER_INTERNAL_WORKER_ID");
     s.env = {{"FIBER_INTERNAL_WORKER_ID", std::to_string(i)}};
     specs.push_back(s);
   }
   auto r = launch(*l, specs);
   for (auto& j : r->jobs) CHECK(j.id.starts_with("srun-"));
   l->cancel(r->jobs[1], 15); // probably before its step exists: srun is signalled
-  REQUIRE(run_until(ctx, [&] { return fs::exists(dir + "/running"); }, 20s));
+  REQUIRE(run_until(
+      ctx, [&] { return fs::exists(dir + "/running"); }, 20s));
   l->cancel(r->jobs[2], 9); // a running step: scancel --signal=KILL <job>.<step>
-  bool done = run_until(ctx, [&] { return r->all_done(); }, 30s);
+  bool done = run_until(
+      ctx, [&] { return r->all_done(); }, 30s);
   for (std::size_t i = 0; i < r->exits.size(); ++i)
-    UNSCOPED_INFO("job " << r->jobs[i].id << ": " << (r->exits[i] ? std::to_string(r->exits[i]->exitcode()) + " " + r->exits[i]->reason : "no exit"));
+    UNSCOPED_INFO("job " << r->jobs[i].id << ": "
+                         << (r->exits[i] ? std::to_string(r->exits[i]->exitcode()) + " " + r->exits[i]->reason
+                                         : "no exit"));
   UNSCOPED_INFO(shell(std::string("squeue -s -j ") + alloc));
   REQUIRE(done);
   CHECK(r->exits[0]->exitcode() == 3);
@@ -657,15 +688,18 @@ TEST_CASE("slurm srun steps inside an allocation", "[.slurm-inner]") {
 
   // Destruction cancels live steps.
   auto d = launch(*l, {sh_spec("inner-dtor", "touch " + dir + "/dtor; exec sleep 60")});
-  REQUIRE(run_until(ctx, [&] { return fs::exists(dir + "/dtor"); }, 20s));
+  REQUIRE(run_until(
+      ctx, [&] { return fs::exists(dir + "/dtor"); }, 20s));
   l.reset();
   std::string mine = std::getenv("SLURM_STEP_ID") ? std::string(alloc) + "." + std::getenv("SLURM_STEP_ID") : "none";
   std::string left;
-  CHECK(eventually([&] {
-    left = fiber::detail::trim(shell(std::string("squeue -h -s -j ") + alloc + " -o %i | grep -v -e batch -e extern -e '^" +
-                          mine + "$'"));
-    return left.empty();
-  }, 15s));
+  CHECK(eventually(
+      [&] {
+        left = fiber::detail::trim(shell(std::string("squeue -h -s -j ") + alloc +
+                                         " -o %i | grep -v -e batch -e extern -e '^" + mine + "$'"));
+        return left.empty();
+      },
+      15s));
   INFO("steps left: " << left);
 }
 
@@ -686,7 +720,8 @@ TEST_CASE("slurm: srun steps when the master runs inside an allocation", "[slurm
     master.resources.cpu = 6; // room for 5 one-CPU steps
     master.stdout_path = master.stderr_path = dir / "master.out";
     auto r = launch(*l, {master});
-    REQUIRE(run_until(ctx, [&] { return r->all_done(); }, 90s));
+    REQUIRE(run_until(
+        ctx, [&] { return r->all_done(); }, 90s));
     INFO("inner test output:\n" << slurp(dir / "master.out"));
     CHECK(r->exits[0]->how == job_exit::kind::exited);
     CHECK(r->exits[0]->code == 0);

@@ -271,9 +271,7 @@ struct raw_unix_client {
   }
 };
 
-bool is_peer_gone(std::error_code ec) {
-  return ec == asio::error::eof || ec == asio::error::connection_reset;
-}
+bool is_peer_gone(std::error_code ec) { return ec == asio::error::eof || ec == asio::error::connection_reset; }
 
 } // namespace
 
@@ -554,10 +552,10 @@ TEST_CASE("transport: timeouts cancel a recv cleanly", "[transport]") {
 
     // parallel_group with deferred operations
     timer.expires_after(50ms);
-    auto [order, ec, m, tec] = co_await asio::experimental::make_parallel_group(
-                                   server.async_recv(asio::experimental::deferred),
-                                   timer.async_wait(asio::experimental::deferred))
-                                   .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+    auto [order, ec, m,
+          tec] = co_await asio::experimental::make_parallel_group(server.async_recv(asio::experimental::deferred),
+                                                                  timer.async_wait(asio::experimental::deferred))
+                     .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
     CHECK(order[0] == 1);
     CHECK(ec == asio::error::operation_aborted);
     CHECK_FALSE(tec);
@@ -741,7 +739,8 @@ TEST_CASE("transport: use_future and deferred tokens", "[transport]") {
   std::promise<std::error_code> sent;
   on_io([&] {
     auto op = server.async_recv(asio::experimental::deferred);
-    client.async_send(str_msg("deferred"), asio::experimental::deferred)([&](std::error_code ec) { sent.set_value(ec); });
+    client.async_send(str_msg("deferred"),
+                      asio::experimental::deferred)([&](std::error_code ec) { sent.set_value(ec); });
     std::move(op)([&](std::error_code ec, message m) { got.set_value(ec ? ec.message() : msg_str(m)); });
   });
   CHECK(got.get_future().get() == "deferred");
@@ -775,11 +774,10 @@ TEST_CASE("transport: listener and connect errors", "[transport]") {
     CHECK(std::string(e.what()).find(l.url()) != std::string::npos);
   }
   std::optional<std::error_code> refused;
-  fd::async_connect(ctx.get_executor(), dir.ipc("nobody.ipc"), no_options,
-                    [&](std::error_code ec, fd::stream s) {
-                      refused = ec;
-                      CHECK_FALSE(s.is_open());
-                    });
+  fd::async_connect(ctx.get_executor(), dir.ipc("nobody.ipc"), no_options, [&](std::error_code ec, fd::stream s) {
+    refused = ec;
+    CHECK_FALSE(s.is_open());
+  });
   ctx.run_for(10s);
   REQUIRE(refused);
   CHECK(*refused);
@@ -824,8 +822,8 @@ TEST_CASE("transport: TLS round trip with a self-signed certificate", "[transpor
   temp_dir dir;
   auto gen = [&](const std::string& name) {
     const auto d = dir.path.string();
-    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -days 1 -keyout " +
-                            d + "/" + name + "k.pem -out " + d + "/" + name + "c.pem >/dev/null 2>&1";
+    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -days 1 -keyout " + d + "/" +
+                            name + "k.pem -out " + d + "/" + name + "c.pem >/dev/null 2>&1";
     REQUIRE(std::system(cmd.c_str()) == 0);
   };
   gen("a");
@@ -1029,7 +1027,8 @@ TEST_CASE("transport: the read side lent to a blocking thread, and taken back", 
   // is not reading, the other two (already buffered) go to the executor's
   // receivers in order, and the borrower is told it lost the read side.
   on_ctx(ctx, [&] {
-    for (const char* s : {"d", "e", "f"}) client.async_send(str_msg(s), [&](std::error_code ec) { send_errors += bool(ec); });
+    for (const char* s : {"d", "e", "f"})
+      client.async_send(str_msg(s), [&](std::error_code ec) { send_errors += bool(ec); });
     return 0;
   });
   REQUIRE_FALSE(r.recv(m));

@@ -33,12 +33,12 @@ struct app_options {
   std::string env = "humanoid";
   std::string model = default_humanoid_model;
   std::uint32_t population = 256;
-  std::uint64_t generations = 0;  ///< 0: no limit
-  double time_budget = 0;         ///< seconds; 0: no limit
+  std::uint64_t generations = 0; ///< 0: no limit
+  double time_budget = 0;        ///< seconds; 0: no limit
   float sigma = 0.02f;
   double lr = 0.01;
   double l2 = 0.005;
-  unsigned workers = 0;           ///< 0: the caller's default (fiber::cpu_count())
+  unsigned workers = 0; ///< 0: the caller's default (fiber::cpu_count())
   std::uint64_t seed = 0;
   std::string policy = "mlp";
   std::vector<std::int32_t> hidden{64, 64};
@@ -58,7 +58,7 @@ struct app_options {
   std::string fitness = "ranks";
   std::string optimizer = "adam";
   std::string action = "torque";
-  humanoid_action pd{action_space::pd};  ///< gains of --action pd
+  humanoid_action pd{action_space::pd}; ///< gains of --action pd
 };
 
 /// Declares every flag on `cli`, bound to `o`.
@@ -81,7 +81,8 @@ inline void add_options(CLI::App& cli, app_options& o) {
   cli.add_option("--out", o.out, "output directory (log.csv, policy.bin, learning_curve.png)")->capture_default_str();
   cli.add_option("--load", o.load, "a saved policy.bin: evaluate it instead of training");
   cli.add_option("--evaluate", o.evaluate, "episodes to evaluate the --load'ed policy on (default 10)");
-  cli.add_option("--target-return", o.target_return, "stop once the mean population return reaches X (exit status 2 if it never does)");
+  cli.add_option("--target-return", o.target_return,
+                 "stop once the mean population return reaches X (exit status 2 if it never does)");
   cli.add_option("--obs-prob", o.obs_prob, "probability that a step's observation feeds the normaliser")
       ->capture_default_str();
   cli.add_flag("--no-obs-norm", o.no_obs_norm, "do not normalise observations");
@@ -90,14 +91,17 @@ inline void add_options(CLI::App& cli, app_options& o) {
   cli.add_option("--final-episodes", o.final_episodes, "episodes of the final policy evaluated at the end")
       ->capture_default_str();
   cli.add_option("--start-states", o.start_states,
-                 "initial states shared by all pairs of a generation (0: one per pair)")->capture_default_str();
+                 "initial states shared by all pairs of a generation (0: one per pair)")
+      ->capture_default_str();
   cli.add_option("--policy-inputs", o.policy_inputs,
                  "the policy reads the first N observation entries (0: all; humanoid: 53 = qpos[2:], qvel)")
       ->capture_default_str();
   cli.add_option("--fitness", o.fitness, "fitness shaping: centred ranks (OpenAI es) or returns / their std (ARS)")
-      ->check(CLI::IsMember({"ranks", "returns"}))->capture_default_str();
+      ->check(CLI::IsMember({"ranks", "returns"}))
+      ->capture_default_str();
   cli.add_option("--optimizer", o.optimizer, "adam (OpenAI es) or sgd (ARS's plain step)")
-      ->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
+      ->check(CLI::IsMember({"adam", "sgd"}))
+      ->capture_default_str();
   cli.add_option("--action", o.action, "humanoid action space: motor commands (Gym's) or PD joint targets")
       ->check(CLI::IsMember({"torque", "pd"}))
       ->capture_default_str();
@@ -111,7 +115,7 @@ inline void add_options(CLI::App& cli, app_options& o) {
 /// policy.bin: everything needed to run the policy again (an aggregate, so
 /// fiber::serialize writes it without any glue).
 struct saved_policy {
-  static constexpr const char* current_format = "fiber-es-policy-2";  // 2: env_config.action
+  static constexpr const char* current_format = "fiber-es-policy-2"; // 2: env_config.action
   std::string format = current_format;
   env_config env;
   policy_spec spec;
@@ -148,10 +152,11 @@ inline es_config make_config(const app_options& o, unsigned workers) {
 
 inline std::string format_line(const generation_report& r) {
   char line[256];
-  std::snprintf(line, sizeof line,
-                "gen %4llu | return mean %8.1f max %8.1f | len %6.1f | steps %11llu | %7.2f s | %8.0f steps/s | eff %.3f",
-                (unsigned long long)r.generation, r.mean_return, r.max_return, r.mean_length,
-                (unsigned long long)r.timesteps, r.wall_seconds, double(r.steps) / r.wall_seconds, r.efficiency);
+  std::snprintf(
+      line, sizeof line,
+      "gen %4llu | return mean %8.1f max %8.1f | len %6.1f | steps %11llu | %7.2f s | %8.0f steps/s | eff %.3f",
+      (unsigned long long)r.generation, r.mean_return, r.max_return, r.mean_length, (unsigned long long)r.timesteps,
+      r.wall_seconds, double(r.steps) / r.wall_seconds, r.efficiency);
   return line;
 }
 
@@ -164,8 +169,8 @@ inline std::string csv_row(const generation_report& r, double elapsed, std::uint
   s.precision(10);
   s << r.generation << ',' << elapsed << ',' << r.timesteps << ',' << episodes << ',' << r.mean_return << ','
     << r.max_return << ',' << r.min_return << ',' << r.mean_length << ',' << r.max_length << ',' << r.wall_seconds
-    << ',' << double(r.steps) / r.wall_seconds << ',' << r.cpu_seconds << ',' << r.efficiency << ','
-    << r.update_norm << ',' << r.theta_norm << '\n';
+    << ',' << double(r.steps) / r.wall_seconds << ',' << r.cpu_seconds << ',' << r.efficiency << ',' << r.update_norm
+    << ',' << r.theta_norm << '\n';
   return s.str();
 }
 
@@ -181,14 +186,22 @@ inline bool plot_learning_curve(const std::filesystem::path& dir, const std::str
   gp << "set datafile separator ','\n"
         "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1000,800 } "
         "else { set terminal png size 1000,800 }\n"
-        "set output '" << (dir / "learning_curve.png").string() << "'\n"
-        "set multiplot layout 2,1 title '" << title << "'\n"
+        "set output '"
+     << (dir / "learning_curve.png").string()
+     << "'\n"
+        "set multiplot layout 2,1 title '"
+     << title
+     << "'\n"
         "set grid\nset key top left\nset xlabel 'wall-clock minutes'\n"
         "set ylabel 'episode return'\n"
-        "plot '" << (dir / "log.csv").string() << "' using ($2/60):5 skip 1 with lines lw 2 title 'population mean', "
+        "plot '"
+     << (dir / "log.csv").string()
+     << "' using ($2/60):5 skip 1 with lines lw 2 title 'population mean', "
         "'' using ($2/60):6 skip 1 with lines title 'population max'\n"
         "set ylabel 'episode length [steps]'\n"
-        "plot '" << (dir / "log.csv").string() << "' using ($2/60):8 skip 1 with lines lw 2 title 'mean episode length'\n"
+        "plot '"
+     << (dir / "log.csv").string()
+     << "' using ($2/60):8 skip 1 with lines lw 2 title 'mean episode length'\n"
         "unset multiplot\n";
   gp.close();
   const std::string cmd = "gnuplot '" + script.string() + "'";
@@ -216,7 +229,8 @@ inline std::vector<std::byte> read_file(const std::filesystem::path& p) {
 
 inline void print_evaluation(const evaluation& e, const char* what) {
   double r = 0, l = 0, r2 = 0;
-  for (std::size_t k = 0; k < e.returns.size(); ++k) r += e.returns[k], r2 += e.returns[k] * e.returns[k], l += e.lengths[k];
+  for (std::size_t k = 0; k < e.returns.size(); ++k)
+    r += e.returns[k], r2 += e.returns[k] * e.returns[k], l += e.lengths[k];
   const double n = double(e.returns.size());
   std::printf("%s: %zu episodes, return %.1f ± %.1f, length %.1f\n", what, e.returns.size(), r / n,
               std::sqrt(std::max(0.0, r2 / n - (r / n) * (r / n))), l / n);
@@ -252,13 +266,20 @@ int run_app(const app_options& o, Pool& pool, unsigned workers, Encode&& encode,
   std::printf("ES on %s%s: %s policy, %zu parameters, obs %d, act %d | population %u, sigma %g, lr %g, l2 %g, "
               "%u workers, %u pairs/task, seed %llu\n",
               o.env.c_str(), c.env.kind == env_kind::humanoid && o.action == "pd" ? " (PD targets)" : "",
-              o.policy.c_str(), s.theta.size(), s.spec.obs_dim, s.spec.act_dim, c.population, c.sigma,
-              c.lr, c.l2, workers, c.batch ? c.batch : auto_batch(c), (unsigned long long)c.seed);
+              o.policy.c_str(), s.theta.size(), s.spec.obs_dim, s.spec.act_dim, c.population, c.sigma, c.lr, c.l2,
+              workers, c.batch ? c.batch : auto_batch(c), (unsigned long long)c.seed);
   std::fflush(stdout);
 
   auto save = [&] {
-    saved_policy p{saved_policy::current_format, c.env, s.spec, s.theta, current_normalizer(c, s), c.obs_clip, c.seed,
-                   s.generation, s.timesteps};
+    saved_policy p{saved_policy::current_format,
+                   c.env,
+                   s.spec,
+                   s.theta,
+                   current_normalizer(c, s),
+                   c.obs_clip,
+                   c.seed,
+                   s.generation,
+                   s.timesteps};
     write_file(dir / "policy.bin", encode(p));
   };
   std::string stop_reason;
@@ -294,9 +315,9 @@ int run_app(const app_options& o, Pool& pool, unsigned workers, Encode&& encode,
   if (fs::exists(dir / "learning_curve.png")) std::printf("learning curve: %s\n", (dir / "learning_curve.png").c_str());
   if (o.target_return && !reached) {
     std::printf("target return %g NOT reached\n", *o.target_return);
-    return 2;  // scripts and CTest can tell
+    return 2; // scripts and CTest can tell
   }
   return 0;
 }
 
-}  // namespace es
+} // namespace es

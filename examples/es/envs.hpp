@@ -56,7 +56,7 @@ struct rng {
   double uniform(double lo, double hi) noexcept { return lo + (hi - lo) * uniform(); }
   /// Standard normal by Box–Muller (one of the pair; simplicity over speed here).
   double normal() noexcept {
-    const double u1 = 1.0 - uniform();  // (0, 1]: log is finite
+    const double u1 = 1.0 - uniform(); // (0, 1]: log is finite
     const double u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
   }
@@ -65,7 +65,7 @@ struct rng {
 /// What one environment step returns.
 struct step_result {
   double reward = 0;
-  bool terminated = false;  ///< the MDP ended (pole fell, humanoid fell); truncation is the caller's
+  bool terminated = false; ///< the MDP ended (pole fell, humanoid fell); truncation is the caller's
 };
 
 // ---------------------------------------------------------------------------
@@ -83,10 +83,10 @@ struct step_result {
 /// the state is kept in double as Gym's numpy arrays are. The policy's single
 /// continuous output is thresholded: action 1 (push right) iff output > 0.
 class cartpole {
- public:
+public:
   static constexpr double gravity = 9.8, masscart = 1.0, masspole = 0.1;
   static constexpr double total_mass = masspole + masscart;
-  static constexpr double length = 0.5;  // half the pole's length
+  static constexpr double length = 0.5; // half the pole's length
   static constexpr double polemass_length = masspole * length;
   static constexpr double force_mag = 10.0, tau = 0.02;
   static constexpr double theta_threshold = 12 * 2 * M_PI / 360, x_threshold = 2.4;
@@ -120,14 +120,13 @@ class cartpole {
     theta = theta + tau * theta_dot;
     theta_dot = theta_dot + tau * thetaacc;
     observe(obs);
-    const bool terminated = x < -x_threshold || x > x_threshold || theta < -theta_threshold ||
-                            theta > theta_threshold;
+    const bool terminated = x < -x_threshold || x > x_threshold || theta < -theta_threshold || theta > theta_threshold;
     return {1.0, terminated};
   }
 
-  std::array<double, 4> state{};  ///< x [m], x_dot [m/s], theta [rad], theta_dot [rad/s]
+  std::array<double, 4> state{}; ///< x [m], x_dot [m/s], theta [rad], theta_dot [rad/s]
 
- private:
+private:
   void observe(float* obs) const {
     for (int i = 0; i < 4; ++i) obs[i] = static_cast<float>(state[i]);
   }
@@ -207,7 +206,7 @@ struct humanoid_action {
 };
 
 class humanoid {
- public:
+public:
   static constexpr int frame_skip = 5;
   static constexpr double forward_reward_weight = 1.25, healthy_reward = 5.0;
   static constexpr double ctrl_cost_weight = 0.1, reset_noise_scale = 1e-2;
@@ -219,9 +218,9 @@ class humanoid {
     if (!data_) throw std::runtime_error("mj_makeData failed for " + model_path);
     const mjModel* m = model_.get();
     if (m->nq != 28 || m->nv != 27 || m->nu != 21)
-      throw std::runtime_error("expected DeepMind's humanoid (nq 28, nv 27, nu 21) in " + model_path +
-                               ", got nq " + std::to_string(m->nq) + ", nv " + std::to_string(m->nv) +
-                               ", nu " + std::to_string(m->nu));
+      throw std::runtime_error("expected DeepMind's humanoid (nq 28, nv 27, nu 21) in " + model_path + ", got nq " +
+                               std::to_string(m->nq) + ", nv " + std::to_string(m->nv) + ", nu " +
+                               std::to_string(m->nu));
     for (int b = 0; b < m->nbody; ++b) total_mass_ += m->body_mass[b];
     for (int i = 0; i < m->nu; ++i) {
       const bool limited = m->actuator_ctrllimited[i];
@@ -236,7 +235,7 @@ class humanoid {
     }
     ctrl_low_ = low_;
     ctrl_high_ = high_;
-    if (action_.space == action_space::pd) {  // PD actions are targets in ±1
+    if (action_.space == action_space::pd) { // PD actions are targets in ±1
       low_.assign(m->nu, -1.f);
       high_.assign(m->nu, 1.f);
     }
@@ -261,7 +260,7 @@ class humanoid {
 
   void reset(std::uint64_t seed, float* obs) {
     const mjModel* m = model_.get();
-    mj_resetData(m, data_);  // also clears warm starts: a rollout never depends on the previous one
+    mj_resetData(m, data_); // also clears warm starts: a rollout never depends on the previous one
     rng r{seed};
     for (int i = 0; i < m->nq; ++i) data_->qpos[i] = m->qpos0[i] + r.uniform(-reset_noise_scale, reset_noise_scale);
     for (int i = 0; i < m->nv; ++i) data_->qvel[i] = r.uniform(-reset_noise_scale, reset_noise_scale);
@@ -297,8 +296,8 @@ class humanoid {
     observe(obs);
     const double z = data_->qpos[2];
     const bool healthy = z > healthy_z_min && z < healthy_z_max;
-    const double reward =
-        forward_reward_weight * (x_after - x_before) / dt() + healthy_reward - ctrl_cost_weight * ctrl_sq;
+    const double reward = forward_reward_weight * (x_after - x_before) / dt() + healthy_reward -
+                          ctrl_cost_weight * ctrl_sq;
     return {reward, !healthy};
   }
 
@@ -310,7 +309,7 @@ class humanoid {
     return s / total_mass_;
   }
 
- private:
+private:
   void observe(float* obs) const {
     const mjModel* m = model_.get();
     float* o = obs;
@@ -326,8 +325,8 @@ class humanoid {
   }
 
   struct joint_ref {
-    int qpos, dof;        // addresses of the actuated joint
-    double q0, lo, hi;    // rest angle and range [rad]
+    int qpos, dof;     // addresses of the actuated joint
+    double q0, lo, hi; // rest angle and range [rad]
   };
 
   std::shared_ptr<const mjModel> model_;
@@ -335,9 +334,9 @@ class humanoid {
   int max_steps_;
   humanoid_action action_;
   double total_mass_ = 0;
-  std::vector<float> low_, high_;            // action bounds
-  std::vector<float> ctrl_low_, ctrl_high_;  // actuators' ctrlrange
+  std::vector<float> low_, high_;           // action bounds
+  std::vector<float> ctrl_low_, ctrl_high_; // actuators' ctrlrange
   std::vector<joint_ref> joint_;
 };
 
-}  // namespace es
+} // namespace es

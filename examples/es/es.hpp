@@ -65,9 +65,9 @@ namespace es {
 /// and it is generated in a fraction of a second by a counter-based generator
 /// (SplitMix64 + Box–Muller, parallel over threads), so workers start fast.
 class noise_table {
- public:
+public:
   static constexpr std::uint64_t default_seed = 123;        // OpenAI es's
-  static constexpr std::uint64_t default_size = 1ull << 25;  // floats
+  static constexpr std::uint64_t default_size = 1ull << 25; // floats
 
   /// The table for (seed, size), built on first use in this process and kept
   /// for its lifetime (a function-local static map: one per worker process).
@@ -91,7 +91,7 @@ class noise_table {
   }
   std::span<const float> slice(std::size_t offset, std::size_t dim) const { return {data_.data() + offset, dim}; }
 
- private:
+private:
   noise_table(std::uint64_t seed, std::uint64_t size) : data_(size) {
     // Entry pair (2k, 2k+1) is Box–Muller of two uniforms hashed from (seed, k):
     // any split of the index range over threads gives the same table.
@@ -100,8 +100,8 @@ class noise_table {
       for (std::size_t k = lo; k < hi; ++k) {
         const std::uint64_t h = hash_seed(seed, k);
         // Single precision is plenty for N(0,1) noise and ~3× faster to make.
-        const float u1 = float((h >> 40) + 1) * 0x1.0p-24f;           // (0, 1]
-        const float u2 = float((h >> 16) & 0xffffff) * 0x1.0p-24f;     // [0, 1)
+        const float u1 = float((h >> 40) + 1) * 0x1.0p-24f;        // (0, 1]
+        const float u2 = float((h >> 16) & 0xffffff) * 0x1.0p-24f; // [0, 1)
         const float r = std::sqrt(-2.f * std::log(u1));
         data_[2 * k] = r * std::cos(6.2831853f * u2);
         if (2 * k + 1 < size) data_[2 * k + 1] = r * std::sin(6.2831853f * u2);
@@ -125,9 +125,9 @@ enum class env_kind : std::uint8_t { cartpole, humanoid };
 
 struct env_config {
   env_kind kind = env_kind::humanoid;
-  std::string model_path = default_humanoid_model;  ///< humanoid only
-  std::int32_t max_steps = 0;                       ///< episode cap; 0: the env's own (500 / 1000)
-  humanoid_action action{};                         ///< humanoid only: torques or PD targets
+  std::string model_path = default_humanoid_model; ///< humanoid only
+  std::int32_t max_steps = 0;                      ///< episode cap; 0: the env's own (500 / 1000)
+  humanoid_action action{};                        ///< humanoid only: torques or PD targets
 };
 
 /// One Pool task: evaluate pairs [first, first + count) of a generation
@@ -136,9 +136,9 @@ struct env_config {
 struct task {
   env_config env;
   policy_spec policy;
-  std::vector<float> theta;   ///< [num_params(policy)] current parameters
-  obs_normalizer normalizer;  ///< [obs_dim] ×2, from the master's running stats
-  float sigma = 0.02f;        ///< perturbation scale σ
+  std::vector<float> theta;  ///< [num_params(policy)] current parameters
+  obs_normalizer normalizer; ///< [obs_dim] ×2, from the master's running stats
+  float sigma = 0.02f;       ///< perturbation scale σ
   std::uint64_t noise_seed = noise_table::default_seed;
   std::uint64_t noise_size = noise_table::default_size;
   std::uint64_t generation_seed = 0;
@@ -157,13 +157,13 @@ struct task {
 struct batch_result {
   std::uint32_t first = 0;
   std::uint32_t count = 0;
-  std::vector<double> returns_pos;         ///< [count] return of θ + σε
-  std::vector<double> returns_neg;         ///< [count] return of θ − σε (empty when evaluate)
-  std::vector<std::uint32_t> lengths_pos;  ///< [count] episode lengths [steps]
-  std::vector<std::uint32_t> lengths_neg;  ///< [count]
-  std::vector<obs_stats> obs;              ///< [count] raw-observation stats sampled in pair k's two rollouts
-  double cpu_seconds = 0;                  ///< thread CPU time spent on the rollouts
-  std::uint64_t steps = 0;                 ///< environment steps taken
+  std::vector<double> returns_pos;        ///< [count] return of θ + σε
+  std::vector<double> returns_neg;        ///< [count] return of θ − σε (empty when evaluate)
+  std::vector<std::uint32_t> lengths_pos; ///< [count] episode lengths [steps]
+  std::vector<std::uint32_t> lengths_neg; ///< [count]
+  std::vector<obs_stats> obs;             ///< [count] raw-observation stats sampled in pair k's two rollouts
+  double cpu_seconds = 0;                 ///< thread CPU time spent on the rollouts
+  std::uint64_t steps = 0;                ///< environment steps taken
 };
 
 // ---------------------------------------------------------------------------
@@ -203,8 +203,7 @@ rollout_result rollout(Env& env, const policy_spec& spec, const float* theta, co
   const std::uint32_t cap = std::uint32_t(env.max_steps());
   while (r.length < cap) {
     if (stats && obs_prob > 0 && obs_rng.uniform() < obs_prob) stats->push(buf.obs);
-    for (int i = 0; i < od; ++i)
-      buf.z[i] = std::clamp((buf.obs[i] - norm.mean[i]) / norm.std[i], -obs_clip, obs_clip);
+    for (int i = 0; i < od; ++i) buf.z[i] = std::clamp((buf.obs[i] - norm.mean[i]) / norm.std[i], -obs_clip, obs_clip);
     policy_act(spec, theta, buf.z.data(), buf.act.data(), buf.ws);
     const step_result s = env.step(buf.act.data(), buf.obs.data());
     r.ret += s.reward;
@@ -234,7 +233,7 @@ decltype(auto) with_env(const env_config& c, F&& f) {
   }
   return f(*env);
 }
-}  // namespace detail
+} // namespace detail
 
 /// Observation and action sizes of an environment configuration.
 inline std::pair<int, int> env_dims(const env_config& c) {
@@ -246,8 +245,9 @@ inline policy_spec make_policy_spec(const env_config& c, policy_kind kind, std::
   return detail::with_env(c, [&](auto& env) {
     if (inputs < 0 || inputs > env.obs_dim())
       throw std::invalid_argument("policy inputs must be in [0, " + std::to_string(env.obs_dim()) + "]");
-    return policy_spec{kind, env.obs_dim(), env.act_dim(), kind == policy_kind::mlp ? hidden : std::vector<std::int32_t>{},
-                       env.act_low(), env.act_high(), inputs};
+    return policy_spec{
+        kind,          env.obs_dim(),  env.act_dim(), kind == policy_kind::mlp ? hidden : std::vector<std::int32_t>{},
+        env.act_low(), env.act_high(), inputs};
   });
 }
 
@@ -275,12 +275,12 @@ inline batch_result evaluate_batch(const task& t) {
     r.obs.resize(t.count);
     for (std::uint32_t k = 0; k < t.count; ++k) {
       const std::uint64_t i = std::uint64_t(t.first) + k;
-      const std::uint64_t env_seed =
-          episode_seed(t.generation_seed, t.start_states && !t.evaluate ? i % t.start_states : i, t.evaluate);
+      const std::uint64_t env_seed = episode_seed(t.generation_seed,
+                                                  t.start_states && !t.evaluate ? i % t.start_states : i, t.evaluate);
       rng obs_rng{hash_seed(t.generation_seed, i, 0x0b5)};
       if (t.evaluate) {
-        const auto res = rollout(env, t.policy, t.theta.data(), t.normalizer, t.obs_clip, env_seed,
-                                 t.obs_sample_prob, obs_rng, &r.obs[k], buf);
+        const auto res = rollout(env, t.policy, t.theta.data(), t.normalizer, t.obs_clip, env_seed, t.obs_sample_prob,
+                                 obs_rng, &r.obs[k], buf);
         r.returns_pos.push_back(res.ret);
         r.lengths_pos.push_back(res.length);
         r.steps += res.length;
@@ -291,8 +291,8 @@ inline batch_result evaluate_batch(const task& t) {
       for (const float sign : {1.f, -1.f}) {
         const float s = sign * t.sigma;
         for (std::size_t j = 0; j < dim; ++j) perturbed[j] = t.theta[j] + s * eps[j];
-        const auto res = rollout(env, t.policy, perturbed.data(), t.normalizer, t.obs_clip, env_seed,
-                                 t.obs_sample_prob, obs_rng, &r.obs[k], buf);
+        const auto res = rollout(env, t.policy, perturbed.data(), t.normalizer, t.obs_clip, env_seed, t.obs_sample_prob,
+                                 obs_rng, &r.obs[k], buf);
         (sign > 0 ? r.returns_pos : r.returns_neg).push_back(res.ret);
         (sign > 0 ? r.lengths_pos : r.lengths_neg).push_back(res.length);
         r.steps += res.length;
@@ -320,7 +320,7 @@ inline std::vector<double> centered_ranks(std::span<const double> x) {
   for (std::size_t lo = 0; lo < n;) {
     std::size_t hi = lo + 1;
     while (hi < n && x[idx[hi]] == x[idx[lo]]) ++hi;
-    const double rank = 0.5 * double(lo + hi - 1);  // average of ranks lo..hi−1
+    const double rank = 0.5 * double(lo + hi - 1); // average of ranks lo..hi−1
     for (std::size_t k = lo; k < hi; ++k) y[idx[k]] = rank / double(n - 1) - 0.5;
     lo = hi;
   }
@@ -372,20 +372,20 @@ struct es_config {
   env_config env;
   policy_kind policy = policy_kind::mlp;
   std::vector<std::int32_t> hidden{64, 64};
-  std::uint32_t population = 256;  ///< perturbations per generation (even: population/2 mirrored pairs)
+  std::uint32_t population = 256; ///< perturbations per generation (even: population/2 mirrored pairs)
   float sigma = 0.02f;
   double lr = 0.01;
-  double l2 = 0.005;                ///< L2 weight decay coefficient (added to the loss gradient)
+  double l2 = 0.005; ///< L2 weight decay coefficient (added to the loss gradient)
   std::uint64_t seed = 0;
-  std::uint32_t batch = 0;          ///< pairs per task; 0: automatic (see `auto_batch`)
-  std::uint32_t workers = 1;        ///< pool processes (for automatic batching and efficiency)
+  std::uint32_t batch = 0;   ///< pairs per task; 0: automatic (see `auto_batch`)
+  std::uint32_t workers = 1; ///< pool processes (for automatic batching and efficiency)
   std::uint64_t noise_seed = noise_table::default_seed;
   std::uint64_t noise_size = noise_table::default_size;
   double obs_sample_prob = 0.01;
-  float obs_clip = 5.f;             ///< OpenAI es clips normalised observations to ±5
+  float obs_clip = 5.f; ///< OpenAI es clips normalised observations to ±5
   bool normalize_obs = true;
-  std::uint32_t start_states = 0;   ///< see task::start_states
-  std::int32_t policy_inputs = 0;   ///< see policy_spec::inputs
+  std::uint32_t start_states = 0; ///< see task::start_states
+  std::int32_t policy_inputs = 0; ///< see policy_spec::inputs
   /// Fitness shaping. ranks: centred ranks (OpenAI es). returns: returns
   /// divided by their standard deviation over the generation (ARS, Mania,
   /// Guy & Recht 2018, "Simple random search provides a competitive approach
@@ -416,7 +416,7 @@ struct es_state {
   policy_spec spec;
   std::vector<float> theta;
   adam optimizer;
-  obs_stats obs;  ///< all observation samples so far
+  obs_stats obs; ///< all observation samples so far
   std::uint64_t generation = 0;
   std::uint64_t timesteps = 0;
   std::uint64_t episodes = 0;
@@ -431,8 +431,7 @@ inline es_state make_state(const es_config& c) {
 }
 
 inline obs_normalizer current_normalizer(const es_config& c, const es_state& s) {
-  if (!c.normalize_obs)
-    return {std::vector<float>(s.spec.obs_dim, 0.f), std::vector<float>(s.spec.obs_dim, 1.f)};
+  if (!c.normalize_obs) return {std::vector<float>(s.spec.obs_dim, 0.f), std::vector<float>(s.spec.obs_dim, 1.f)};
   return make_normalizer(s.obs, s.spec.obs_dim);
 }
 
@@ -442,13 +441,13 @@ struct generation_report {
   double mean_return = 0, max_return = 0, min_return = 0;
   double mean_length = 0;
   std::uint32_t max_length = 0;
-  std::uint64_t steps = 0;       ///< env steps this generation
-  std::uint64_t timesteps = 0;   ///< env steps so far
-  double cpu_seconds = 0;        ///< Σ rollout CPU seconds over tasks
-  double wall_seconds = 0;       ///< this generation, master's clock
-  double efficiency = 0;         ///< (cpu_seconds / workers) / wall_seconds
-  double update_norm = 0;        ///< ‖Δθ‖
-  double theta_norm = 0;         ///< ‖θ‖ after the update
+  std::uint64_t steps = 0;     ///< env steps this generation
+  std::uint64_t timesteps = 0; ///< env steps so far
+  double cpu_seconds = 0;      ///< Σ rollout CPU seconds over tasks
+  double wall_seconds = 0;     ///< this generation, master's clock
+  double efficiency = 0;       ///< (cpu_seconds / workers) / wall_seconds
+  double update_norm = 0;      ///< ‖Δθ‖
+  double theta_norm = 0;       ///< ‖θ‖ after the update
   std::uint32_t tasks = 0;
 };
 
@@ -468,8 +467,8 @@ inline std::vector<task> make_tasks(const es_config& c, const es_state& s, std::
   std::vector<task> tasks;
   for (std::uint32_t first = 0; first < pairs; first += batch) {
     tasks.push_back(task{c.env, s.spec, s.theta, norm, c.sigma, c.noise_seed, c.noise_size, generation_seed, first,
-                         std::min(batch, pairs - first), c.normalize_obs ? c.obs_sample_prob : 0.0, c.obs_clip,
-                         false, c.start_states});
+                         std::min(batch, pairs - first), c.normalize_obs ? c.obs_sample_prob : 0.0, c.obs_clip, false,
+                         c.start_states});
   }
   return tasks;
 }
@@ -486,7 +485,7 @@ generation_report es_generation(const es_config& c, es_state& s, Pool& pool) {
   std::vector<batch_result> results = pool.map(tasks, std::size_t{1});
 
   // Place by pair index: completion order and batching cannot matter.
-  std::vector<double> ret(2 * std::size_t(pairs));  // [pos_0..pos_{n-1}, neg_0..neg_{n-1}]
+  std::vector<double> ret(2 * std::size_t(pairs)); // [pos_0..pos_{n-1}, neg_0..neg_{n-1}]
   std::vector<std::uint32_t> len(2 * std::size_t(pairs));
   std::vector<const obs_stats*> pair_obs(pairs, nullptr);
   generation_report rep;
@@ -508,7 +507,7 @@ generation_report es_generation(const es_config& c, es_state& s, Pool& pool) {
       len[pairs + i] = r.lengths_neg[k];
       pair_obs[i] = &r.obs[k];
     }
-    rep.cpu_seconds += r.cpu_seconds;  // reporting only: never feeds θ
+    rep.cpu_seconds += r.cpu_seconds; // reporting only: never feeds θ
     rep.steps += r.steps;
   }
   if (std::find(seen.begin(), seen.end(), false) != seen.end()) throw std::runtime_error("a pair is missing");
@@ -542,7 +541,7 @@ generation_report es_generation(const es_config& c, es_state& s, Pool& pool) {
   for (float x : s.theta) tn += double(x) * x;
   rep.theta_norm = std::sqrt(tn);
 
-  for (std::uint32_t i = 0; i < pairs; ++i) s.obs.merge(*pair_obs[i]);  // index order
+  for (std::uint32_t i = 0; i < pairs; ++i) s.obs.merge(*pair_obs[i]); // index order
 
   double sum_ret = 0, sum_len = 0;
   rep.max_return = -INFINITY;
@@ -561,7 +560,8 @@ generation_report es_generation(const es_config& c, es_state& s, Pool& pool) {
   rep.timesteps = s.timesteps;
   ++s.generation;
   rep.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  rep.efficiency = rep.wall_seconds > 0 ? rep.cpu_seconds / std::max<std::uint32_t>(1, c.workers) / rep.wall_seconds : 0;
+  rep.efficiency = rep.wall_seconds > 0 ? rep.cpu_seconds / std::max<std::uint32_t>(1, c.workers) / rep.wall_seconds
+                                        : 0;
   return rep;
 }
 
@@ -584,12 +584,13 @@ evaluation evaluate_policy(const env_config& env, const policy_spec& spec, const
                            std::uint32_t batch = 1, float obs_clip = 5.f) {
   std::vector<task> tasks;
   for (std::uint32_t first = 0; first < episodes; first += batch)
-    tasks.push_back(task{env, spec, theta, norm, 0.f, noise_table::default_seed, noise_table::default_size, seed,
-                         first, std::min(batch, episodes - first), 0.0, obs_clip, true});
+    tasks.push_back(task{env, spec, theta, norm, 0.f, noise_table::default_seed, noise_table::default_size, seed, first,
+                         std::min(batch, episodes - first), 0.0, obs_clip, true});
   auto results = pool.map(tasks, std::size_t{1});
   evaluation e{std::vector<double>(episodes), std::vector<std::uint32_t>(episodes)};
   for (const auto& r : results)
-    for (std::uint32_t k = 0; k < r.count; ++k) e.returns[r.first + k] = r.returns_pos[k], e.lengths[r.first + k] = r.lengths_pos[k];
+    for (std::uint32_t k = 0; k < r.count; ++k)
+      e.returns[r.first + k] = r.returns_pos[k], e.lengths[r.first + k] = r.lengths_pos[k];
   return e;
 }
 
@@ -646,4 +647,4 @@ struct thread_pool {
   }
 };
 
-}  // namespace es
+} // namespace es

@@ -16,7 +16,7 @@
 #include "app.hpp"
 
 int main(int argc, char** argv) {
-  fiber::init(argc, argv);  // in a worker process: serves es::evaluate_batch tasks, never returns
+  fiber::init(argc, argv); // in a worker process: serves es::evaluate_batch tasks, never returns
   const auto start = std::chrono::steady_clock::now();
 
   es::app_options o;
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     }
   };
   try {
-    if (o.threads) {  // shared-memory baseline: same program, rollouts on threads of this process
+    if (o.threads) { // shared-memory baseline: same program, rollouts on threads of this process
       es::thread_pool<&es::evaluate_batch> pool{workers};
       return es::run_app(o, pool, workers, encode, decode, start);
     }

@@ -26,9 +26,9 @@ struct policy_spec {
   policy_kind kind = policy_kind::mlp;
   std::int32_t obs_dim = 0;
   std::int32_t act_dim = 0;
-  std::vector<std::int32_t> hidden;  ///< hidden widths (mlp only), e.g. {64, 64}
-  std::vector<float> act_low;        ///< [act_dim] actuator ctrlrange: outputs are clipped to it
-  std::vector<float> act_high;       ///< [act_dim]
+  std::vector<std::int32_t> hidden; ///< hidden widths (mlp only), e.g. {64, 64}
+  std::vector<float> act_low;       ///< [act_dim] actuator ctrlrange: outputs are clipped to it
+  std::vector<float> act_high;      ///< [act_dim]
   /// The policy reads observation entries [0, inputs) (0: all obs_dim). The
   /// humanoid's first 53 are qpos[2:] and qvel, the proprioceptive state.
   std::int32_t inputs = 0;
@@ -73,7 +73,7 @@ inline std::vector<float> init_params(const policy_spec& s, std::uint64_t seed) 
       const double scale = norm / std::sqrt(sq);
       for (int i = 0; i < in; ++i) theta[at + std::size_t(i) * out + j] = float(w[std::size_t(i) * out + j] * scale);
     }
-    at += std::size_t(in) * out + out;  // biases stay zero
+    at += std::size_t(in) * out + out; // biases stay zero
   }
   return theta;
 }
@@ -123,8 +123,8 @@ inline void policy_act(const policy_spec& s, const float* theta, const float* ob
 /// the order of the additions, which the master fixes: pair index order).
 struct obs_stats {
   double count = 0;
-  std::vector<double> sum;    ///< [obs_dim]
-  std::vector<double> sumsq;  ///< [obs_dim]
+  std::vector<double> sum;   ///< [obs_dim]
+  std::vector<double> sumsq; ///< [obs_dim]
 
   bool empty() const { return count == 0; }
   void push(std::span<const float> obs) {
@@ -142,8 +142,8 @@ struct obs_stats {
 
 /// The normaliser a rollout applies: z = clip((obs − mean) / std, ±clip).
 struct obs_normalizer {
-  std::vector<float> mean;  ///< [obs_dim]
-  std::vector<float> std;   ///< [obs_dim]
+  std::vector<float> mean; ///< [obs_dim]
+  std::vector<float> std;  ///< [obs_dim]
 };
 
 /// OpenAI es: RunningStat starts with count = sumsq = eps = 1e-2 (mean 0, std 1)
@@ -162,4 +162,4 @@ inline obs_normalizer make_normalizer(const obs_stats& s, int obs_dim, double ep
   return n;
 }
 
-}  // namespace es
+} // namespace es

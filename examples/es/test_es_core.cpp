@@ -26,12 +26,12 @@ es_config cartpole_config(std::uint64_t seed = 7) {
   c.policy = policy_kind::linear;
   c.population = 64;
   c.seed = seed;
-  c.noise_size = 1 << 20;  // small table: tests build it in milliseconds
+  c.noise_size = 1 << 20; // small table: tests build it in milliseconds
   c.obs_sample_prob = 0.05;
   return c;
 }
 
-}  // namespace
+} // namespace
 
 // The Pool ships these: fiber serialises aggregates automatically (Boost.PFR).
 static_assert(std::is_aggregate_v<task> && std::is_aggregate_v<batch_result>);
@@ -63,7 +63,7 @@ TEST_CASE("cartpole follows Gym's cartpole.py step by step", "[env]") {
 TEST_CASE("cartpole terminates past 12 degrees and 2.4 m, resets within ±0.05", "[env]") {
   cartpole env;
   float obs[4], a[1] = {1.f};
-  env.state = {0, 0, 0.2094, 1.0};  // 12° = 0.20944 rad: one step of θ̇ = 1 crosses it
+  env.state = {0, 0, 0.2094, 1.0}; // 12° = 0.20944 rad: one step of θ̇ = 1 crosses it
   CHECK(env.step(a, obs).terminated);
   env.state = {2.399, 1.0, 0, 0};
   CHECK(env.step(a, obs).terminated);
@@ -82,12 +82,12 @@ TEST_CASE("humanoid: DeepMind's model, Humanoid-v4 observation, reward and termi
   REQUIRE(m->nu == 21);
   REQUIRE(m->opt.timestep == 0.005);
   CHECK(env.obs_dim() == 26 + 27 + 10 * m->nbody + 6 * m->nbody + 27 + 6 * m->nbody);
-  CHECK(env.obs_dim() == 454);  // 17 bodies incl. the world
+  CHECK(env.obs_dim() == 454); // 17 bodies incl. the world
   CHECK(env.dt() == Approx(0.025));
 
   std::vector<float> obs(env.obs_dim()), act(env.act_dim(), 0.f);
   env.reset(3, obs.data());
-  CHECK(obs[0] == Approx(1.5).margin(0.011));  // torso z = qpos[2], ±0.01 reset noise
+  CHECK(obs[0] == Approx(1.5).margin(0.011)); // torso z = qpos[2], ±0.01 reset noise
   for (int i = 0; i < m->nq; ++i) CHECK(std::abs(env.data()->qpos[i] - m->qpos0[i]) <= 0.01);
 
   // Reward: healthy 5 − 0.1·Σctrl² (actions clipped to ctrlrange ±1 first) + 1.25·Δx_com/dt.
@@ -116,8 +116,8 @@ TEST_CASE("humanoid: DeepMind's model, Humanoid-v4 observation, reward and termi
   CHECK(s.terminated);
   CHECK(env.data()->qpos[2] <= 1.0);
   CHECK(steps < 100);
-  CHECK(contact_force);  // cfrc_ext is filled (mj_rnePostConstraint)
-  CHECK(s.reward == Approx(5.0 + 1.25 * 0).margin(5.0));  // the terminal step still earns the healthy bonus
+  CHECK(contact_force);                                  // cfrc_ext is filled (mj_rnePostConstraint)
+  CHECK(s.reward == Approx(5.0 + 1.25 * 0).margin(5.0)); // the terminal step still earns the healthy bonus
 }
 
 TEST_CASE("humanoid PD actions: targets around the rest pose, a PD controller every substep", "[env][mujoco]") {
@@ -140,8 +140,10 @@ TEST_CASE("humanoid PD actions: targets around the rest pose, a PD controller ev
   for (int k = 0; k < humanoid::frame_skip; ++k) {
     for (int i = 0; i < m->nu; ++i) {
       const int j = m->actuator_trnid[2 * i];
-      const double target = std::clamp(m->qpos0[m->jnt_qposadr[j]] + 0.25, m->jnt_range[2 * j], m->jnt_range[2 * j + 1]);
-      ref->ctrl[i] = std::clamp(2.0 * (target - ref->qpos[m->jnt_qposadr[j]]) - double(0.1f) * ref->qvel[m->jnt_dofadr[j]], -1.0, 1.0);
+      const double target = std::clamp(m->qpos0[m->jnt_qposadr[j]] + 0.25, m->jnt_range[2 * j],
+                                       m->jnt_range[2 * j + 1]);
+      ref->ctrl[i] = std::clamp(
+          2.0 * (target - ref->qpos[m->jnt_qposadr[j]]) - double(0.1f) * ref->qvel[m->jnt_dofadr[j]], -1.0, 1.0);
     }
     mj_step(m, ref);
   }
@@ -175,7 +177,7 @@ TEST_CASE("policies: flat parameters, tanh MLP, clipping", "[policy]") {
 
   // 2 → 2 → 1 by hand. Layout per layer: W[in][out], then b[out].
   policy_spec tiny{policy_kind::mlp, 2, 1, {2}, {-0.5f}, {0.5f}};
-  const std::vector<float> theta{0.1f, 0.2f, 0.3f, 0.4f, 0.01f, 0.02f,  // W1, b1
+  const std::vector<float> theta{0.1f, 0.2f,  0.3f, 0.4f, 0.01f, 0.02f, // W1, b1
                                  0.5f, -0.6f, 0.05f};                   // W2, b2
   REQUIRE(theta.size() == num_params(tiny));
   const float x[2] = {1.f, -2.f};
@@ -186,9 +188,9 @@ TEST_CASE("policies: flat parameters, tanh MLP, clipping", "[policy]") {
   CHECK(a[0] == Approx(0.5 * h0 - 0.6 * h1 + 0.05).epsilon(1e-6));
   const float big[2] = {100.f, -100.f};
   std::vector<float> t2 = theta;
-  t2[6] = -50.f;  // h0 = tanh(−20) = −1: output +50.6
+  t2[6] = -50.f; // h0 = tanh(−20) = −1: output +50.6
   policy_act(tiny, t2.data(), big, a, ws);
-  CHECK(a[0] == 0.5f);  // clipped to act_high
+  CHECK(a[0] == 0.5f); // clipped to act_high
 }
 
 TEST_CASE("centred ranks map to [-0.5, 0.5] and average ties", "[es]") {
@@ -230,7 +232,7 @@ TEST_CASE("obs stats merged per pair equal a single pass", "[es]") {
     if (k % 37 == 36) merged.merge(part), part = {};
   }
   merged.merge(part);
-  merged.merge(obs_stats{});  // empty stats merge as nothing
+  merged.merge(obs_stats{}); // empty stats merge as nothing
   REQUIRE(merged.count == single.count);
   for (int i = 0; i < 7; ++i) {
     CHECK(merged.sum[i] == Approx(single.sum[i]).epsilon(1e-12));
@@ -284,7 +286,7 @@ double distance_to_x_star(const std::vector<float>& theta) {
   for (std::size_t j = 0; j < theta.size(); ++j) d += (theta[j] - x_star[j]) * (theta[j] - x_star[j]);
   return std::sqrt(d);
 }
-}  // namespace
+} // namespace
 
 TEST_CASE("antithetic ES with centred ranks and Adam converges on a quadratic", "[es]") {
   es_config c;
@@ -294,7 +296,7 @@ TEST_CASE("antithetic ES with centred ranks and Adam converges on a quadratic", 
   c.l2 = 0;
   c.noise_size = 1 << 20;
   es_state s;
-  s.spec = policy_spec{policy_kind::linear, 9, 1, {}, {-1.f}, {1.f}};  // 10 parameters
+  s.spec = policy_spec{policy_kind::linear, 9, 1, {}, {-1.f}, {1.f}}; // 10 parameters
   s.theta.assign(num_params(s.spec), 0.f);
   s.optimizer.lr = c.lr;
   serial_pool<&quadratic_batch> pool;
@@ -324,7 +326,7 @@ TEST_CASE("ARS-style shaping (returns / std) with plain SGD converges on the qua
   auto dist = [&] { return distance_to_x_star(s.theta); };
   const double d0 = dist();
   for (int g = 0; g < 300; ++g) es_generation(c, s, pool);
-  CHECK(s.optimizer.t == 0);  // Adam untouched
+  CHECK(s.optimizer.t == 0); // Adam untouched
   CHECK(dist() < 0.1 * d0);
 }
 
@@ -334,7 +336,7 @@ TEST_CASE("policy inputs: the policy reads only the first N observation entries"
   two.inputs = 2;
   CHECK(num_params(all) == 5);
   CHECK(num_params(two) == 3);
-  const std::vector<float> theta{1.f, 1.f, 0.5f};  // W = [1, 1], b = 0.5
+  const std::vector<float> theta{1.f, 1.f, 0.5f}; // W = [1, 1], b = 0.5
   policy_workspace ws;
   float a = 0;
   const float obs1[4] = {1, 2, 100, -100}, obs2[4] = {1, 2, -7, 3};
@@ -352,29 +354,30 @@ TEST_CASE("same seed, same parameters: 1 vs 3 workers, any batching and completi
   for (const env_kind kind : {env_kind::cartpole, env_kind::humanoid}) {
     es_config c = cartpole_config();
     c.env.kind = kind;
-    if (kind == env_kind::humanoid) c.env.max_steps = 30, c.population = 12, c.policy = policy_kind::mlp, c.hidden = {16, 16};
+    if (kind == env_kind::humanoid)
+      c.env.max_steps = 30, c.population = 12, c.policy = policy_kind::mlp, c.hidden = {16, 16};
     const int generations = kind == env_kind::humanoid ? 2 : 5;
 
     es_state one = make_state(c);
-    serial_pool<&evaluate_batch> serial;  // 1 worker, automatic batching
+    serial_pool<&evaluate_batch> serial; // 1 worker, automatic batching
     c.workers = 1;
     for (int g = 0; g < generations; ++g) es_generation(c, one, serial);
 
     es_config c3 = c;
     c3.workers = 3;
-    c3.batch = 1;  // different task boundaries
+    c3.batch = 1; // different task boundaries
     es_state three = make_state(c3);
-    thread_pool<&evaluate_batch> threads{3};  // three workers racing
+    thread_pool<&evaluate_batch> threads{3}; // three workers racing
     for (int g = 0; g < generations; ++g) es_generation(c3, three, threads);
 
     es_config c5 = c;
     c5.batch = 5;
     es_state rev = make_state(c5);
-    serial_pool<&evaluate_batch> reversed{true};  // results arrive last task first
+    serial_pool<&evaluate_batch> reversed{true}; // results arrive last task first
     for (int g = 0; g < generations; ++g) es_generation(c5, rev, reversed);
 
     CHECK(one.generation == std::uint64_t(generations));
-    CHECK(one.theta != make_state(c).theta);  // it did learn something
+    CHECK(one.theta != make_state(c).theta); // it did learn something
     CHECK(bitwise_equal(one.theta, three.theta));
     CHECK(bitwise_equal(one.theta, rev.theta));
     CHECK(bitwise_equal(one.obs.sum, three.obs.sum));
@@ -416,7 +419,7 @@ TEST_CASE("start_states: pairs share initial states (common random numbers)", "[
   const es_state s = make_state(c);
   std::vector<task> tasks = make_tasks(c, s, 123);
   task t = tasks.front();
-  t.sigma = 0;  // θ itself: returns then depend on the start state only
+  t.sigma = 0; // θ itself: returns then depend on the start state only
   t.count = 6;
   t.start_states = 2;
   const batch_result r = evaluate_batch(t);

@@ -105,7 +105,7 @@ struct config_key {
   std::string_view name;     ///< dotted key, e.g. "slurm.partition"
   std::string_view fallback; ///< default ("" = unset)
   std::string doc;
-  std::string env;           ///< environment variable, e.g. FIBER_SLURM_PARTITION
+  std::string env; ///< environment variable, e.g. FIBER_SLURM_PARTITION
 };
 
 /// config_keys_text, parsed once. Thread-safe.

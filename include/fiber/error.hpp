@@ -23,8 +23,7 @@ class remote_error : public error {
 public:
   /// An error whose what() is "<type_name>: <message>".
   remote_error(std::string type_name, std::string message)
-      : error(type_name + ": " + message), type_name_(std::move(type_name)),
-        message_(std::move(message)) {}
+      : error(type_name + ": " + message), type_name_(std::move(type_name)), message_(std::move(message)) {}
   /// Demangled type of the exception thrown in the remote process.
   const std::string& type_name() const noexcept { return type_name_; }
   /// The remote exception's what().

@@ -51,9 +51,9 @@ inline unsigned cpu_count() {
 
 /// Identity of the calling process, as multiprocessing.current_process().
 struct process_info {
-  std::string name;   ///< "master", or the worker's name, e.g. "Process-2", "pool-1-w3"
-  std::int64_t pid;   ///< the OS pid on this host (getpid())
-  bool is_worker;     ///< started by a backend on behalf of a master
+  std::string name; ///< "master", or the worker's name, e.g. "Process-2", "pool-1-w3"
+  std::int64_t pid; ///< the OS pid on this host (getpid())
+  bool is_worker;   ///< started by a backend on behalf of a master
 };
 
 /// The calling process's name, pid and whether it is a worker; callable from any thread.
@@ -65,9 +65,9 @@ inline process_info current_process() {
 /// The process that started this worker, as multiprocessing.parent_process().
 /// Copyable; its functions may be called from any thread.
 struct parent_info {
-  std::string name;  ///< the parent's name: "master", or a worker's name
-  std::int64_t pid;  ///< the parent's pid on its own host
-  std::string host;  ///< the parent's host name
+  std::string name; ///< the parent's name: "master", or a worker's name
+  std::int64_t pid; ///< the parent's pid on its own host
+  std::string host; ///< the parent's host name
 
   /// True while the parent runs. On another host than the parent's this is
   /// true for as long as this worker runs: a worker whose master vanishes

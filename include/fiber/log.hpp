@@ -141,9 +141,7 @@ inline void append(std::string& s, const char* v) { s += v; }
 inline void append(std::string& s, char v) { s += v; }
 template <class T>
   requires std::is_arithmetic_v<T>
-void append(std::string& s, T v) {
-  s += std::to_string(v);
-}
+void append(std::string& s, T v) { s += std::to_string(v); }
 
 template <class... Parts>
 void log(log_level l, const Parts&... parts) {

@@ -88,9 +88,9 @@ namespace fiber {
 
 /// RemoteManager options (an aggregate: use designated initializers).
 struct manager_options {
-  unsigned processes = 1;           ///< manager processes; 0 = fiber::cpu_count()
-  fiber::resources resources{};     ///< per process, asked of the backend
-  std::string name{};               ///< prefix of process names; default "manager-N"
+  unsigned processes = 1;       ///< manager processes; 0 = fiber::cpu_count()
+  fiber::resources resources{}; ///< per process, asked of the backend
+  std::string name{};           ///< prefix of process names; default "manager-N"
   /// How long shutdown waits for objects' pending calls and destructors
   /// before killing the manager processes.
   std::chrono::milliseconds shutdown_grace{5000};
@@ -256,7 +256,8 @@ public:
           } else { // check_call has failed to compile; keep the caller's code well-typed
             return asio::async_initiate<decltype(token), signature>([](auto&&...) {}, token);
           }
-        }(std::make_index_sequence<sizeof...(A) - 1>{});
+        }
+        (std::make_index_sequence<sizeof...(A) - 1>{});
       }
     }
   }
@@ -324,7 +325,8 @@ private:
     w.write(detail::method_id<T, M>());
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (w.write(std::tuple_element_t<I, params>(std::forward<A>(args))), ...);
-    }(std::index_sequence_for<A...>{});
+    }
+    (std::index_sequence_for<A...>{});
     return w.release();
   }
 
@@ -439,14 +441,17 @@ public:
       auto core = core_;
       asio::post(rt.executor(), [core, pr, args = w.release()]() mutable {
         core->make(detail::ctor_id<T, detail::wire_arg_t<A>...>(), std::move(args),
-                   [pr](std::exception_ptr e, std::uint64_t id) { pr->set_value({id, detail::error_info::from(e)}); });
+                   [pr](std::exception_ptr e, std::uint64_t id) {
+                     pr->set_value({id, detail::error_info::from(e)});
+                   });
       });
       auto [id, err] = fut.get();
       if (err) err.raise();
       auto owner = std::make_shared<detail::object_owner>(detail::remote_ref{url_, service_, id});
       detail::local_objects::instance().add(owner);
       auto ref = owner->ref;
-      return Remote<T>(std::make_shared<const detail::remote_state>(detail::remote_state{std::move(ref), std::move(owner)}));
+      return Remote<T>(std::make_shared<const detail::remote_state>(detail::remote_state{std::move(ref),
+                                                                                         std::move(owner)}));
     } else {
       return Remote<T>{};
     }

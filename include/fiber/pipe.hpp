@@ -105,8 +105,8 @@ public:
   void send(const T& v) {
     require(writable_, "send", "a receive-only end");
     auto payload = detail::put_payload(detail::op_header{detail::next_wait_id(), -1, end_}, v);
-    detail::wait_on_runtime<detail::give_tag>(
-        "fiber::Connection::send", [&](auto cb) { detail::async_give(ref_, std::move(payload), cb); });
+    detail::wait_on_runtime<detail::give_tag>("fiber::Connection::send",
+                                              [&](auto cb) { detail::async_give(ref_, std::move(payload), cb); });
   }
 
   /// Blocks until an item arrives and returns it. Throws fiber::eof_error

@@ -37,16 +37,16 @@ namespace fiber {
 
 /// Pool options (an aggregate: use designated initializers).
 struct pool_options {
-  unsigned processes = 0;      ///< workers; 0 = fiber::cpu_count()
+  unsigned processes = 0; ///< workers; 0 = fiber::cpu_count()
   /// Tasks a worker runs before it exits and is replaced (Python's
   /// maxtasksperchild); 0: unlimited. Tasks, not chunks: the automatic
   /// chunksize is at most this, and a chunk is never split, so a larger
   /// explicit chunksize lets a worker run one whole chunk. No task is lost.
   unsigned maxtasksperchild = 0;
-  std::size_t chunksize = 0;   ///< inputs per task message; 0 = automatic
-  int max_retries = 3;         ///< reruns of a task after its worker *died*
-  fiber::resources resources{};///< per worker, asked of the backend
-  std::string name{};          ///< prefix of worker names; default "pool-N"
+  std::size_t chunksize = 0;    ///< inputs per task message; 0 = automatic
+  int max_retries = 3;          ///< reruns of a task after its worker *died*
+  fiber::resources resources{}; ///< per worker, asked of the backend
+  std::string name{};           ///< prefix of worker names; default "pool-N"
   /// Called after each finished chunk of a map with (items done, items total;
   /// total is 0 while unknown). Runs on fiber's runtime thread: keep it short.
   std::function<void(std::size_t, std::size_t)> progress{};
@@ -58,7 +58,6 @@ struct pool_options {
   /// (at most 32 chunks), so that tiny tasks are not held back by the round trip.
   unsigned prefetch = 2;
 };
-
 
 /// Handle of an asynchronous Pool call: multiprocessing's AsyncResult.
 /// `T` is the target's result for apply_async (get() returns std::monostate
@@ -159,7 +158,8 @@ public:
       using init_params = typename target_t<I>::args_tuple;
       [&]<std::size_t... K>(std::index_sequence<K...>) {
         (detail::write_arg<std::tuple_element_t<K, init_params>>(w, std::forward<IA>(initargs)), ...);
-      }(std::index_sequence_for<IA...>{});
+      }
+      (std::index_sequence_for<IA...>{});
       start(detail::run_msg{target_t<I>::id, w.release()});
     }
   }
@@ -245,15 +245,13 @@ public:
   /// terminates the work: what was not computed then throws fiber::error.
   template <class In>
   auto imap(In&& inputs, std::size_t chunksize = 1) {
-    if constexpr (detail::check_map_inputs<F, In>())
-      return make_imap<true>(std::forward<In>(inputs), chunksize);
+    if constexpr (detail::check_map_inputs<F, In>()) return make_imap<true>(std::forward<In>(inputs), chunksize);
     else return std::vector<result_type>{}; // after the check's one error, keep the caller well-typed
   }
   /// Lazy results in completion order.
   template <class In>
   auto imap_unordered(In&& inputs, std::size_t chunksize = 1) {
-    if constexpr (detail::check_map_inputs<F, In>())
-      return make_imap<false>(std::forward<In>(inputs), chunksize);
+    if constexpr (detail::check_map_inputs<F, In>()) return make_imap<false>(std::forward<In>(inputs), chunksize);
     else return std::vector<result_type>{};
   }
 
@@ -284,7 +282,8 @@ public:
       } else { // after the check's one error, keep the caller well-typed
         return misused<result_type>(token);
       }
-    }(std::make_index_sequence<sizeof...(A) - 1>{});
+    }
+    (std::make_index_sequence<sizeof...(A) - 1>{});
   }
 
   /// map, asynchronously. Completion signature
@@ -363,10 +362,10 @@ private:
     if (opt_.prefetch == 0) opt_.prefetch = 1;
     auto& rt = detail::runtime::instance();
     rt.sync([&] {
-      core_ = std::make_shared<detail::pool_core>(
-          detail::pool_settings{opt_.name, opt_.processes, opt_.max_retries, opt_.prefetch, opt_.resources,
-                                opt_.maxtasksperchild, std::move(initializer)},
-          rt.template launcher<Backend>());
+      core_ = std::make_shared<detail::pool_core>(detail::pool_settings{opt_.name, opt_.processes, opt_.max_retries,
+                                                                        opt_.prefetch, opt_.resources,
+                                                                        opt_.maxtasksperchild, std::move(initializer)},
+                                                  rt.template launcher<Backend>());
       core_->start();
     });
     processes_ = opt_.processes;
@@ -401,8 +400,9 @@ private:
         *items_done += n;
         if (progress) progress(*items_done, total_items);
         if (bar) {
-          if (total_items) std::fprintf(stderr, "\r[fiber] %zu/%zu (%3.0f%%)", *items_done, total_items,
-                                        100.0 * double(*items_done) / double(total_items));
+          if (total_items)
+            std::fprintf(stderr, "\r[fiber] %zu/%zu (%3.0f%%)", *items_done, total_items,
+                         100.0 * double(*items_done) / double(total_items));
           else std::fprintf(stderr, "\r[fiber] %zu done", *items_done);
           if (total_items && *items_done >= total_items) std::fputc('\n', stderr);
         }
@@ -472,15 +472,17 @@ private:
                   "fiber::Pool::starmap: each tuple must hold exactly the target's arguments");
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (detail::write_arg<std::tuple_element_t<I, params>>(w, std::get<I>(t)), ...);
-    }(std::make_index_sequence<traits::arity>{});
+    }
+    (std::make_index_sequence<traits::arity>{});
   }
 
   template <bool Ordered, class In>
   auto make_imap(In&& inputs, std::size_t chunksize) {
     check_open();
-    return detail::imap_range<R, std::tuple_element_t<0, params>, In, Ordered>(
-        core_, new_state(0), std::size_t(processes_) * 4 + 2, std::forward<In>(inputs), chunksize ? chunksize : 1,
-        target::id);
+    return detail::imap_range<R, std::tuple_element_t<0, params>, In, Ordered>(core_, new_state(0),
+                                                                               std::size_t(processes_) * 4 + 2,
+                                                                               std::forward<In>(inputs),
+                                                                               chunksize ? chunksize : 1, target::id);
   }
 
   template <class... A>
@@ -490,7 +492,8 @@ private:
     writer w;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (detail::write_arg<std::tuple_element_t<I, params>>(w, std::forward<A>(args)), ...);
-    }(std::index_sequence_for<A...>{});
+    }
+    (std::index_sequence_for<A...>{});
     {
       std::lock_guard lk(st->m);
       st->expected = 1;
@@ -543,7 +546,6 @@ private:
         },
         token);
   }
-
 
   pool_options opt_;
   std::shared_ptr<detail::pool_core> core_;

@@ -48,7 +48,8 @@ public:
       using params = typename target_t<F>::args_tuple;
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         (w.write(std::tuple_element_t<I, params>(std::forward<A>(args))), ...);
-      }(std::index_sequence_for<A...>{});
+      }
+      (std::index_sequence_for<A...>{});
       st_->run = detail::run_msg{target_t<F>::id, w.release()};
     }
   }

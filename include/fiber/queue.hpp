@@ -223,15 +223,17 @@ protected:
   /// A blocking put of an encoded item (header + bytes).
   detail::give_tag give(const char* what, std::vector<std::byte> payload) {
     const auto& r = st_->ref();
-    return detail::wait_on_runtime<detail::give_tag>(what, [&](auto cb) { detail::async_give(r, std::move(payload), cb); });
+    return detail::wait_on_runtime<detail::give_tag>(what,
+                                                     [&](auto cb) { detail::async_give(r, std::move(payload), cb); });
   }
 
   /// A blocking get (-1: forever, 0: now); nullopt if none came.
   std::optional<T> take(const char* what, std::int64_t timeout) {
     st_->check_open(what);
     const auto& r = st_->ref();
-    auto rep = detail::wait_on_runtime<detail::take_reply>(
-        what, [&](auto cb) { detail::async_take(r, 0, detail::next_wait_id(), timeout, cb); });
+    auto rep = detail::wait_on_runtime<detail::take_reply>(what, [&](auto cb) {
+      detail::async_take(r, 0, detail::next_wait_id(), timeout, cb);
+    });
     if (rep.tag != detail::take_tag::item) return std::nullopt;
     return detail::decode_item<T>(rep.item()); // bad bytes: serialization_error; the item is gone
   }
@@ -286,7 +288,9 @@ public:
 
   /// Serialization hooks: as Queue's (a JoinableQueue's bytes read as a
   /// Queue name the same queue, and the reverse).
-  friend void fiber_serialize(writer& w, const JoinableQueue& q) { fiber_serialize(w, static_cast<const Queue<T>&>(q)); }
+  friend void fiber_serialize(writer& w, const JoinableQueue& q) {
+    fiber_serialize(w, static_cast<const Queue<T>&>(q));
+  }
   /// Serialization hook: reads what fiber_serialize wrote.
   friend void fiber_deserialize(reader& r, JoinableQueue& q) { fiber_deserialize(r, static_cast<Queue<T>&>(q)); }
 

@@ -92,9 +92,8 @@
 #include <variant>
 #include <vector>
 
-static_assert(std::endian::native == std::endian::little,
-              "fiber's wire format copies integers as they are in memory; "
-              "only little-endian hosts are supported");
+static_assert(std::endian::native == std::endian::little, "fiber's wire format copies integers as they are in memory; "
+                                                          "only little-endian hosts are supported");
 
 namespace fiber {
 
@@ -103,10 +102,8 @@ namespace detail {
 /// replaces it with "fiber::deserialize<T>: ".
 inline constexpr std::string_view reader_prefix = "fiber::reader: ";
 
-[[noreturn, gnu::cold, gnu::noinline]] inline void throw_malformed(std::string_view what,
-                                                                  std::size_t at) {
-  throw serialization_error(std::string(reader_prefix) + std::string(what) + " at byte " +
-                            std::to_string(at));
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_malformed(std::string_view what, std::size_t at) {
+  throw serialization_error(std::string(reader_prefix) + std::string(what) + " at byte " + std::to_string(at));
 }
 } // namespace detail
 
@@ -121,7 +118,7 @@ public:
 
   /// Appends `n` raw bytes from `p`. `p` must not point into buffer().
   void write_bytes(const void* p, std::size_t n) {
-    if (n == 0) return;  // p may legitimately be null for empty ranges
+    if (n == 0) return; // p may legitimately be null for empty ranges
     const auto* b = static_cast<const std::byte*>(p);
     if (n <= 16) {
       // Fields: zero-filling a few bytes is cheaper than insert()'s range logic.
@@ -136,11 +133,11 @@ public:
 
   /// Appends `v` as an unsigned LEB128 varint (1 byte below 128, at most 10).
   void write_varint(std::uint64_t v) {
-    if (v < 0x80) {  // the common case: short lengths, small indices
+    if (v < 0x80) { // the common case: short lengths, small indices
       buf_.push_back(static_cast<std::byte>(v));
       return;
     }
-    std::byte tmp[10]{};  // {} silences a gcc -Wmaybe-uninitialized false positive
+    std::byte tmp[10]{}; // {} silences a gcc -Wmaybe-uninitialized false positive
     std::size_t n = 0;
     while (v >= 0x80) {
       tmp[n++] = static_cast<std::byte>((v & 0x7f) | 0x80);
@@ -151,7 +148,8 @@ public:
   }
 
   /// Appends the encoding of `v`; same as `serialize_into(*this, v)`.
-  template <class T> void write(const T& v);
+  template <class T>
+  void write(const T& v);
 
   /// The bytes written so far (including `initial`). Mutable for callers
   /// that patch headers or reserve.
@@ -185,8 +183,7 @@ public:
   /// Reads an unsigned LEB128 varint. Throws on truncation, on more than 64
   /// bits, and on non-minimal encodings (so every value has one encoding).
   std::uint64_t read_varint() {
-    if (cur_ != end_ && std::to_integer<unsigned>(*cur_) < 0x80)
-      return std::to_integer<unsigned>(*cur_++);
+    if (cur_ != end_ && std::to_integer<unsigned>(*cur_) < 0x80) return std::to_integer<unsigned>(*cur_++);
     return read_varint_slow();
   }
 
@@ -203,9 +200,11 @@ public:
   }
 
   /// Reads a value: `T v{}; deserialize_from(*this, v); return v;`.
-  template <class T> T read();
+  template <class T>
+  T read();
   /// Reads into an existing value (containers are cleared first).
-  template <class T> void read(T& out);
+  template <class T>
+  void read(T& out);
 
   /// A view of the next `n` bytes (no copy; valid as long as the input).
   /// Throws if fewer than `n` remain.
@@ -225,9 +224,7 @@ public:
 
   /// Throws serialization_error "fiber::reader: <what> at byte <position()>".
   /// For hooks that find a value they cannot accept.
-  [[noreturn]] void fail(std::string_view what) const {
-    detail::throw_malformed(what, position());
-  }
+  [[noreturn]] void fail(std::string_view what) const { detail::throw_malformed(what, position()); }
 
   /// Every message the reader throws starts with this; deserialize<T>
   /// replaces it with "fiber::deserialize<T>: ".
@@ -240,16 +237,13 @@ private:
   }
 
   [[noreturn, gnu::cold, gnu::noinline]] void throw_truncated(std::size_t n) const {
-    throw serialization_error(std::string(prefix) + "truncated input at byte " +
-                              std::to_string(position()) + ": need " + std::to_string(n) +
-                              " bytes, " + std::to_string(remaining()) + " remain");
+    throw serialization_error(std::string(prefix) + "truncated input at byte " + std::to_string(position()) +
+                              ": need " + std::to_string(n) + " bytes, " + std::to_string(remaining()) + " remain");
   }
 
-  [[noreturn, gnu::cold, gnu::noinline]] void throw_bad_length(std::size_t at, std::uint64_t n,
-                                                                std::size_t min) const {
-    throw serialization_error(std::string(prefix) + "length " + std::to_string(n) + " at byte " +
-                              std::to_string(at) + " cannot fit in the " +
-                              std::to_string(remaining()) + " bytes that remain (" +
+  [[noreturn, gnu::cold, gnu::noinline]] void throw_bad_length(std::size_t at, std::uint64_t n, std::size_t min) const {
+    throw serialization_error(std::string(prefix) + "length " + std::to_string(n) + " at byte " + std::to_string(at) +
+                              " cannot fit in the " + std::to_string(remaining()) + " bytes that remain (" +
                               std::to_string(min) + "+ bytes per element)");
   }
 
@@ -258,17 +252,14 @@ private:
     std::uint64_t v = 0;
     for (unsigned i = 0;; ++i) {
       if (cur_ == end_) [[unlikely]]
-        throw serialization_error(std::string(prefix) + "truncated varint at byte " +
-                                  std::to_string(at));
+        throw serialization_error(std::string(prefix) + "truncated varint at byte " + std::to_string(at));
       const unsigned b = std::to_integer<unsigned>(*cur_++);
-      if (i == 9 && b > 1) [[unlikely]]  // 10th byte holds only bit 63
-        throw serialization_error(std::string(prefix) + "varint at byte " + std::to_string(at) +
-                                  " overflows 64 bits");
+      if (i == 9 && b > 1) [[unlikely]] // 10th byte holds only bit 63
+        throw serialization_error(std::string(prefix) + "varint at byte " + std::to_string(at) + " overflows 64 bits");
       v |= std::uint64_t{b & 0x7fu} << (7 * i);
       if ((b & 0x80u) == 0) {
         if (b == 0 && i != 0) [[unlikely]]
-          throw serialization_error(std::string(prefix) + "non-minimal varint at byte " +
-                                    std::to_string(at));
+          throw serialization_error(std::string(prefix) + "non-minimal varint at byte " + std::to_string(at));
         return v;
       }
     }
@@ -281,10 +272,12 @@ private:
 
 namespace detail {
 
-template <class> inline constexpr bool dependent_false = false;
+template <class>
+inline constexpr bool dependent_false = false;
 
 /// "app::point" for T = app::point, from __PRETTY_FUNCTION__ (no RTTI needed).
-template <class T> constexpr std::string_view type_name() noexcept {
+template <class T>
+constexpr std::string_view type_name() noexcept {
 #if defined(__clang__) || defined(__GNUC__)
   // clang: "... type_name() [T = app::point]"
   // gcc:   "... type_name() [with T = app::point; std::string_view = ...]"
@@ -306,32 +299,44 @@ namespace hook_lookup {
 // Derived, and a converting constructor of some fiber:: handle (found via the
 // writer's namespace) cannot capture std::string. A non-template or more
 // specialized hook for exactly T still wins over them.
-template <class T> void fiber_serialize(writer&, const T&) = delete;
-template <class T> void fiber_deserialize(reader&, T&) = delete;
+template <class T>
+void fiber_serialize(writer&, const T&) = delete;
+template <class T>
+void fiber_deserialize(reader&, T&) = delete;
 
 template <class T>
-concept has_save = requires(writer& w, const T& v) { fiber_serialize(w, v); };
+concept has_save = requires(writer& w, const T& v) {
+  fiber_serialize(w, v);
+};
 template <class T>
-concept has_load = requires(reader& r, T& v) { fiber_deserialize(r, v); };
+concept has_load = requires(reader& r, T& v) {
+  fiber_deserialize(r, v);
+};
 
-template <class T> void save(writer& w, const T& v) { fiber_serialize(w, v); }
-template <class T> void load(reader& r, T& v) { fiber_deserialize(r, v); }
+template <class T>
+void save(writer& w, const T& v) {
+  fiber_serialize(w, v);
+}
+template <class T>
+void load(reader& r, T& v) {
+  fiber_deserialize(r, v);
+}
 } // namespace hook_lookup
 
 // --- classification -----------------------------------------------------------
 
 /// How a type is encoded. `none`/`half_hook`/`cv_ref` are not serializable.
 enum class kind {
-  none,       // no strategy applies
-  cv_ref,     // const/volatile/reference: cannot be deserialized in place
-  half_hook,  // only one of fiber_serialize / fiber_deserialize was found
+  none,      // no strategy applies
+  cv_ref,    // const/volatile/reference: cannot be deserialized in place
+  half_hook, // only one of fiber_serialize / fiber_deserialize was found
   hook,
   describe,
   boolean,
-  scalar,     // arithmetic (not bool) and enums: fixed width
+  scalar, // arithmetic (not bool) and enums: fixed width
   string,
   vector,
-  array,      // std::array and C arrays
+  array, // std::array and C arrays
   map,
   set,
   pair,
@@ -347,23 +352,28 @@ enum class kind {
 using boost::mp11::mp_list;
 
 /// Standard library templates fiber knows, with their element types.
-template <class T> struct std_info {
+template <class T>
+struct std_info {
   static constexpr kind value = kind::none;
 };
-template <class C, class Tr, class A> struct std_info<std::basic_string<C, Tr, A>> {
+template <class C, class Tr, class A>
+struct std_info<std::basic_string<C, Tr, A>> {
   static constexpr kind value = std::is_arithmetic_v<C> ? kind::string : kind::none;
   using children = mp_list<>;
 };
-template <class E, class A> struct std_info<std::vector<E, A>> {
+template <class E, class A>
+struct std_info<std::vector<E, A>> {
   static constexpr kind value = kind::vector;
   using children = mp_list<E>;
 };
-template <class E, std::size_t N> struct std_info<std::array<E, N>> {
+template <class E, std::size_t N>
+struct std_info<std::array<E, N>> {
   static constexpr kind value = kind::array;
   static constexpr std::size_t extent = N;
   using children = mp_list<E>;
 };
-template <class K, class V, class C, class A> struct std_info<std::map<K, V, C, A>> {
+template <class K, class V, class C, class A>
+struct std_info<std::map<K, V, C, A>> {
   static constexpr kind value = kind::map;
   using children = mp_list<K, V>;
 };
@@ -372,43 +382,53 @@ struct std_info<std::unordered_map<K, V, H, E, A>> {
   static constexpr kind value = kind::map;
   using children = mp_list<K, V>;
 };
-template <class K, class C, class A> struct std_info<std::set<K, C, A>> {
+template <class K, class C, class A>
+struct std_info<std::set<K, C, A>> {
   static constexpr kind value = kind::set;
   using children = mp_list<K>;
 };
-template <class K, class H, class E, class A> struct std_info<std::unordered_set<K, H, E, A>> {
+template <class K, class H, class E, class A>
+struct std_info<std::unordered_set<K, H, E, A>> {
   static constexpr kind value = kind::set;
   using children = mp_list<K>;
 };
-template <class A, class B> struct std_info<std::pair<A, B>> {
+template <class A, class B>
+struct std_info<std::pair<A, B>> {
   static constexpr kind value = kind::pair;
   using children = mp_list<A, B>;
 };
-template <class... Ts> struct std_info<std::tuple<Ts...>> {
+template <class... Ts>
+struct std_info<std::tuple<Ts...>> {
   static constexpr kind value = kind::tuple;
   using children = mp_list<Ts...>;
 };
-template <class E> struct std_info<std::optional<E>> {
+template <class E>
+struct std_info<std::optional<E>> {
   static constexpr kind value = kind::optional;
   using children = mp_list<E>;
 };
-template <class... Ts> struct std_info<std::variant<Ts...>> {
+template <class... Ts>
+struct std_info<std::variant<Ts...>> {
   static constexpr kind value = kind::variant;
   using children = mp_list<Ts...>;
 };
-template <class R, class P> struct std_info<std::chrono::duration<R, P>> {
+template <class R, class P>
+struct std_info<std::chrono::duration<R, P>> {
   static constexpr kind value = kind::duration;
   using children = mp_list<R>;
 };
-template <class C, class D> struct std_info<std::chrono::time_point<C, D>> {
+template <class C, class D>
+struct std_info<std::chrono::time_point<C, D>> {
   static constexpr kind value = kind::time_point;
   using children = mp_list<D>;
 };
-template <> struct std_info<std::monostate> {
+template <>
+struct std_info<std::monostate> {
   static constexpr kind value = kind::monostate;
   using children = mp_list<>;
 };
-template <class E, std::size_t N> struct std_info<E[N]> {
+template <class E, std::size_t N>
+struct std_info<E[N]> {
   static constexpr kind value = kind::array;
   static constexpr std::size_t extent = N;
   using children = mp_list<E>;
@@ -417,156 +437,161 @@ template <class E, std::size_t N> struct std_info<E[N]> {
 /// Converts to any proper base of T and nothing else: `T{any_base_of<T>{}}`
 /// compiles iff T's first aggregate element is a base class. Boost.PFR
 /// rejects such aggregates with a hard error, so we must not hand them to it.
-template <class T> struct any_base_of {
+template <class T>
+struct any_base_of {
   template <class B>
     requires(std::is_base_of_v<B, T> && !std::is_same_v<B, T>)
   operator B() const;
 };
 
 template <class T>
-concept pfr_aggregate = std::is_class_v<T> && std::is_aggregate_v<T> &&
-                        !requires { T{any_base_of<T>{}}; };
+concept pfr_aggregate = std::is_class_v<T> && std::is_aggregate_v<T> && !requires {
+  T{any_base_of<T>{}};
+};
 
 template <class T>
 concept described = boost::describe::has_describe_members<T>::value;
 
-template <class T> constexpr kind classify() noexcept {
-  if constexpr (std::is_reference_v<T> || std::is_const_v<T> || std::is_volatile_v<T>)
-    return kind::cv_ref;
-  else if constexpr (hook_lookup::has_save<T> && hook_lookup::has_load<T>)
-    return kind::hook;
-  else if constexpr (hook_lookup::has_save<T> || hook_lookup::has_load<T>)
-    return kind::half_hook;
-  else if constexpr (described<T>)
-    return kind::describe;
-  else if constexpr (std::is_same_v<T, bool>)
-    return kind::boolean;
-  else if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>)
-    return kind::scalar;
-  else if constexpr (std_info<T>::value != kind::none)
-    return std_info<T>::value;
-  else if constexpr (pfr_aggregate<T>)
-    return kind::aggregate;
-  else
-    return kind::none;
+template <class T>
+constexpr kind classify() noexcept {
+  if constexpr (std::is_reference_v<T> || std::is_const_v<T> || std::is_volatile_v<T>) return kind::cv_ref;
+  else if constexpr (hook_lookup::has_save<T> && hook_lookup::has_load<T>) return kind::hook;
+  else if constexpr (hook_lookup::has_save<T> || hook_lookup::has_load<T>) return kind::half_hook;
+  else if constexpr (described<T>) return kind::describe;
+  else if constexpr (std::is_same_v<T, bool>) return kind::boolean;
+  else if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) return kind::scalar;
+  else if constexpr (std_info<T>::value != kind::none) return std_info<T>::value;
+  else if constexpr (pfr_aggregate<T>) return kind::aggregate;
+  else return kind::none;
 }
 
-template <class T> inline constexpr kind kind_of = classify<T>();
+template <class T>
+inline constexpr kind kind_of = classify<T>();
 
-constexpr bool is_ok(kind k) noexcept {
-  return k != kind::none && k != kind::cv_ref && k != kind::half_hook;
-}
+constexpr bool is_ok(kind k) noexcept { return k != kind::none && k != kind::cv_ref && k != kind::half_hook; }
 
 // --- the types a value is made of (what must be serializable in turn) ---------
 
 template <class T, class D>
 using describe_member_t = std::remove_reference_t<decltype(std::declval<T&>().*D::pointer)>;
-template <class D> using describe_base_t = typename D::type;
-template <class T> struct describe_member_fn {
-  template <class D> using fn = describe_member_t<T, D>;
+template <class D>
+using describe_base_t = typename D::type;
+template <class T>
+struct describe_member_fn {
+  template <class D>
+  using fn = describe_member_t<T, D>;
 };
 
-template <class T, class Seq> struct pfr_fields_impl;
-template <class T, std::size_t... I> struct pfr_fields_impl<T, std::index_sequence<I...>> {
+template <class T, class Seq>
+struct pfr_fields_impl;
+template <class T, std::size_t... I>
+struct pfr_fields_impl<T, std::index_sequence<I...>> {
   using type = mp_list<std::remove_reference_t<boost::pfr::tuple_element_t<I, T>>...>;
 };
 
-template <class T, kind K = kind_of<T>> struct children_of {
+template <class T, kind K = kind_of<T>>
+struct children_of {
   using type = typename std_info<T>::children;
 };
 template <class T, kind K>
-  requires(K == kind::none || K == kind::cv_ref || K == kind::half_hook || K == kind::hook ||
-           K == kind::boolean || K == kind::scalar)
+  requires(K == kind::none || K == kind::cv_ref || K == kind::half_hook || K == kind::hook || K == kind::boolean ||
+           K == kind::scalar)
 struct children_of<T, K> {
   using type = mp_list<>;
 };
-template <class T> struct children_of<T, kind::describe> {
-  using type = boost::mp11::mp_rename<  // Describe has its own list template
+template <class T>
+struct children_of<T, kind::describe> {
+  using type = boost::mp11::mp_rename< // Describe has its own list template
       boost::mp11::mp_append<
-          boost::mp11::mp_transform<
-              describe_base_t, boost::describe::describe_bases<T, boost::describe::mod_any_access>>,
-          boost::mp11::mp_transform_q<
-              describe_member_fn<T>,
-              boost::describe::describe_members<T, boost::describe::mod_any_access>>>,
+          boost::mp11::mp_transform<describe_base_t,
+                                    boost::describe::describe_bases<T, boost::describe::mod_any_access>>,
+          boost::mp11::mp_transform_q<describe_member_fn<T>,
+                                      boost::describe::describe_members<T, boost::describe::mod_any_access>>>,
       mp_list>;
 };
-template <class T> struct children_of<T, kind::aggregate> {
-  using type =
-      typename pfr_fields_impl<T, std::make_index_sequence<boost::pfr::tuple_size_v<T>>>::type;
+template <class T>
+struct children_of<T, kind::aggregate> {
+  using type = typename pfr_fields_impl<T, std::make_index_sequence<boost::pfr::tuple_size_v<T>>>::type;
 };
-template <class T> using children_t = typename children_of<T>::type;
+template <class T>
+using children_t = typename children_of<T>::type;
 
 // --- the serializable trait (recursive) -------------------------------------------
 
-template <class T> struct is_serializable;
-template <class L> struct all_serializable;
+template <class T>
+struct is_serializable;
+template <class L>
+struct all_serializable;
 template <class... Ts>
 struct all_serializable<mp_list<Ts...>> : std::conjunction<is_serializable<Ts>...> {};
 template <class T>
-struct is_serializable
-    : std::bool_constant<is_ok(kind_of<T>) && all_serializable<children_t<T>>::value> {};
+struct is_serializable : std::bool_constant<is_ok(kind_of<T>) && all_serializable<children_t<T>>::value> {};
 
-template <class T> inline constexpr bool serializable_v = is_serializable<T>::value;
+template <class T>
+inline constexpr bool serializable_v = is_serializable<T>::value;
 
 /// The first type inside T (T itself, or a field, element, base...) that has
 /// no encoding: the one to name in the diagnostic. Only for non-serializable T.
-template <class T, bool SelfOk = is_ok(kind_of<T>)> struct first_bad {
+template <class T, bool SelfOk = is_ok(kind_of<T>)>
+struct first_bad {
   using type = T;
 };
-template <class T> struct first_bad<T, true> {
-  template <class U> using bad = std::bool_constant<!serializable_v<U>>;
-  using type = typename first_bad<
-      boost::mp11::mp_at<children_t<T>, boost::mp11::mp_find_if<children_t<T>, bad>>>::type;
+template <class T>
+struct first_bad<T, true> {
+  template <class U>
+  using bad = std::bool_constant<!serializable_v<U>>;
+  using type = typename first_bad<boost::mp11::mp_at<children_t<T>, boost::mp11::mp_find_if<children_t<T>, bad>>>::type;
 };
 
 // --- wire properties -----------------------------------------------------------
 
-template <class T> constexpr std::size_t min_wire_size() noexcept;
+template <class T>
+constexpr std::size_t min_wire_size() noexcept;
 
-template <class... Ts> constexpr std::size_t sum_min_wire(mp_list<Ts...>) noexcept {
+template <class... Ts>
+constexpr std::size_t sum_min_wire(mp_list<Ts...>) noexcept {
   return (std::size_t{0} + ... + min_wire_size<Ts>());
 }
-template <class... Ts> constexpr std::size_t least_min_wire(mp_list<Ts...>) noexcept {
+template <class... Ts>
+constexpr std::size_t least_min_wire(mp_list<Ts...>) noexcept {
   std::size_t m = static_cast<std::size_t>(-1);
   ((m = min_wire_size<Ts>() < m ? min_wire_size<Ts>() : m), ...);
   return m;
 }
 
 /// The fewest bytes any value of T can encode to (hooks: 0, unknown).
-template <class T> constexpr std::size_t min_wire_size() noexcept {
+template <class T>
+constexpr std::size_t min_wire_size() noexcept {
   constexpr kind k = kind_of<T>;
-  if constexpr (k == kind::hook || k == kind::monostate)
-    return 0;
-  else if constexpr (k == kind::boolean)
-    return 1;
-  else if constexpr (k == kind::scalar)
-    return sizeof(T);
-  else if constexpr (k == kind::string || k == kind::vector || k == kind::map ||
-                     k == kind::set || k == kind::optional)
-    return 1;  // the length or the tag
-  else if constexpr (k == kind::variant)
-    return 1 + least_min_wire(children_t<T>{});
-  else if constexpr (k == kind::array)
-    return std_info<T>::extent * sum_min_wire(children_t<T>{});
-  else  // describe, aggregate, pair, tuple, duration, time_point: fields back to back
+  if constexpr (k == kind::hook || k == kind::monostate) return 0;
+  else if constexpr (k == kind::boolean) return 1;
+  else if constexpr (k == kind::scalar) return sizeof(T);
+  else if constexpr (k == kind::string || k == kind::vector || k == kind::map || k == kind::set || k == kind::optional)
+    return 1; // the length or the tag
+  else if constexpr (k == kind::variant) return 1 + least_min_wire(children_t<T>{});
+  else if constexpr (k == kind::array) return std_info<T>::extent * sum_min_wire(children_t<T>{});
+  else // describe, aggregate, pair, tuple, duration, time_point: fields back to back
     return sum_min_wire(children_t<T>{});
 }
 
-template <class T> constexpr bool memcpy_wire_v() noexcept;
+template <class T>
+constexpr bool memcpy_wire_v() noexcept;
 
-template <class... Ts> constexpr bool all_memcpy_wire(mp_list<Ts...>) noexcept {
+template <class... Ts>
+constexpr bool all_memcpy_wire(mp_list<Ts...>) noexcept {
   return (memcpy_wire_v<Ts>() && ...);
 }
-template <class... Ts> constexpr std::size_t sum_sizeof(mp_list<Ts...>) noexcept {
+template <class... Ts>
+constexpr std::size_t sum_sizeof(mp_list<Ts...>) noexcept {
   return (std::size_t{0} + ... + sizeof(Ts));
 }
 
 /// True when T's encoding is exactly its object representation, so one
 /// memcpy encodes T and any contiguous run of Ts.
-template <class T> constexpr bool memcpy_wire_v() noexcept {
+template <class T>
+constexpr bool memcpy_wire_v() noexcept {
   constexpr kind k = kind_of<T>;
-  if constexpr (k == kind::scalar)
-    return true;
+  if constexpr (k == kind::scalar) return true;
   else if constexpr (k == kind::array)
     return memcpy_wire_v<boost::mp11::mp_front<children_t<T>>>() &&
            sizeof(T) == std_info<T>::extent * sizeof(boost::mp11::mp_front<children_t<T>>);
@@ -576,19 +601,21 @@ template <class T> constexpr bool memcpy_wire_v() noexcept {
   else if constexpr (k == kind::aggregate)
     // Padding-free with all-public members: fields lie back to back in
     // declaration order, which is exactly the wire order.
-    return std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T> &&
-           all_memcpy_wire(children_t<T>{}) && sizeof(T) == sum_sizeof(children_t<T>{});
-  else
-    return false;
+    return std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T> && all_memcpy_wire(children_t<T>{}) &&
+           sizeof(T) == sum_sizeof(children_t<T>{});
+  else return false;
 }
 
-template <class T> inline constexpr bool memcpy_wire = memcpy_wire_v<T>();
+template <class T>
+inline constexpr bool memcpy_wire = memcpy_wire_v<T>();
 
 inline constexpr std::size_t variable_size = static_cast<std::size_t>(-1);
 
-template <class T> constexpr std::size_t fixed_wire_size_v() noexcept;
+template <class T>
+constexpr std::size_t fixed_wire_size_v() noexcept;
 
-template <class... Ts> constexpr std::size_t sum_fixed_wire(mp_list<Ts...>) noexcept {
+template <class... Ts>
+constexpr std::size_t sum_fixed_wire(mp_list<Ts...>) noexcept {
   constexpr std::size_t sizes[] = {fixed_wire_size_v<Ts>()..., 0};
   std::size_t sum = 0;
   for (std::size_t s : sizes) {
@@ -601,37 +628,40 @@ template <class... Ts> constexpr std::size_t sum_fixed_wire(mp_list<Ts...>) noex
 /// The size every value of T encodes to, or variable_size. Fixed-size values
 /// are written and read as one block (one resize, one bounds check) rather
 /// than field by field.
-template <class T> constexpr std::size_t fixed_wire_size_v() noexcept {
+template <class T>
+constexpr std::size_t fixed_wire_size_v() noexcept {
   constexpr kind k = kind_of<T>;
-  if constexpr (k == kind::scalar)
-    return sizeof(T);
-  else if constexpr (k == kind::boolean)
-    return 1;
-  else if constexpr (k == kind::monostate)
-    return 0;
+  if constexpr (k == kind::scalar) return sizeof(T);
+  else if constexpr (k == kind::boolean) return 1;
+  else if constexpr (k == kind::monostate) return 0;
   else if constexpr (k == kind::array) {
     constexpr std::size_t e = sum_fixed_wire(children_t<T>{});
     return e == variable_size ? variable_size : std_info<T>::extent * e;
-  } else if constexpr (k == kind::describe || k == kind::aggregate || k == kind::pair ||
-                       k == kind::tuple || k == kind::duration || k == kind::time_point)
+  } else if constexpr (k == kind::describe || k == kind::aggregate || k == kind::pair || k == kind::tuple ||
+                       k == kind::duration || k == kind::time_point)
     return sum_fixed_wire(children_t<T>{});
-  else  // hooks (unknown), strings, containers, optional, variant
+  else // hooks (unknown), strings, containers, optional, variant
     return variable_size;
 }
 
-template <class T> inline constexpr std::size_t fixed_wire_size = fixed_wire_size_v<T>();
+template <class T>
+inline constexpr std::size_t fixed_wire_size = fixed_wire_size_v<T>();
 
 // --- diagnostics -------------------------------------------------------------
 
 // Always false; named so that clang's "failed due to requirement '...'" reads
 // as the reason, with the culprit type in it.
-template <class> inline constexpr bool has_an_encoding = false;
-template <class> inline constexpr bool has_both_hooks = false;
-template <class> inline constexpr bool is_deserializable_in_place = false;
+template <class>
+inline constexpr bool has_an_encoding = false;
+template <class>
+inline constexpr bool has_both_hooks = false;
+template <class>
+inline constexpr bool is_deserializable_in_place = false;
 
 /// Fires the one static_assert a user sees for a type without an encoding.
 /// The compiler's "required from" note names the culprit as NotSerializable.
-template <class NotSerializable> constexpr void type_is_not_serializable() {
+template <class NotSerializable>
+constexpr void type_is_not_serializable() {
   constexpr kind k = kind_of<NotSerializable>;
   if constexpr (k == kind::half_hook)
     static_assert(has_both_hooks<NotSerializable>,
@@ -658,7 +688,8 @@ template <class NotSerializable> constexpr void type_is_not_serializable() {
 /// True if T is serializable; otherwise fires the diagnostic naming the first
 /// offending type inside T. Used as `if constexpr (check_serializable<T>())`
 /// so that nothing else is instantiated (and reported) after the message.
-template <class T> constexpr bool check_serializable() {
+template <class T>
+constexpr bool check_serializable() {
   if constexpr (serializable_v<T>) {
     return true;
   } else {
@@ -667,16 +698,18 @@ template <class T> constexpr bool check_serializable() {
   }
 }
 
-template <class T> constexpr bool check_default_initializable() {
-  static_assert(std::default_initializable<T>,
-                "fiber: deserializing needs T (and every element, key and variant "
-                "alternative) to be default-initializable: the value is built empty, "
-                "then filled in place by its fields or by fiber_deserialize");
+template <class T>
+constexpr bool check_default_initializable() {
+  static_assert(std::default_initializable<T>, "fiber: deserializing needs T (and every element, key and variant "
+                                               "alternative) to be default-initializable: the value is built empty, "
+                                               "then filled in place by its fields or by fiber_deserialize");
   return std::default_initializable<T>;
 }
 
-template <class T> void encode(writer& w, const T& v);
-template <class T> void decode(reader& r, T& out);
+template <class T>
+void encode(writer& w, const T& v);
+template <class T>
+void decode(reader& r, T& out);
 
 } // namespace detail
 
@@ -689,21 +722,25 @@ concept serializable = detail::serializable_v<std::remove_cvref_t<T>>;
 /// Encodes `v` into a new buffer. A non-serializable T is a compile error
 /// (one static_assert naming the remedies). Throws serialization_error only
 /// for unencodable values (a valueless std::variant); std::bad_alloc.
-template <class T> std::vector<std::byte> serialize(const T& v);
+template <class T>
+std::vector<std::byte> serialize(const T& v);
 
 /// Decodes a T that must span exactly `bytes`. T must be default-initializable.
 /// Throws serialization_error ("fiber::deserialize<T>: ...") on truncated,
 /// malformed or oversized input and when bytes remain unread; anything a user
 /// hook throws passes through. Never reads outside `bytes`.
-template <class T> T deserialize(std::span<const std::byte> bytes);
+template <class T>
+T deserialize(std::span<const std::byte> bytes);
 
 /// Appends the encoding of `v` to `w` (for hooks and framing code).
-template <class T> void serialize_into(writer& w, const T& v);
+template <class T>
+void serialize_into(writer& w, const T& v);
 
 /// Decodes into `out` from the reader's position (containers are cleared,
 /// optionals/variants replaced). Throws serialization_error; on a throw `out`
 /// holds an unspecified but valid value.
-template <class T> void deserialize_from(reader& r, T& out);
+template <class T>
+void deserialize_from(reader& r, T& out);
 
 } // namespace fiber
 

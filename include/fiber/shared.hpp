@@ -101,8 +101,9 @@ public:
 private:
   std::map<K, V> data_;
 
-  BOOST_DESCRIBE_CLASS(dict, (), (get, at, set, setdefault, erase, pop, contains, size, keys, values, items, update, clear),
-                       (), (data_))
+  BOOST_DESCRIBE_CLASS(dict, (),
+                       (get, at, set, setdefault, erase, pop, contains, size, keys, values, items, update, clear), (),
+                       (data_))
 };
 
 /// A list. Indices are signed: -1 is the last element, as in Python. T must

@@ -65,7 +65,6 @@ constexpr std::string_view pretty_type_name() {
   return pretty_argument(__PRETTY_FUNCTION__, "T = ");
 }
 
-
 template <class F>
 struct fn_traits;
 template <class R, class... A>
@@ -177,17 +176,21 @@ bool register_target() {
 /// A function usable as a target: a pointer to a free or static member
 /// function whose arguments and result are serializable.
 template <auto F>
-concept target_function = requires { typename detail::fn_traits<decltype(F)>::result; } &&
-    []<class... A>(std::tuple<A...>*) { return (serializable<A> && ...); }(
-        static_cast<typename detail::fn_traits<decltype(F)>::args*>(nullptr)) &&
+concept target_function = requires {
+  typename detail::fn_traits<decltype(F)>::result;
+}
+&&[]<class... A>(std::tuple<A...>*) {
+  return (serializable<A> && ...);
+}(static_cast<typename detail::fn_traits<decltype(F)>::args*>(nullptr)) &&
     (std::is_void_v<typename detail::fn_traits<decltype(F)>::result> ||
      serializable<std::remove_cvref_t<typename detail::fn_traits<decltype(F)>::result>>);
 
 namespace detail {
 template <auto F>
 constexpr bool check_target() {
-  static_assert(requires { typename fn_traits<decltype(F)>::result; },
-                "fiber::target<&f>: f must be a pointer to a free function or a static member function");
+  static_assert(
+      requires { typename fn_traits<decltype(F)>::result; },
+      "fiber::target<&f>: f must be a pointer to a free function or a static member function");
   static_assert(target_function<F>,
                 "fiber::target<&f>: every argument and the result of f must be serializable "
                 "(an aggregate, a BOOST_DESCRIBE_STRUCT/CLASS type, or a type with fiber_serialize/fiber_deserialize)");
@@ -210,10 +213,9 @@ inline const target_t<F> target = detail::make_target<F>();
 /// Arguments `A...` can be passed to target F: same count, each convertible to
 /// the parameter's decayed type. Misuse is a single readable error at the API.
 template <auto F, class... A>
-concept callable_with = (detail::fn_traits<decltype(F)>::arity == sizeof...(A)) &&
-    []<class... P>(std::tuple<P...>*) {
-      if constexpr (sizeof...(P) == sizeof...(A)) return (std::is_convertible_v<A, P> && ...);
-      else return false;
-    }(static_cast<typename detail::fn_traits<decltype(F)>::args*>(nullptr));
+concept callable_with = (detail::fn_traits<decltype(F)>::arity == sizeof...(A)) && []<class... P>(std::tuple<P...>*) {
+  if constexpr (sizeof...(P) == sizeof...(A)) return (std::is_convertible_v<A, P> && ...);
+  else return false;
+}(static_cast<typename detail::fn_traits<decltype(F)>::args*>(nullptr));
 
 } // namespace fiber

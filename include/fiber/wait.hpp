@@ -46,21 +46,21 @@ class waitable {
 public:
   /// Names `w` (a Connection end or a Process), which must outlive this waitable.
   template <class W>
-    requires detail::watchable<W>
-  waitable(W& w) // NOLINT(google-explicit-constructor): implicit, as SPEC's fiber::wait({a, p}) needs
-      : id_(&w), watch_([&w](std::function<void()> ready) { return fiber_watch(w, std::move(ready)); }) {}
+    requires detail::watchable<W> waitable(
+        W& w) // NOLINT(google-explicit-constructor): implicit, as SPEC's fiber::wait({a, p}) needs
+        : id_(&w), watch_([&w](std::function<void()> ready) { return fiber_watch(w, std::move(ready)); }) {}
 
-  /// True if both name the same Connection end or Process.
-  friend bool operator==(const waitable& a, const waitable& b) noexcept { return a.id_ == b.id_; }
+    /// True if both name the same Connection end or Process.
+    friend bool operator==(const waitable& a, const waitable& b) noexcept { return a.id_ == b.id_; }
 
-  /// Calls `ready` once the object is ready (at once if it is; possibly on
-  /// fiber's runtime thread: keep it short) and returns a function that
-  /// withdraws the watch (safe to call after `ready` ran). fiber::wait uses it.
-  std::function<void()> watch(std::function<void()> ready) const { return watch_(std::move(ready)); }
+    /// Calls `ready` once the object is ready (at once if it is; possibly on
+    /// fiber's runtime thread: keep it short) and returns a function that
+    /// withdraws the watch (safe to call after `ready` ran). fiber::wait uses it.
+    std::function<void()> watch(std::function<void()> ready) const { return watch_(std::move(ready)); }
 
-private:
-  const void* id_;
-  std::function<std::function<void()>(std::function<void()>)> watch_;
+  private:
+    const void* id_;
+    std::function<std::function<void()>(std::function<void()>)> watch_;
 };
 
 namespace detail {
@@ -116,7 +116,8 @@ inline std::vector<waitable> wait(std::vector<waitable> objects) {
 template <class Rep, class Period>
 std::vector<waitable> wait(std::vector<waitable> objects, std::chrono::duration<Rep, Period> timeout) {
   return detail::wait_until(std::move(objects),
-                    std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout));
+                            std::chrono::steady_clock::now() +
+                                std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout));
 }
 
 } // namespace fiber

@@ -6,7 +6,7 @@
 
 struct counter {
   int value() const { return n; }
-  void bump() { ++n; }  // not in the description below
+  void bump() { ++n; } // not in the description below
   int n = 0;
 };
 BOOST_DESCRIBE_STRUCT(counter, (), (value))

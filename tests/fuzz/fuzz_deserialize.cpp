@@ -19,19 +19,20 @@ namespace {
 
 enum class check { canonical, decode_only };
 
-template <class T> void one(std::span<const std::byte> in, check c) {
+template <class T>
+void one(std::span<const std::byte> in, check c) {
   T value;
   try {
     value = fiber::deserialize<T>(in);
   } catch (const fiber::serialization_error&) {
-    return;  // the only acceptable failure
+    return; // the only acceptable failure
   }
   if (c == check::canonical) {
     const std::vector<std::byte> again = fiber::serialize(value);
     if (again.size() != in.size() || std::memcmp(again.data(), in.data(), in.size()) != 0) {
       std::fprintf(stderr, "fuzz_deserialize: %.*s decoded from %zu bytes re-encodes to %zu bytes\n",
-                   static_cast<int>(fiber::detail::type_name<T>().size()),
-                   fiber::detail::type_name<T>().data(), in.size(), again.size());
+                   static_cast<int>(fiber::detail::type_name<T>().size()), fiber::detail::type_name<T>().data(),
+                   in.size(), again.size());
       std::abort();
     }
   } else {
@@ -50,15 +51,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   case 2: one<fuzz::record>(in, check::canonical); break;
   case 3: one<fuzz::tree>(in, check::canonical); break;
   case 4: one<std::vector<fuzz::fixed_rec>>(in, check::canonical); break;
-  case 5: one<std::variant<std::monostate, bool, std::optional<std::int16_t>, std::vector<bool>>>(
-              in, check::canonical);
-          break;
+  case 5:
+    one<std::variant<std::monostate, bool, std::optional<std::int16_t>, std::vector<bool>>>(in, check::canonical);
+    break;
   case 6: one<std::map<std::string, std::set<std::uint32_t>>>(in, check::canonical); break;
   case 7: one<std::vector<std::vector<std::string>>>(in, check::canonical); break;
-  case 8: one<fuzz::unordered>(in, check::decode_only); break;  // iteration order varies
-  case 9: one<std::tuple<std::string, std::array<fuzz::point, 2>, std::vector<std::monostate>>>(
-              in, check::canonical);
-          break;
+  case 8: one<fuzz::unordered>(in, check::decode_only); break; // iteration order varies
+  case 9:
+    one<std::tuple<std::string, std::array<fuzz::point, 2>, std::vector<std::monostate>>>(in, check::canonical);
+    break;
   }
   return 0;
 }

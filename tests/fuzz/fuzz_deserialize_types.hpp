@@ -20,21 +20,21 @@
 
 namespace fuzz {
 
-struct inner {  // PFR aggregate, variable size
+struct inner { // PFR aggregate, variable size
   std::string name;
   std::vector<std::int32_t> values;
   std::optional<double> weight;
   bool flag = false;
 };
 
-struct fixed_rec {  // fixed-size block path (bool + padding)
+struct fixed_rec { // fixed-size block path (bool + padding)
   bool on = false;
   std::int16_t a = 0;
   double b = 0;
   std::array<bool, 3> bits{};
 };
 
-struct point {  // memcpy path
+struct point { // memcpy path
   float x = 0, y = 0;
 };
 
@@ -51,7 +51,7 @@ struct nested {
   std::tuple<char, float, std::u16string> tup;
   std::vector<fixed_rec> recs;
   std::vector<point> points;
-  std::vector<std::monostate> empties;  // pad bytes
+  std::vector<std::monostate> empties; // pad bytes
 };
 
 struct header {
@@ -60,7 +60,7 @@ struct header {
 };
 BOOST_DESCRIBE_STRUCT(header, (), (version, tag))
 
-class record : public header {  // Describe: base + private members
+class record : public header { // Describe: base + private members
 public:
   record() = default;
   record(std::string owner, std::vector<std::pair<std::string, double>> entries)
@@ -72,7 +72,7 @@ private:
   BOOST_DESCRIBE_CLASS(record, (header), (), (), (owner_, entries_))
 };
 
-struct tree {  // ADL hook, recursive
+struct tree { // ADL hook, recursive
   int value = 0;
   std::vector<tree> kids;
   friend void fiber_serialize(fiber::writer& w, const tree& t) {

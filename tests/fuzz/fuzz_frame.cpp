@@ -44,8 +44,7 @@ bool as(fd::frame_kind k, std::span<const std::byte> in, const char* what) {
     return false; // the only acceptable failure
   }
   if (in.empty() || in[0] != std::byte(k)) {
-    std::fprintf(stderr, "fuzz_frame: a frame of kind %d decoded as a %s frame\n",
-                 in.empty() ? -1 : int(in[0]), what);
+    std::fprintf(stderr, "fuzz_frame: a frame of kind %d decoded as a %s frame\n", in.empty() ? -1 : int(in[0]), what);
     std::abort();
   }
   same_bytes(in, fd::frame(k, m), what);

@@ -12,8 +12,8 @@
 
 namespace {
 
-template <class T> void seed(const std::string& dir, std::uint8_t selector, const char* name,
-                             const T& value) {
+template <class T>
+void seed(const std::string& dir, std::uint8_t selector, const char* name, const T& value) {
   const std::vector<std::byte> bytes = fiber::serialize(value);
   const std::string path = dir + "/" + std::to_string(selector) + "-" + name;
   std::ofstream out(path, std::ios::binary);
@@ -58,15 +58,12 @@ int main(int argc, char** argv) {
   seed(dir, 1, "inner", in);
   seed(dir, 2, "record", record{"owner", {{"x", 1.0}, {"y", -2.0}}});
   seed(dir, 3, "tree", tree{1, {tree{2, {}}, tree{3, {tree{4, {}}}}}});
-  seed(dir, 4, "fixed-recs",
-       std::vector<fixed_rec>{fixed_rec{}, fixed_rec{true, 7, -0.5, {false, true, false}}});
+  seed(dir, 4, "fixed-recs", std::vector<fixed_rec>{fixed_rec{}, fixed_rec{true, 7, -0.5, {false, true, false}}});
   using V = std::variant<std::monostate, bool, std::optional<std::int16_t>, std::vector<bool>>;
   seed(dir, 5, "variant-optional", V{std::optional<std::int16_t>{-9}});
   seed(dir, 5, "variant-bits", V{std::vector<bool>{true, true, false}});
-  seed(dir, 6, "map-of-sets",
-       std::map<std::string, std::set<std::uint32_t>>{{"k", {1, 200, 70000}}, {"z", {}}});
-  seed(dir, 7, "strings",
-       std::vector<std::vector<std::string>>{{"a", "bb"}, {}, {std::string(130, 'q')}});
+  seed(dir, 6, "map-of-sets", std::map<std::string, std::set<std::uint32_t>>{{"k", {1, 200, 70000}}, {"z", {}}});
+  seed(dir, 7, "strings", std::vector<std::vector<std::string>>{{"a", "bb"}, {}, {std::string(130, 'q')}});
   seed(dir, 8, "unordered", unordered{{"w", {1.0f, 2.0f}}, {"v", {}}});
   seed(dir, 9, "tuple",
        std::tuple<std::string, std::array<point, 2>, std::vector<std::monostate>>{

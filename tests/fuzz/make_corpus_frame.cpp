@@ -62,9 +62,11 @@ int main(int argc, char** argv) {
   a.worker_id = 0;
   a.name = "master";
   seed(dir, "auth-client", fd::frame(K::auth, a));
-  seed(dir, "auth_ok", fd::frame(K::auth_ok, fd::auth_ok_msg{mac, {{"heartbeat_interval_ms", "500"},
-                                                                    {"log_level", "warning"},
-                                                                    {"max_message_size_mb", "1024"}}}));
+  seed(dir, "auth_ok",
+       fd::frame(K::auth_ok,
+                 fd::auth_ok_msg{
+                     mac,
+                     {{"heartbeat_interval_ms", "500"}, {"log_level", "warning"}, {"max_message_size_mb", "1024"}}}));
   seed(dir, "refused", fd::frame(K::refused, fd::refused_msg{"fiber: handshake refused: other build"}));
   seed(dir, "heartbeat", fd::frame(K::heartbeat));
   seed(dir, "shutdown", fd::frame(K::shutdown));

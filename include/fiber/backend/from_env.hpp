@@ -26,7 +26,8 @@ struct from_env {
 #if defined(FIBER_HAS_SLURM_BACKEND)
     if (which == "slurm") return slurm::make(std::move(ex));
 #endif
-    if (auto make = detail::find_backend(which)) return make(std::move(ex)); // docker, kubernetes: registered by their headers
+    if (auto make = detail::find_backend(which))
+      return make(std::move(ex)); // docker, kubernetes: registered by their headers
     if (which == "docker" || which == "kubernetes")
       throw backend_error("fiber: FIBER_BACKEND=" + which + ", but this program does not contain the " + which +
                           " backend: include <fiber/fiber.hpp> or <fiber/backend/" + which +

@@ -26,21 +26,21 @@ namespace fiber {
 
 /// Resources one job-backed process asks of its backend. 0 = backend default.
 struct resources {
-  int cpu = 1;            ///< CPUs (Slurm: --cpus-per-task)
-  int memory_mb = 0;      ///< MiB (Slurm: --mem); 0 = no limit requested
-  int gpu = 0;            ///< GPUs (Slurm: --gres=gpu:N)
+  int cpu = 1;       ///< CPUs (Slurm: --cpus-per-task)
+  int memory_mb = 0; ///< MiB (Slurm: --mem); 0 = no limit requested
+  int gpu = 0;       ///< GPUs (Slurm: --gres=gpu:N)
 };
 
 namespace backend {
 
 /// What to start. The executable is always the master's own binary.
 struct job_spec {
-  std::string name;                                ///< human-readable, e.g. "pool-1-w3"
-  std::vector<std::string> argv;                   ///< argv[0] is the executable path
+  std::string name;                                     ///< human-readable, e.g. "pool-1-w3"
+  std::vector<std::string> argv;                        ///< argv[0] is the executable path
   std::vector<std::pair<std::string, std::string>> env; ///< added to the inherited environment
-  fiber::resources resources;                      ///< what to ask the cluster manager for
-  std::optional<std::string> stdout_path;          ///< nullopt: the master's stdout
-  std::optional<std::string> stderr_path;          ///< nullopt: the master's stderr
+  fiber::resources resources;                           ///< what to ask the cluster manager for
+  std::optional<std::string> stdout_path;               ///< nullopt: the master's stdout
+  std::optional<std::string> stderr_path;               ///< nullopt: the master's stderr
 };
 
 /// How a job ended; exitcode() turns it into multiprocessing's exit code.
@@ -48,15 +48,13 @@ struct job_exit {
   /// exited: it returned a status; signalled: a signal ended it; lost: the
   /// backend lost track of it (node failure, container or pod gone).
   enum class kind { exited, signalled, lost } how = kind::exited; ///< which of the three
-  int code = 0;            ///< exit status; signal number when signalled
-  std::string reason;      ///< backend's words (e.g. Slurm state "NODE_FAIL")
+  int code = 0;                                                   ///< exit status; signal number when signalled
+  std::string reason;                                             ///< backend's words (e.g. Slurm state "NODE_FAIL")
   /// The job never started: the backend refused it (e.g. Docker: no such
   /// image); `reason` is its error, which Process::join raises as backend_error.
   bool start_failed = false;
   /// multiprocessing-style exit code: status, -N for signal N, -9 when lost.
-  int exitcode() const noexcept {
-    return how == kind::exited ? code : how == kind::signalled ? -code : -9;
-  }
+  int exitcode() const noexcept { return how == kind::exited ? code : how == kind::signalled ? -code : -9; }
 };
 
 /// Opaque handle of one started job. `id` is the backend's own id
@@ -103,8 +101,7 @@ public:
   /// Start jobs; `on_exit[i]` fires exactly once when job i ends (never
   /// before launch returns). Backends that batch (Slurm job arrays) override;
   /// throws fiber::backend_error if the jobs cannot be submitted.
-  virtual std::vector<job> launch(const std::vector<job_spec>& specs,
-                                  std::vector<exit_handler> on_exit) = 0;
+  virtual std::vector<job> launch(const std::vector<job_spec>& specs, std::vector<exit_handler> on_exit) = 0;
   /// Ask a job to stop: SIGTERM (15) or SIGKILL (9) locally, scancel elsewhere.
   /// Idempotent; a job that already ended is ignored.
   virtual void cancel(const job& j, int signal) = 0;

@@ -85,10 +85,9 @@ private:
       throw backend_error("local backend: posix_spawn " + r.argv[0] + " failed: " + e.code().message());
     }
     const pid_t pid = child.pid;
-    live_.emplace(pid, child_watch::start(ex_, pid,
-                                          [self = weak_from_this(), pid, h = std::move(on_exit)](int status) {
-                                            if (auto s = self.lock()) s->ended(pid, status, h);
-                                          }));
+    live_.emplace(pid, child_watch::start(ex_, pid, [self = weak_from_this(), pid, h = std::move(on_exit)](int status) {
+                    if (auto s = self.lock()) s->ended(pid, status, h);
+                  }));
     return backend::job{std::to_string(pid), pid, fiber::detail::host_name()};
   }
 

@@ -140,8 +140,7 @@ class slurm_launcher final : public backend::launcher, public std::enable_shared
 public:
   slurm_launcher(asio::any_io_executor ex, slurm_options opts)
       : ex_(std::move(ex)), opts_(std::move(opts)), timer_(ex_) {
-    if (!opts_.warn)
-      opts_.warn = [](const std::string& m) { detail::log(log_level::warning, m); };
+    if (!opts_.warn) opts_.warn = [](const std::string& m) { detail::log(log_level::warning, m); };
   }
 
   /// Cancels every job not yet seen ending (one `scancel` for the batch
@@ -238,10 +237,10 @@ public:
 private:
   struct record {
     backend::exit_handler on_exit;
-    int asked = 0;                                   // signal asked with cancel()
-    std::string state, reason, nodes;                // last poll
-    int missing = 0;                                 // polls in a row not listing it
-    std::shared_ptr<child_watch> watch;  // srun steps only
+    int asked = 0;                      // signal asked with cancel()
+    std::string state, reason, nodes;   // last poll
+    int missing = 0;                    // polls in a row not listing it
+    std::shared_ptr<child_watch> watch; // srun steps only
   };
 
   void warn(const std::string& m) const {
@@ -254,7 +253,9 @@ private:
   slurm_options::mode effective_mode(std::size_t n) const {
     auto m = opts_.launch_mode;
     if (m == slurm_options::mode::automatic)
-      return opts_.allocation ? slurm_options::mode::srun : n > 1 ? slurm_options::mode::array : slurm_options::mode::sbatch;
+      return opts_.allocation ? slurm_options::mode::srun
+             : n > 1          ? slurm_options::mode::array
+                              : slurm_options::mode::sbatch;
     if (m == slurm_options::mode::srun && !opts_.allocation)
       throw backend_error("slurm: launch_mode=srun needs an allocation (SLURM_JOB_ID is not set: run the master "
                           "inside sbatch or salloc)");
@@ -331,7 +332,8 @@ private:
     req.stdin_fd = script.get();
     auto res = run_blocking(req, "submit '" + plan.name + "'");
     if (!res.ok())
-      throw backend_error("slurm: sbatch failed to submit '" + plan.name + "' (" + res.describe() + "): " + res.message());
+      throw backend_error("slurm: sbatch failed to submit '" + plan.name + "' (" + res.describe() +
+                          "): " + res.message());
     auto id = slurm_impl::parse_job_id(res.out);
     if (!id) throw backend_error("slurm: sbatch printed no job id for '" + plan.name + "': " + res.message());
     return *id;
@@ -356,7 +358,7 @@ private:
       req.argv = slurm_impl::srun_argv(opts_, *opts_.allocation, specs[i]);
       req.env = merged_environment(specs[i].env);
       req.out = req.err = stdio::inherit; // task output -> the master's
-      req.new_process_group = true;                   // the terminal's ^C is not srun's
+      req.new_process_group = true;       // the terminal's ^C is not srun's
       spawned child;
       try {
         child = spawn(req);
@@ -366,8 +368,8 @@ private:
           jobs_[id].asked = SIGTERM;
           jobs_[id].watch->kill(SIGTERM);
         }
-        throw backend_error("slurm: cannot run " + req.argv[0] + " for '" + specs[i].name +
-                            "': " + e.code().message() + (e.code().value() == ENOENT ? " (is Slurm on PATH?)" : ""));
+        throw backend_error("slurm: cannot run " + req.argv[0] + " for '" + specs[i].name + "': " + e.code().message() +
+                            (e.code().value() == ENOENT ? " (is Slurm on PATH?)" : ""));
       }
       std::string id = "srun-" + std::to_string(child.pid);
       auto& r = jobs_[id];
@@ -397,23 +399,22 @@ private:
   /// rounds, SIGKILL srun as a last resort.
   void cancel_step(const std::string& id, int signal, int attempt) {
     auto self = weak_from_this();
-    start_async({opts_.bin("scontrol"), "show", "step", *opts_.allocation},
-                [self, id, signal, attempt](command_result res) {
-                  auto s = self.lock();
-                  if (!s) return;
-                  auto it = s->jobs_.find(id);
-                  if (it == s->jobs_.end() || it->second.watch->done()) return;
-                  if (attempt >= 25) return it->second.watch->kill(SIGKILL);
-                  auto steps = slurm_impl::parse_steps(res.out);
-                  auto st = steps.find(it->second.watch->pid());
-                  if (st != steps.end()) s->async_scancel({st->second}, signal);
-                  else it->second.watch->kill(signal == 9 ? SIGTERM : signal);
-                  auto t = std::make_shared<asio::steady_timer>(
-                      s->ex_, std::chrono::milliseconds(st != steps.end() ? 1000 : 200));
-                  t->async_wait([self, id, signal, attempt, t](std::error_code ec) {
-                    if (auto s2 = self.lock(); s2 && !ec) s2->cancel_step(id, signal, attempt + 1);
-                  });
-                });
+    start_async({opts_.bin("scontrol"), "show", "step", *opts_.allocation}, [self, id, signal,
+                                                                             attempt](command_result res) {
+      auto s = self.lock();
+      if (!s) return;
+      auto it = s->jobs_.find(id);
+      if (it == s->jobs_.end() || it->second.watch->done()) return;
+      if (attempt >= 25) return it->second.watch->kill(SIGKILL);
+      auto steps = slurm_impl::parse_steps(res.out);
+      auto st = steps.find(it->second.watch->pid());
+      if (st != steps.end()) s->async_scancel({st->second}, signal);
+      else it->second.watch->kill(signal == 9 ? SIGTERM : signal);
+      auto t = std::make_shared<asio::steady_timer>(s->ex_, std::chrono::milliseconds(st != steps.end() ? 1000 : 200));
+      t->async_wait([self, id, signal, attempt, t](std::error_code ec) {
+        if (auto s2 = self.lock(); s2 && !ec) s2->cancel_step(id, signal, attempt + 1);
+      });
+    });
   }
 
   /// Destructor: scancel the steps of live sruns and SIGTERM them; repeat
@@ -523,13 +524,19 @@ private:
     auto self = weak_from_this();
     std::erase_if(inflight_, [](auto& c) { return c->finished(); });
     spawn_request req;
-    req.argv = {opts_.bin("squeue"), "-h", "-r", "-t", "all", "-j", join(ids, ","),
-                "-O", "JobArrayID:0|,State:0|,exit_code:0|,NodeList:0|,Reason:0"};
+    req.argv = {opts_.bin("squeue"),
+                "-h",
+                "-r",
+                "-t",
+                "all",
+                "-j",
+                join(ids, ","),
+                "-O",
+                "JobArrayID:0|,State:0|,exit_code:0|,NodeList:0|,Reason:0"};
     try {
-      inflight_.push_back(async_command::start(
-          ex_, req, opts_.command_timeout, [self, ids](command_result res) {
-            if (auto s = self.lock()) s->on_poll(ids, res);
-          }));
+      inflight_.push_back(async_command::start(ex_, req, opts_.command_timeout, [self, ids](command_result res) {
+        if (auto s = self.lock()) s->on_poll(ids, res);
+      }));
     } catch (const std::system_error& e) {
       warn("slurm: cannot run squeue: " + e.code().message());
       schedule_poll();
@@ -549,8 +556,8 @@ private:
       if (m.find("Invalid job id") != std::string::npos) { // none of them is known any more
         for (auto& id : ids) end_job(id, {backend::job_exit::kind::lost, 0, "job no longer known to Slurm"});
       } else if (++failed_polls_ == 1 || failed_polls_ % 20 == 0) {
-        warn("slurm: squeue failed (" + res.describe() + ", " + std::to_string(failed_polls_) +
-             " in a row): " + m + "; jobs are still watched by heartbeats");
+        warn("slurm: squeue failed (" + res.describe() + ", " + std::to_string(failed_polls_) + " in a row): " + m +
+             "; jobs are still watched by heartbeats");
       }
     } else {
       failed_polls_ = 0;
@@ -561,7 +568,8 @@ private:
         auto e = q.find(id);
         if (e == q.end()) {
           // Purged (MinJobAge) before we saw it end; allow one odd poll.
-          if (++it->second.missing >= 2) end_job(id, {backend::job_exit::kind::lost, 0, "job no longer known to Slurm"});
+          if (++it->second.missing >= 2)
+            end_job(id, {backend::job_exit::kind::lost, 0, "job no longer known to Slurm"});
           continue;
         }
         it->second.missing = 0;

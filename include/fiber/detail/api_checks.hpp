@@ -24,10 +24,11 @@ inline constexpr bool always_false_v = false;
 /// an item type that cannot travel (the compiler names it in check_item_type<...>).
 template <class ItemType>
 struct check_item_type {
-  static_assert(serializable<ItemType>,
-                "fiber::Queue<T> / fiber::Pipe<T>: the item type T (check_item_type<T> above) is not serializable; make it "
-                "an aggregate, describe it with BOOST_DESCRIBE_STRUCT/CLASS, or give it "
-                "fiber_serialize/fiber_deserialize hooks");
+  static_assert(
+      serializable<ItemType>,
+      "fiber::Queue<T> / fiber::Pipe<T>: the item type T (check_item_type<T> above) is not serializable; make it "
+      "an aggregate, describe it with BOOST_DESCRIBE_STRUCT/CLASS, or give it "
+      "fiber_serialize/fiber_deserialize hooks");
 };
 
 /// Arguments `A...` for target F: same count, each convertible to its parameter.
@@ -50,9 +51,10 @@ constexpr bool check_target_args() {
 /// The inputs of Pool::map and its kin: an input range.
 template <class Inputs>
 constexpr bool check_input_range() {
-  static_assert(std::ranges::input_range<Inputs>,
-                "fiber::Pool::map / imap / imap_unordered / starmap / async_map: the inputs (Inputs below) must be an "
-                "input range: e.g. a std::vector of the target's argument, or of std::tuple of its arguments for starmap");
+  static_assert(
+      std::ranges::input_range<Inputs>,
+      "fiber::Pool::map / imap / imap_unordered / starmap / async_map: the inputs (Inputs below) must be an "
+      "input range: e.g. a std::vector of the target's argument, or of std::tuple of its arguments for starmap");
   return std::ranges::input_range<Inputs>;
 }
 
@@ -68,8 +70,8 @@ constexpr bool check_map_inputs() {
                                      "several arguments (or none); use starmap with a range of std::tuple of its "
                                      "arguments, or apply");
     return false;
-  } else if constexpr (!std::is_convertible_v<std::ranges::range_reference_t<Inputs>,
-                                               std::tuple_element_t<0, typename traits::args>>) {
+  } else if constexpr (
+      !std::is_convertible_v<std::ranges::range_reference_t<Inputs>, std::tuple_element_t<0, typename traits::args>>) {
     static_assert(always_false<Inputs>, "fiber::Pool::map / imap / imap_unordered / async_map: the range's "
                                         "elements (Inputs below) do not convert to the target's parameter type");
     return false;
@@ -81,11 +83,12 @@ constexpr bool check_map_inputs() {
 template <class Tuple, class Params, class = void>
 inline constexpr bool tuple_matches = false;
 template <class Tuple, class Params>
-inline constexpr bool tuple_matches<Tuple, Params, std::void_t<decltype(std::tuple_size<Tuple>::value)>> =
-    []<std::size_t... I>(std::index_sequence<I...>) {
-      if constexpr (std::tuple_size_v<Tuple> != std::tuple_size_v<Params>) return false;
-      else return (std::is_convertible_v<std::tuple_element_t<I, Tuple>, std::tuple_element_t<I, Params>> && ...);
-    }(std::make_index_sequence<std::tuple_size_v<Params>>{});
+inline constexpr bool tuple_matches<Tuple, Params, std::void_t<decltype(std::tuple_size<Tuple>::value)>> = [
+]<std::size_t... I>(std::index_sequence<I...>) {
+  if constexpr (std::tuple_size_v<Tuple> != std::tuple_size_v<Params>) return false;
+  else return (std::is_convertible_v<std::tuple_element_t<I, Tuple>, std::tuple_element_t<I, Params>> && ...);
+}
+(std::make_index_sequence<std::tuple_size_v<Params>>{});
 
 /// A range of std::tuple of all the target's arguments (Pool::starmap,
 /// starmap_async, async_starmap).

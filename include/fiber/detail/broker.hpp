@@ -285,7 +285,8 @@ private:
 /// The service behind a fiber::Queue: one channel. Runtime thread only.
 class queue_broker : public service {
 public:
-  queue_broker(asio::any_io_executor ex, std::size_t maxsize) : ch_(std::make_shared<channel>(std::move(ex), maxsize)) {}
+  queue_broker(asio::any_io_executor ex, std::size_t maxsize)
+      : ch_(std::make_shared<channel>(std::move(ex), maxsize)) {}
 
   void handle(std::uint64_t peer, std::uint32_t op, std::span<const std::byte> payload, reply_fn reply) override {
     reader r(payload);

@@ -96,23 +96,23 @@ inline std::exception_ptr bad_reply() {
 inline void async_take(const broker_ref& r, std::uint8_t end, std::uint64_t wait, std::int64_t timeout,
                        std::function<void(std::exception_ptr, take_reply)> done) {
   op_header h{wait, timeout, end};
-  runtime::instance().request(
-      r.url, r.id, queue_op::get, h.bytes(),
-      [r, h, done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
-        take_reply out;
-        if (!e) {
-          auto tag = p.empty() ? 255u : std::to_integer<unsigned>(p[0]);
-          if (tag > 2 || (tag == unsigned(take_tag::item) && p.size() < 2)) {
-            e = bad_reply();
-          } else {
-            out.tag = take_tag(tag);
-            if (out.tag == take_tag::item && p[1] != std::byte{0})
-              runtime::instance().request(r.url, r.id, queue_op::ack, h.bytes(), [](std::exception_ptr, auto) {});
-            out.bytes = std::move(p);
-          }
-        }
-        done(e, std::move(out));
-      });
+  runtime::instance().request(r.url, r.id, queue_op::get, h.bytes(),
+                              [r, h, done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
+                                take_reply out;
+                                if (!e) {
+                                  auto tag = p.empty() ? 255u : std::to_integer<unsigned>(p[0]);
+                                  if (tag > 2 || (tag == unsigned(take_tag::item) && p.size() < 2)) {
+                                    e = bad_reply();
+                                  } else {
+                                    out.tag = take_tag(tag);
+                                    if (out.tag == take_tag::item && p[1] != std::byte{0})
+                                      runtime::instance().request(r.url, r.id, queue_op::ack, h.bytes(),
+                                                                  [](std::exception_ptr, auto) {});
+                                    out.bytes = std::move(p);
+                                  }
+                                }
+                                done(e, std::move(out));
+                              });
 }
 
 /// Send a put whose payload (header + item) is already built.

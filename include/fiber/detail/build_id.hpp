@@ -41,7 +41,7 @@ inline std::string build_id() {
       },
       &id);
   if (id.empty()) {
-    struct stat st{};
+    struct stat st {};
     ::stat("/proc/self/exe", &st);
     id = "size-" + std::to_string(st.st_size) + "-mtime-" + std::to_string(st.st_mtime);
   }

@@ -39,23 +39,18 @@ class completion {
   template <class Handler>
   struct model final : base {
     using hex_t = asio::associated_executor_t<Handler, asio::any_io_executor>;
-    using work_t = std::decay_t<decltype(asio::prefer(
-        std::declval<const hex_t&>(), asio::execution::outstanding_work.tracked))>;
+    using work_t =
+        std::decay_t<decltype(asio::prefer(std::declval<const hex_t&>(), asio::execution::outstanding_work.tracked))>;
     model(Handler&& h, const asio::any_io_executor& io)
         : io_work(asio::prefer(io, asio::execution::outstanding_work.tracked)),
-          work(asio::prefer(asio::get_associated_executor(h, io),
-                            asio::execution::outstanding_work.tracked)),
+          work(asio::prefer(asio::get_associated_executor(h, io), asio::execution::outstanding_work.tracked)),
           handler(std::move(h)) {}
     void invoke(via v, Args&&... args) override {
       auto io = std::move(io_work); // released once the handler is queued/run
       auto ex = std::move(work);
-      auto f = [h = std::move(handler), ... a = std::move(args)]() mutable {
-        std::move(h)(std::move(a)...);
-      };
-      if (v == via::post)
-        asio::post(ex, std::move(f));
-      else
-        asio::dispatch(ex, std::move(f));
+      auto f = [h = std::move(handler), ... a = std::move(args)]() mutable { std::move(h)(std::move(a)...); };
+      if (v == via::post) asio::post(ex, std::move(f));
+      else asio::dispatch(ex, std::move(f));
     }
     asio::any_io_executor io_work;
     work_t work;
@@ -88,9 +83,8 @@ private:
 template <class Handler, class... Args>
 void post_error(Handler&& h, std::error_code ec, Args&&... args) {
   auto ex = asio::get_associated_executor(h);
-  asio::post(ex, [h = std::move(h), ec, ... a = std::forward<Args>(args)]() mutable {
-    std::move(h)(ec, std::move(a)...);
-  });
+  asio::post(ex,
+             [h = std::move(h), ec, ... a = std::forward<Args>(args)]() mutable { std::move(h)(ec, std::move(a)...); });
 }
 
 /// Initiates an operation of a handle's shared state `core` for `token`,

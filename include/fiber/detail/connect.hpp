@@ -89,8 +89,7 @@ private:
 /// Connects to `url`; completes with void(std::error_code, stream). The
 /// stream runs on `ex`. Errors: connection_refused, or an nng/system error.
 template <asio::completion_token_for<void(std::error_code, stream)> Token>
-auto async_connect(asio::any_io_executor ex, const std::string& url, const transport_options& opt,
-                   Token&& token) {
+auto async_connect(asio::any_io_executor ex, const std::string& url, const transport_options& opt, Token&& token) {
   return asio::async_initiate<Token, void(std::error_code, stream)>(
       [](auto handler, asio::any_io_executor ex, std::string url, transport_options opt) {
         completion<std::error_code, stream> c(std::move(handler), ex);

@@ -16,21 +16,21 @@
 namespace fiber::detail {
 
 enum class frame_kind : std::uint8_t {
-  challenge = 1, ///< server → client: nonce
-  auth = 2,      ///< client → server: proof, identity
-  auth_ok = 3,   ///< server → client: proof, master's configuration
-  refused = 4,   ///< server → client: reason; then close
-  heartbeat = 5, ///< both ways, when idle
-  run = 10,      ///< master → Process worker: run one target, then exit
-  tasks = 11,    ///< master → pool worker: chunks
-  results = 12,  ///< pool worker → master: chunk results
-  shutdown = 13, ///< master → worker: exit now (late results are discarded)
-  exiting = 14,  ///< worker → master: int32 status it exits with (sent for 129..192 only)
-  initialize = 15,  ///< master → pool worker: run_msg of the Pool's initializer, before any task
-  initialized = 16, ///< pool worker → master: wire_status (+ the failure): the initializer ran
-  request = 20,  ///< client → service owner
-  reply = 21,    ///< service owner → client
-  object = 30,   ///< master → manager worker: make/call/destroy a remote object
+  challenge = 1,     ///< server → client: nonce
+  auth = 2,          ///< client → server: proof, identity
+  auth_ok = 3,       ///< server → client: proof, master's configuration
+  refused = 4,       ///< server → client: reason; then close
+  heartbeat = 5,     ///< both ways, when idle
+  run = 10,          ///< master → Process worker: run one target, then exit
+  tasks = 11,        ///< master → pool worker: chunks
+  results = 12,      ///< pool worker → master: chunk results
+  shutdown = 13,     ///< master → worker: exit now (late results are discarded)
+  exiting = 14,      ///< worker → master: int32 status it exits with (sent for 129..192 only)
+  initialize = 15,   ///< master → pool worker: run_msg of the Pool's initializer, before any task
+  initialized = 16,  ///< pool worker → master: wire_status (+ the failure): the initializer ran
+  request = 20,      ///< client → service owner
+  reply = 21,        ///< service owner → client
+  object = 30,       ///< master → manager worker: make/call/destroy a remote object
   object_reply = 31, ///< manager worker → master
 };
 

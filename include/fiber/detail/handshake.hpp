@@ -41,8 +41,8 @@ struct challenge_msg {
 };
 
 struct auth_msg {
-  mac_t mac{};          ///< HMAC(secret, "fiber-c" | server nonce | identity fields)
-  nonce_t nonce{};      ///< the client's challenge to the server
+  mac_t mac{};     ///< HMAC(secret, "fiber-c" | server nonce | identity fields)
+  nonce_t nonce{}; ///< the client's challenge to the server
   std::uint8_t role = 0;
   std::uint64_t worker_id = 0;
   std::uint64_t registry_hash = 0;

@@ -30,10 +30,10 @@ namespace fiber::detail {
 
 /// What this process proves and compares in a handshake.
 struct handshake_identity {
-  std::string secret;             ///< the run's secret (hex)
-  std::string build_id;           ///< build_id() of this executable
+  std::string secret;              ///< the run's secret (hex)
+  std::string build_id;            ///< build_id() of this executable
   std::uint64_t registry_hash = 0; ///< the target registry's hash
-  std::string name;               ///< this process's name, sent by clients
+  std::string name;                ///< this process's name, sent by clients
 };
 
 /// Who is on the other end of a link.
@@ -95,10 +95,9 @@ inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s
     s->set_max_message_size(max_message_size);
     peer_identity peer{role(a.role), a.worker_id, a.pid, a.host, a.name};
     if (a.registry_hash != me.registry_hash || a.build_id != me.build_id) {
-      std::string reason = "fiber: handshake refused: worker '" + a.name + "' (pid " + std::to_string(a.pid) +
-                           " on " + a.host + ") runs build " + a.build_id + " with registry " +
-                           std::to_string(a.registry_hash) + ", master runs build " + me.build_id +
-                           " with registry " + std::to_string(me.registry_hash);
+      std::string reason = "fiber: handshake refused: worker '" + a.name + "' (pid " + std::to_string(a.pid) + " on " +
+                           a.host + ") runs build " + a.build_id + " with registry " + std::to_string(a.registry_hash) +
+                           ", master runs build " + me.build_id + " with registry " + std::to_string(me.registry_hash);
       log(log_level::error, reason);
       s->async_send(frame(frame_kind::refused, refused_msg{reason}), [s](std::error_code) { s->close(); });
       return hooks.mismatched(peer, reason);
@@ -118,11 +117,10 @@ using client_handshake_done =
 /// Client side on a connected stream: answer the challenge as `r` (worker
 /// `worker_id`, or a client), then check the server's proof. Until then
 /// frames are bounded by max_handshake_reply; afterwards by `max_message_size`.
-inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity& me, role r,
-                             std::uint64_t worker_id, std::size_t max_message_size, client_handshake_done done) {
+inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity& me, role r, std::uint64_t worker_id,
+                             std::size_t max_message_size, client_handshake_done done) {
   s->set_max_message_size(max_handshake_reply); // the server is not authenticated yet
-  s->async_recv([s, me, r, worker_id, max_message_size, done = std::move(done)](std::error_code ec,
-                                                                                 message m) mutable {
+  s->async_recv([s, me, r, worker_id, max_message_size, done = std::move(done)](std::error_code ec, message m) mutable {
     auto fail = [&](std::exception_ptr e) { done(e, stream{}, {}); };
     if (ec) return fail(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())));
     challenge_msg c;
@@ -143,7 +141,8 @@ inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity
     a.mac = client_proof(me.secret, c.nonce, a);
     s->async_send(frame(frame_kind::auth, a), [](std::error_code) {});
     s->async_recv([s, a, me, max_message_size, done = std::move(done)](std::error_code ec, message m) mutable {
-      if (ec) return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), stream{}, {});
+      if (ec)
+        return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), stream{}, {});
       try {
         auto [k, body] = unframe(m);
         if (k == frame_kind::refused) throw handshake_error(deserialize<refused_msg>(body).reason);

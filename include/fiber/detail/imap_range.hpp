@@ -82,9 +82,9 @@ private:
     std::deque<std::pair<std::optional<result_type>, std::exception_ptr>> ready;
     std::size_t window;
     std::uint64_t target;
-    std::size_t consumed = 0;          // chunks taken by the consumer
-    std::exception_ptr input_error;    // the input range threw (feeder, under st->m)
-    bool input_error_raised = false;   // consumer only
+    std::size_t consumed = 0;        // chunks taken by the consumer
+    std::exception_ptr input_error;  // the input range threw (feeder, under st->m)
+    bool input_error_raised = false; // consumer only
 
     impl(std::shared_ptr<pool_core> c, std::shared_ptr<state> s, std::size_t w, In&& in, std::size_t cs,
          std::uint64_t t)

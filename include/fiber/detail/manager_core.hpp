@@ -75,7 +75,9 @@ public:
       }
     }
     if (!best)
-      return done(std::make_exception_ptr(worker_lost("fiber::RemoteManager " + s_.name + ": no manager process is running")), 0);
+      return done(
+          std::make_exception_ptr(worker_lost("fiber::RemoteManager " + s_.name + ": no manager process is running")),
+          0);
     auto obj = next_object_++;
     auto cid = next_call_++;
     objects_[obj] = object_rec{best_id, false, {}};
@@ -100,10 +102,11 @@ public:
     if (it == objects_.end())
       return reply(wire_status::error,
                    failure_payload("fiber::Remote: object " + std::to_string(obj) + " of RemoteManager " + s_.name +
-                                " does not exist (its last owning handle was destroyed, or the manager shut down)"));
+                                   " does not exist (its last owning handle was destroyed, or the manager shut down)"));
     if (it->second.lost) return reply(wire_status::worker_lost, failure_payload(it->second.why));
     auto pit = procs_.find(it->second.proc);
-    if (pit == procs_.end()) return reply(wire_status::worker_lost, failure_payload("fiber::Remote: manager process gone"));
+    if (pit == procs_.end())
+      return reply(wire_status::worker_lost, failure_payload("fiber::Remote: manager process gone"));
     auto cid = next_call_++;
     auto rest = r.read_span(r.remaining());
     calls_[cid] = call_rec{std::move(reply), it->second.proc};
@@ -156,8 +159,8 @@ private:
     std::shared_ptr<peer_link> link;
     std::vector<std::vector<std::byte>> queued; // frames sent before it connected
     std::size_t objects = 0;
-    bool dead = false;     // lost: takes no new objects
-    bool exited = false;   // its job ended
+    bool dead = false;   // lost: takes no new objects
+    bool exited = false; // its job ended
   };
   struct object_rec {
     std::uint64_t proc = 0;
@@ -189,9 +192,7 @@ private:
     for (std::size_t i = 0; i < ids.size(); ++i) procs_[ids[i]].name = names[i];
   }
 
-  void on_refused(const std::string& reason) {
-    fail_fatal(std::make_exception_ptr(handshake_error(reason)), reason);
-  }
+  void on_refused(const std::string& reason) { fail_fatal(std::make_exception_ptr(handshake_error(reason)), reason); }
 
   void on_connect(std::uint64_t wid, std::shared_ptr<peer_link> l) {
     auto it = procs_.find(wid);

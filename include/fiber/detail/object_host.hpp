@@ -90,7 +90,8 @@ private:
       return reply(link_, msg.call_id, wire_status::error,
                    failure_payload("fiber::RemoteManager::make: constructor not registered in the manager process"));
     if (objects_.count(msg.object_id))
-      return reply(link_, msg.call_id, wire_status::error, failure_payload("fiber::RemoteManager::make: duplicate object id"));
+      return reply(link_, msg.call_id, wire_status::error,
+                   failure_payload("fiber::RemoteManager::make: duplicate object id"));
     auto h = std::make_shared<hosted>();
     h->type_id = e->type_id;
     objects_[msg.object_id] = h;
@@ -116,13 +117,13 @@ private:
     if (it == objects_.end())
       return reply(link_, msg.call_id, wire_status::error,
                    failure_payload("fiber::Remote: object " + std::to_string(msg.object_id) +
-                                " does not exist in its manager process"));
+                                   " does not exist in its manager process"));
     auto h = it->second;
     auto m = object_registry::instance().find_method(msg.fn_id);
     if (!m || m->type_id != h->type_id)
       return reply(link_, msg.call_id, wire_status::error,
                    failure_payload("fiber::Remote: method not registered for this object's type "
-                                "(a handle deserialized as Remote of another type?)"));
+                                   "(a handle deserialized as Remote of another type?)"));
     h->act->post([h, m = *m, link = link_, msg = std::move(msg)] {
       if (!h->obj)
         return reply(link, msg.call_id, wire_status::error, failure_payload("fiber::Remote: the object was destroyed"));
@@ -172,9 +173,9 @@ private:
     if (!exiting_.exchange(true)) worker_exit(0);
   }
 
-  reply_to link_;                                                    // runtime thread
+  reply_to link_;                                                      // runtime thread
   std::unordered_map<std::uint64_t, std::shared_ptr<hosted>> objects_; // runtime thread
-  std::atomic<std::size_t> live_{0};  // objects constructed or being constructed, not yet destroyed
+  std::atomic<std::size_t> live_{0}; // objects constructed or being constructed, not yet destroyed
   std::atomic<bool> quitting_{false}, exiting_{false};
 };
 

@@ -120,7 +120,8 @@ void invoke_method(void* self, reader& in, writer& out) {
       const method_result_t<M>& v = r;
       out.write(v);
     }
-  }(std::make_index_sequence<tr::arity>{});
+  }
+  (std::make_index_sequence<tr::arity>{});
 }
 
 template <class T, class... W>

@@ -32,7 +32,7 @@ struct method_traits_base {
   static constexpr bool is_const = Const;
   using result = R;
   using cls = C;
-  using params = std::tuple<A...>;                    ///< as declared
+  using params = std::tuple<A...>;                           ///< as declared
   using wire_params = std::tuple<std::remove_cvref_t<A>...>; ///< as sent
   static constexpr std::size_t arity = sizeof...(A);
 };
@@ -46,13 +46,13 @@ struct method_traits<R (C::*)(A...) noexcept> : method_traits_base<R, C, false, 
 template <class R, class C, class... A>
 struct method_traits<R (C::*)(A...) const noexcept> : method_traits_base<R, C, true, A...> {};
 template <class R, class C, class... A>
-struct method_traits<R (C::*)(A...) &> : method_traits_base<R, C, false, A...> {};
+struct method_traits<R (C::*)(A...)&> : method_traits_base<R, C, false, A...> {};
 template <class R, class C, class... A>
 struct method_traits<R (C::*)(A...) const&> : method_traits_base<R, C, true, A...> {};
 template <class R, class C, class... A>
-struct method_traits<R (C::*)(A...) & noexcept> : method_traits_base<R, C, false, A...> {};
+struct method_traits<R (C::*)(A...)& noexcept> : method_traits_base<R, C, false, A...> {};
 template <class R, class C, class... A>
-struct method_traits<R (C::*)(A...) const & noexcept> : method_traits_base<R, C, true, A...> {};
+struct method_traits<R (C::*)(A...) const& noexcept> : method_traits_base<R, C, true, A...> {};
 
 /// What a remote method returns to its caller: its result without cv/ref.
 template <auto M>
@@ -66,8 +66,7 @@ struct call_result {
   using type = not_a_method;
 };
 template <auto M>
-  requires method_traits<decltype(M)>::is_method
-struct call_result<M> {
+requires method_traits<decltype(M)>::is_method struct call_result<M> {
   using type = method_result_t<M>;
 };
 template <auto M>
@@ -116,7 +115,6 @@ constexpr bool is_described_method() {
 template <class T, auto M>
 concept remote_method = method_traits<decltype(M)>::is_method && is_described_method<T, M>();
 
-
 /// Arguments `A...` for parameters `P...` (decayed): same count, each convertible.
 template <class Params, class... A>
 constexpr bool args_convertible() {
@@ -144,7 +142,8 @@ constexpr bool check_call() {
                   "fiber::Remote<T>::call<&T::m>: m must be a pointer to a public, non-static member function of T");
     return false;
   } else if constexpr (!std::is_base_of_v<typename tr::cls, T>) {
-    static_assert(always_false_v<M>, "fiber::Remote<T>::call<&T::m>: m is a member function of another class, not of T");
+    static_assert(always_false_v<M>,
+                  "fiber::Remote<T>::call<&T::m>: m is a member function of another class, not of T");
     return false;
   } else if constexpr (!is_described_method<T, M>()) {
     static_assert(always_false_v<M>,
@@ -173,8 +172,9 @@ constexpr bool check_call() {
 /// How a constructor argument travels: string literals and char pointers as
 /// std::string, everything else as its decayed type.
 template <class A>
-using wire_arg_t = std::conditional_t<std::is_same_v<std::decay_t<A>, const char*> || std::is_same_v<std::decay_t<A>, char*>,
-                                      std::string, std::remove_cvref_t<A>>;
+using wire_arg_t =
+    std::conditional_t<std::is_same_v<std::decay_t<A>, const char*> || std::is_same_v<std::decay_t<A>, char*>,
+                       std::string, std::remove_cvref_t<A>>;
 
 template <class T, class... A>
 constexpr bool check_make() {
@@ -184,7 +184,8 @@ constexpr bool check_make() {
                   "to the manager process)");
     return false;
   } else if constexpr (!std::is_constructible_v<T, wire_arg_t<A>&&...>) {
-    static_assert(always_false<T>, "fiber::RemoteManager<T>::make(args...): T cannot be constructed from these arguments");
+    static_assert(always_false<T>,
+                  "fiber::RemoteManager<T>::make(args...): T cannot be constructed from these arguments");
     return false;
   } else {
     return true;

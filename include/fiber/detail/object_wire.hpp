@@ -27,9 +27,9 @@ inline constexpr std::uint32_t call = 1, destroy = 2;
 /// Master → manager process (`frame_kind::object`).
 struct object_msg {
   std::uint8_t op = 0;
-  std::uint64_t call_id = 0;   ///< 0: no reply wanted
+  std::uint64_t call_id = 0; ///< 0: no reply wanted
   std::uint64_t object_id = 0;
-  std::uint64_t fn_id = 0;     ///< ctor id (make) or method id (call)
+  std::uint64_t fn_id = 0; ///< ctor id (make) or method id (call)
   std::vector<std::byte> args;
 };
 

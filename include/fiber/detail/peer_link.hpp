@@ -41,7 +41,8 @@ public:
   using message_handler = std::function<void(frame_kind, std::span<const std::byte>, message&)>;
   using close_handler = std::function<void(const std::string& reason)>;
 
-  peer_link(stream s, peer_identity peer) : stream_(std::move(s)), timer_(stream_.get_executor()), peer_(std::move(peer)) {
+  peer_link(stream s, peer_identity peer)
+      : stream_(std::move(s)), timer_(stream_.get_executor()), peer_(std::move(peer)) {
     static std::atomic<std::uint64_t> next{1};
     id_ = next++;
   }
@@ -68,10 +69,11 @@ public:
       return;
     }
     last_send_ = clock::now();
-    stream_.async_send(std::move(f), std::move(tail), [self = shared_from_this(), on_sent = std::move(on_sent)](std::error_code ec) {
-      if (ec) self->close("send failed: " + ec.message());
-      if (on_sent) on_sent();
-    });
+    stream_.async_send(std::move(f), std::move(tail),
+                       [self = shared_from_this(), on_sent = std::move(on_sent)](std::error_code ec) {
+                         if (ec) self->close("send failed: " + ec.message());
+                         if (on_sent) on_sent();
+                       });
   }
 
   /// Idempotent. The close handler runs once, after this returns.

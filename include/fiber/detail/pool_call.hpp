@@ -58,7 +58,7 @@ struct call_sync {
 /// caller. Create with make_call().
 template <class R>
 struct call_state : pool_job, call_sync {
-  std::map<std::uint64_t, shared_bytes> blobs;         // seq -> results (in their frame)
+  std::map<std::uint64_t, shared_bytes> blobs;        // seq -> results (in their frame)
   std::map<std::uint64_t, std::exception_ptr> failed; // seq -> why
   std::deque<std::uint64_t> arrival;                  // completion order
   std::function<void(std::size_t)> on_progress;       // chunks' items done

@@ -51,8 +51,8 @@ struct pool_settings {
   int max_retries = 3;
   unsigned prefetch = 2;
   fiber::resources res;
-  unsigned maxtasksperchild = 0;          ///< 0: unlimited
-  std::optional<run_msg> initializer;     ///< run by every worker before its first task
+  unsigned maxtasksperchild = 0;      ///< 0: unlimited
+  std::optional<run_msg> initializer; ///< run by every worker before its first task
 };
 
 class pool_core : public std::enable_shared_from_this<pool_core> {
@@ -134,17 +134,17 @@ private:
     std::uint64_t seq;
     std::vector<shared_bytes> parts; // per task: its result, or a worker_lost item
     std::uint32_t remaining;
-    bool failed = false;             // the call was failed as a whole (terminate)
+    bool failed = false; // the call was failed as a whole (terminate)
   };
   struct chunk_rec {
     std::shared_ptr<pool_job> job;
     std::uint64_t seq;
-    chunk_msg msg;                                 // args empty when in big_args
+    chunk_msg msg; // args empty when in big_args
     std::shared_ptr<const std::vector<std::byte>> big_args;
     int deaths = 0;
-    std::uint64_t holder = 0; // worker id, 0 = queued
-    std::uint64_t sent = 0;   // dispatch order: a worker runs what it holds in this order
-    clock::time_point dispatched{}; // when it was sent to its holder
+    std::uint64_t holder = 0;          // worker id, 0 = queued
+    std::uint64_t sent = 0;            // dispatch order: a worker runs what it holds in this order
+    clock::time_point dispatched{};    // when it was sent to its holder
     std::vector<std::uint32_t> ends;   // where each task's arguments end (splittable if count > 1)
     std::shared_ptr<split_rec> parent; // set on the parts of a split chunk
     std::uint32_t index = 0;           // this part's task in parent
@@ -207,14 +207,14 @@ private:
     std::string name;
     std::shared_ptr<peer_link> link;
     std::set<std::uint64_t> held;
-    double service_s = 0;         // moving average of its chunks' run time (0: none seen yet)
+    double service_s = 0; // moving average of its chunks' run time (0: none seen yet)
     clock::time_point last_result{};
-    bool ready = false;           // connected, and its initializer (if any) has run
+    bool ready = false; // connected, and its initializer (if any) has run
     bool retiring = false;
     bool exited = false;
-    std::uint64_t tasks = 0;      // tasks sent to it (maxtasksperchild)
+    std::uint64_t tasks = 0;                         // tasks sent to it (maxtasksperchild)
     std::unique_ptr<asio::steady_timer> drain_timer; // exited, its link still being read to the end
-    std::string exit_reason;  // the backend's words on the job's end
+    std::string exit_reason;                         // the backend's words on the job's end
     std::uint64_t charged = 0; // the chunk charged with its death (its exit report may come after)
   };
 
@@ -310,9 +310,7 @@ private:
     }
   }
 
-  void on_refused(const std::string& reason) {
-    fail_all(std::make_exception_ptr(handshake_error(reason)));
-  }
+  void on_refused(const std::string& reason) { fail_all(std::make_exception_ptr(handshake_error(reason))); }
 
   void on_connect(std::uint64_t id, std::shared_ptr<peer_link> l) {
     auto it = workers_.find(id);
@@ -359,8 +357,10 @@ private:
       }
       log(log_level::warning, it->second.name, ": initializer failed: ", why);
       if (++failed_inits_ > std::max(3u, 2 * s_.processes))
-        fail_all(std::make_exception_ptr(worker_lost("fiber::Pool " + s_.name + ": no worker can start: the "
-                                                     "initializer failed in " + std::to_string(failed_inits_) +
+        fail_all(std::make_exception_ptr(worker_lost("fiber::Pool " + s_.name +
+                                                     ": no worker can start: the "
+                                                     "initializer failed in " +
+                                                     std::to_string(failed_inits_) +
                                                      " workers in a row; last: " + why)));
       return;
     }
@@ -532,7 +532,8 @@ private:
     it->second.held.clear();
     std::vector<std::pair<std::uint64_t, std::uint64_t>> mine; // (sent, chunk id)
     for (auto cid : held)
-      if (auto c = chunks_.find(cid); c != chunks_.end() && c->second.holder == id) mine.emplace_back(c->second.sent, cid);
+      if (auto c = chunks_.find(cid); c != chunks_.end() && c->second.holder == id)
+        mine.emplace_back(c->second.sent, cid);
     std::sort(mine.begin(), mine.end());
     std::vector<std::uint64_t> requeue;
     for (std::size_t i = 0; i < mine.size(); ++i) {
@@ -570,14 +571,13 @@ private:
   // The chunk's tasks as single-task chunks (new ids, same deaths), in order.
   std::vector<std::uint64_t> split(const chunk_rec& rec) {
     const std::vector<std::byte>& args = rec.big_args ? *rec.big_args : rec.msg.args;
-    auto parent = std::make_shared<split_rec>(
-        split_rec{rec.job, rec.seq, std::vector<shared_bytes>(rec.msg.count), rec.msg.count});
+    auto parent = std::make_shared<split_rec>(split_rec{rec.job, rec.seq, std::vector<shared_bytes>(rec.msg.count),
+                                                        rec.msg.count});
     std::vector<std::uint64_t> ids;
     std::uint32_t begin = 0;
     for (std::uint32_t k = 0; k < rec.msg.count; ++k) {
       const std::uint32_t end = rec.ends[k];
-      chunk_msg m{0, rec.msg.target_id, 1,
-                  std::vector<std::byte>(args.begin() + begin, args.begin() + end)};
+      chunk_msg m{0, rec.msg.target_id, 1, std::vector<std::byte>(args.begin() + begin, args.begin() + end)};
       begin = end;
       ids.push_back(add_chunk(rec.job, rec.seq, std::move(m), {}, rec.deaths, parent, k));
     }
@@ -614,13 +614,13 @@ private:
   unsigned next_worker_index_ = 1;
   unsigned fds_reserved_ = 0; // launches the last reserve_fds covered
   const unsigned start_window_ = std::max(2u, std::thread::hardware_concurrency());
-  unsigned start_extra_ = 0;  // more allowed to start, after stagger periods without a connection
+  unsigned start_extra_ = 0; // more allowed to start, after stagger periods without a connection
   bool connected_since_stagger_ = false;
   std::unique_ptr<asio::steady_timer> stagger_timer_;
   unsigned failed_inits_ = 0; // initializers that failed in a row
   bool closing_ = false, terminated_ = false;
   std::atomic<bool> stopped_{false}; // terminated_, for other threads
-  std::exception_ptr failed_; // why fail_all ended the pool
+  std::exception_ptr failed_;        // why fail_all ended the pool
   std::function<void()> on_all_exited_;
 };
 

@@ -47,8 +47,8 @@ struct process_state : std::enable_shared_from_this<process_state> {
   backend::job job;
   std::int64_t peer_pid = -1;
   std::uint64_t worker_id = 0;
-  std::shared_ptr<supervisor> sup;  // runtime thread only
-  std::shared_ptr<peer_link> link;  // runtime thread only
+  std::shared_ptr<supervisor> sup; // runtime thread only
+  std::shared_ptr<peer_link> link; // runtime thread only
   // Runtime thread only: the status the worker said it exits with, and a
   // "killed by signal" report held until the link ends (see on_exit).
   std::optional<std::int32_t> reported_exit;
@@ -181,7 +181,6 @@ inline std::vector<std::weak_ptr<process_state>>& children() {
   static std::vector<std::weak_ptr<process_state>> c;
   return c;
 }
-
 
 /// At program exit (std::exit, or main returning): non-daemon children still
 /// running are joined, daemon children terminated (SIGTERM, then SIGKILL

@@ -286,33 +286,29 @@ private:
 
   void dial(const std::string& url, role r, std::uint64_t worker_id, connect_done done, clock::time_point give_up,
             std::chrono::milliseconds pause) {
-    async_connect(executor(), url, transport(),
-                  [this, url, r, worker_id, done = std::move(done), give_up, pause](std::error_code ec,
-                                                                                    stream s) mutable {
-                    if (ec == std::error_code(NNG_EAGAIN, nng_category()) && clock::now() < give_up) {
-                      auto t = std::make_shared<asio::steady_timer>(executor());
-                      std::uniform_int_distribution<int> jitter(0, int(pause.count()));
-                      t->expires_after(pause + std::chrono::milliseconds(jitter(retry_rng_)));
-                      t->async_wait([this, t, url, r, worker_id, done = std::move(done), give_up,
-                                     pause](std::error_code) mutable {
-                        dial(url, r, worker_id, std::move(done), give_up,
-                             std::min(pause * 2, std::chrono::milliseconds(200)));
-                      });
-                      return;
-                    }
-                    if (ec)
-                      return done(std::make_exception_ptr(worker_lost("fiber: cannot connect to " + url + ": " +
-                                                                      ec.message())),
-                                  nullptr, {});
-                    client_handshake(std::make_shared<stream>(std::move(s)), identity(), r, worker_id,
-                                     transport().max_message_size,
-                                     [done = std::move(done)](std::exception_ptr e, stream st,
-                                                              std::map<std::string, std::string> cfg) {
-                                       if (e) return done(e, nullptr, {});
-                                       done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}),
-                                            std::move(cfg));
-                                     });
-                  });
+    async_connect(
+        executor(), url, transport(),
+        [this, url, r, worker_id, done = std::move(done), give_up, pause](std::error_code ec, stream s) mutable {
+          if (ec == std::error_code(NNG_EAGAIN, nng_category()) && clock::now() < give_up) {
+            auto t = std::make_shared<asio::steady_timer>(executor());
+            std::uniform_int_distribution<int> jitter(0, int(pause.count()));
+            t->expires_after(pause + std::chrono::milliseconds(jitter(retry_rng_)));
+            t->async_wait([this, t, url, r, worker_id, done = std::move(done), give_up,
+                           pause](std::error_code) mutable {
+              dial(url, r, worker_id, std::move(done), give_up, std::min(pause * 2, std::chrono::milliseconds(200)));
+            });
+            return;
+          }
+          if (ec)
+            return done(std::make_exception_ptr(worker_lost("fiber: cannot connect to " + url + ": " + ec.message())),
+                        nullptr, {});
+          client_handshake(
+              std::make_shared<stream>(std::move(s)), identity(), r, worker_id, transport().max_message_size,
+              [done = std::move(done)](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
+                if (e) return done(e, nullptr, {});
+                done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}), std::move(cfg));
+              });
+        });
   }
 
   static std::string self_exe_path() {
@@ -399,9 +395,11 @@ private:
           auto l = weak.lock();
           if (!l || k != frame_kind::request) return;
           auto req = deserialize<request_msg>(body);
-          dispatch_request(l->id(), std::move(req), [weak, id = req.request_id](wire_status st, std::vector<std::byte> p) {
-            if (auto l = weak.lock()) l->send(frame(frame_kind::reply, reply_msg{id, st, std::move(p)}));
-          });
+          dispatch_request(l->id(), std::move(req),
+                           [weak, id = req.request_id](wire_status st, std::vector<std::byte> p) {
+                             if (auto l = weak.lock())
+                               l->send(frame(frame_kind::reply, reply_msg{id, st, std::move(p)}));
+                           });
         },
         [this, id = l->id()](const std::string&) {
           for (auto& [sid, s] : services_) s->peer_gone(id);
@@ -464,8 +462,8 @@ private:
                     else done(failure_of(r.status, r.payload), {});
                   },
                   [this, url](const std::string& reason) {
-                    fail_client(url, std::make_exception_ptr(worker_lost("fiber: lost the connection to " + url +
-                                                                         " (" + reason + ")")));
+                    fail_client(url, std::make_exception_ptr(worker_lost("fiber: lost the connection to " + url + " (" +
+                                                                         reason + ")")));
                   });
               for (auto& f : c.queued) l->send(std::move(f));
               c.queued.clear();

@@ -144,7 +144,6 @@ public:
   }
   /// Counters since the stream was created (zero for an empty stream).
   stream_stats stats() const noexcept { return core_ ? core_->stats() : stream_stats{}; }
-
 };
 
 } // namespace fiber::detail

@@ -58,7 +58,8 @@ public:
   static constexpr std::size_t inline_write_limit = 64 * 1024; // batches up to this are written inline
 
   stream_core(asio::any_io_executor ex, stream_ptr s, const transport_options& opt)
-      : ex_(std::move(ex)), s_(std::move(s)),
+      : ex_(std::move(ex)),
+        s_(std::move(s)),
         max_(std::min<std::size_t>(opt.max_message_size, UINT32_MAX)),
         saio_(make_aio(&stream_core::on_send_cb, this)),
         raio_(make_aio(&stream_core::on_recv_cb, this)) {
@@ -225,12 +226,12 @@ private:
           return op.done(via::dispatch, asio::error::operation_aborted);
         }
       if (batch_.contains(id) && (type & asio::cancellation_type::terminal) != asio::cancellation_type::none) {
-          // The batch may be between two partial writes (no nng op to
-          // cancel): the flag makes on_send stop instead of resubmitting.
-          cancel_write_ = true;
-          if (writing_) nng_aio_cancel(saio_.get()); // on_send: ECANCELED, closes the stream
-          return;
-        }
+        // The batch may be between two partial writes (no nng op to
+        // cancel): the flag makes on_send stop instead of resubmitting.
+        cancel_write_ = true;
+        if (writing_) nng_aio_cancel(saio_.get()); // on_send: ECANCELED, closes the stream
+        return;
+      }
     } else {
       for (auto it = recvq_.begin(); it != recvq_.end(); ++it)
         if (it->id == id) {
@@ -337,7 +338,7 @@ private:
     const int rv = nng_aio_result(xaio_.get());
     const std::size_t n = nng_aio_count(xaio_.get());
     if (rv == NNG_ECANCELED && n == 0) return false; // wait asynchronously
-    on_send(rv, n, via::post); // handlers never run inside this call
+    on_send(rv, n, via::post);                       // handlers never run inside this call
     return true;
   }
 
@@ -441,8 +442,7 @@ private:
 
   void on_recv(int rv, std::size_t n) {
     reading_ = false;
-    if (rv == 0 && n > 0)
-      rbuf_.commit(n);
+    if (rv == 0 && n > 0) rbuf_.commit(n);
     else if (!(rv == NNG_ECANCELED && lend_to_)) // cancelled to lend the read side: no error
       shutdown(rv == 0 ? std::error_code(asio::error::eof) : make_nng_error(rv), via::dispatch);
     pump_recv(via::dispatch);

@@ -33,13 +33,13 @@ struct transport_options {
   std::string tls_server_name;
 };
 
-
 inline bool is_tls_url(const std::string& url) { return url.rfind("tls+", 0) == 0; }
 
 inline std::string read_text_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::system_error(std::make_error_code(std::errc::no_such_file_or_directory),
-                                  "fiber: cannot read TLS file " + path);
+  if (!f)
+    throw std::system_error(std::make_error_code(std::errc::no_such_file_or_directory),
+                            "fiber: cannot read TLS file " + path);
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();

@@ -78,8 +78,7 @@ inline std::exception_ptr read_failure(wire_status s, reader& r) {
     case wire_status::worker_lost: return std::make_exception_ptr(worker_lost(r.read<std::string>()));
     default: break;
     }
-    return std::make_exception_ptr(
-        serialization_error("fiber: unknown wire status " + std::to_string(int(s))));
+    return std::make_exception_ptr(serialization_error("fiber: unknown wire status " + std::to_string(int(s))));
   } catch (const serialization_error& e) {
     return std::make_exception_ptr(e);
   }

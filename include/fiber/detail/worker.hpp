@@ -54,8 +54,7 @@ inline void (*&children_exit_hook())() {
 [[noreturn]] inline void worker_exit(int code) {
   // An srun step reports exit status 128+n as "killed by signal n": tell the
   // master which one it was (best effort; the frame precedes the link's end).
-  if (code > 128 && code <= 128 + 64)
-    (void)master_writer().try_send(frame(frame_kind::exiting, std::int32_t(code)));
+  if (code > 128 && code <= 128 + 64) (void)master_writer().try_send(frame(frame_kind::exiting, std::int32_t(code)));
   std::fflush(stdout);
   std::fflush(stderr);
   std::cout.flush();
@@ -157,7 +156,8 @@ inline std::string own_listen_base(const std::string& master_url) {
       char buf[INET6_ADDRSTRLEN] = "";
       void* a = me.ss_family == AF_INET6 ? static_cast<void*>(&reinterpret_cast<sockaddr_in6*>(&me)->sin6_addr)
                                          : static_cast<void*>(&reinterpret_cast<sockaddr_in*>(&me)->sin_addr);
-      if (::inet_ntop(me.ss_family, a, buf, sizeof buf)) local = me.ss_family == AF_INET6 ? "[" + std::string(buf) + "]" : buf;
+      if (::inet_ntop(me.ss_family, a, buf, sizeof buf))
+        local = me.ss_family == AF_INET6 ? "[" + std::string(buf) + "]" : buf;
     }
     if (fd >= 0) ::close(fd);
     ::freeaddrinfo(res);
@@ -351,14 +351,15 @@ private:
         asio::post(runtime::instance().executor(), [l, f = std::move(f)]() mutable { l->send(std::move(f)); });
       return;
     }
-    asio::post(runtime::instance().executor(),
-               [l, f = std::move(f)]() mutable { l->send(std::move(f), [] { worker_exit(exit_initializer_failed); }); });
+    asio::post(runtime::instance().executor(), [l, f = std::move(f)]() mutable {
+      l->send(std::move(f), [] { worker_exit(exit_initializer_failed); });
+    });
   }
 
   worker_loop loop_;
   std::weak_ptr<peer_link> link_;
   direct_writer direct_;
-  bool asked_ = false;             // main thread only
+  bool asked_ = false;            // main thread only
   std::atomic<bool> reads_{true}; // false once a Process target runs
 };
 
@@ -405,14 +406,12 @@ private:
                  main.set_link(l);
                  // Frames read on the runtime thread (the main thread is busy,
                  // or has not borrowed the read side yet).
-                 l->start(
-                     [&main](frame_kind k, std::span<const std::byte> body, message& raw) {
-                       main.on_frame(k, body, raw, nullptr);
-                     },
-                     [](const std::string& reason) {
-                       log(log_level::info, "master link lost (", reason, "): exiting");
-                       worker_exit(exit_master_lost);
-                     });
+                 l->start([&main](frame_kind k, std::span<const std::byte> body,
+                                  message& raw) { main.on_frame(k, body, raw, nullptr); },
+                          [](const std::string& reason) {
+                            log(log_level::info, "master link lost (", reason, "): exiting");
+                            worker_exit(exit_master_lost);
+                          });
                  connected.set_value();
                });
   });

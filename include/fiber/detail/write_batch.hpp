@@ -36,7 +36,7 @@ struct send_op {
 /// messages are never copied. Not thread-safe (the stream's executor).
 class write_batch {
 public:
-  static constexpr std::size_t copy_threshold = 16 * 1024; ///< smaller parts are coalesced
+  static constexpr std::size_t copy_threshold = 16 * 1024;  ///< smaller parts are coalesced
   static constexpr std::size_t coalesce_limit = 256 * 1024; ///< copied bytes per write
   static constexpr std::size_t max_iov = 8;                 ///< iov entries per write
 

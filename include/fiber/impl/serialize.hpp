@@ -31,7 +31,8 @@ namespace detail {
 /// elements actually decode, so a lying count cannot make us allocate.
 inline constexpr std::size_t max_upfront_reserve_bytes = std::size_t{1} << 20;
 
-template <class C> void reserve_bounded(C& c, std::size_t n) {
+template <class C>
+void reserve_bounded(C& c, std::size_t n) {
   constexpr std::size_t elem = sizeof(typename C::value_type);
   constexpr std::size_t cap = max_upfront_reserve_bytes / elem > 0 ? max_upfront_reserve_bytes / elem : 1;
   c.reserve(n < cap ? n : cap);
@@ -39,14 +40,17 @@ template <class C> void reserve_bounded(C& c, std::size_t n) {
 
 /// Elements whose encoding may be empty get a zero pad byte after each one in
 /// counted containers, so a count can always be bounded by the bytes left.
-template <class... Ts> inline constexpr bool needs_pad = (0 + ... + min_wire_size<Ts>()) == 0;
+template <class... Ts>
+inline constexpr bool needs_pad = (0 + ... + min_wire_size<Ts>()) == 0;
 template <class... Ts>
 inline constexpr std::size_t elem_bound = needs_pad<Ts...> ? 1 : (0 + ... + min_wire_size<Ts>());
 
-template <class... Ts> void write_pad(writer& w) {
+template <class... Ts>
+void write_pad(writer& w) {
   if constexpr (needs_pad<Ts...>) w.write_varint(0);
 }
-template <class... Ts> void read_pad(reader& r) {
+template <class... Ts>
+void read_pad(reader& r) {
   if constexpr (needs_pad<Ts...>) {
     std::byte b;
     r.read_bytes(&b, 1);
@@ -55,15 +59,15 @@ template <class... Ts> void read_pad(reader& r) {
   }
 }
 
-template <class T> T make_default() {
-  if constexpr (check_default_initializable<T>())
-    return T{};
-  else
-    std::terminate();  // unreachable: the static_assert above already failed
+template <class T>
+T make_default() {
+  if constexpr (check_default_initializable<T>()) return T{};
+  else std::terminate(); // unreachable: the static_assert above already failed
 }
 
 // vector<bool> is packed LSB-first, 8 per byte; unused high bits must be 0.
-template <class A> void encode_bits(writer& w, const std::vector<bool, A>& v) {
+template <class A>
+void encode_bits(writer& w, const std::vector<bool, A>& v) {
   const std::size_t n = v.size();
   w.write_varint(n);
   std::vector<std::byte>& buf = w.buffer();
@@ -73,9 +77,10 @@ template <class A> void encode_bits(writer& w, const std::vector<bool, A>& v) {
     if (v[i]) buf[base + i / 8] |= std::byte{1} << (i % 8);
 }
 
-template <class A> void decode_bits(reader& r, std::vector<bool, A>& out) {
+template <class A>
+void decode_bits(reader& r, std::vector<bool, A>& out) {
   const std::uint64_t n = r.read_varint();
-  const std::uint64_t nbytes = n / 8 + (n % 8 != 0);  // no overflow, unlike (n + 7) / 8
+  const std::uint64_t nbytes = n / 8 + (n % 8 != 0); // no overflow, unlike (n + 7) / 8
   if (nbytes > r.remaining()) [[unlikely]]
     r.fail("vector<bool> length " + std::to_string(n) + " exceeds the input");
   const std::span<const std::byte> bits = r.read_span(static_cast<std::size_t>(nbytes));
@@ -108,7 +113,8 @@ void insert_unique(C& c, std::size_t at, K&& key, M&&... mapped) {
       const auto& last_key = [&]() -> const auto& {
         if constexpr (sizeof...(M) == 0) return last;
         else return last.first;
-      }();
+      }
+      ();
       if (!c.key_comp()(last_key, key)) [[unlikely]]
         throw_malformed("key out of order or duplicated", at);
     }
@@ -127,22 +133,28 @@ void insert_unique(C& c, std::size_t at, K&& key, M&&... mapped) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wold-style-cast"
 #endif
-template <class B, class T> const B& as_base(const T& v) noexcept { return (const B&)v; }
-template <class B, class T> B& as_base(T& v) noexcept { return (B&)v; }
+template <class B, class T>
+const B& as_base(const T& v) noexcept {
+  return (const B&)v;
+}
+template <class B, class T>
+B& as_base(T& v) noexcept {
+  return (B&)v;
+}
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
 #endif
 
 /// Calls f(member) for each described base (as a base reference) and then
 /// each described member of v, in wire order.
-template <class T, class F> void for_each_described(T& v, F&& f) {
+template <class T, class F>
+void for_each_described(T& v, F&& f) {
   namespace bd = boost::describe;
   using U = std::remove_const_t<T>;
   boost::mp11::mp_for_each<bd::describe_bases<U, bd::mod_any_access>>([&](auto d) {
     f(detail::as_base<typename decltype(d)::type>(v));
   });
-  boost::mp11::mp_for_each<bd::describe_members<U, bd::mod_any_access>>(
-      [&](auto d) { f(v.*decltype(d)::pointer); });
+  boost::mp11::mp_for_each<bd::describe_members<U, bd::mod_any_access>>([&](auto d) { f(v.*decltype(d)::pointer); });
 }
 
 // --- fixed-size values: one block, no per-field size bookkeeping ----------------
@@ -154,16 +166,17 @@ template <class T, class F> void for_each_described(T& v, F&& f) {
 struct block_origin {
   const std::byte* base;
   std::size_t position;
-  std::size_t at(const std::byte* p) const noexcept {
-    return position + static_cast<std::size_t>(p - base);
-  }
+  std::size_t at(const std::byte* p) const noexcept { return position + static_cast<std::size_t>(p - base); }
 };
 
-template <class T> std::byte* encode_fixed(std::byte* p, const T& v) noexcept;
-template <class T> const std::byte* decode_fixed(const std::byte* p, T& out, block_origin o);
+template <class T>
+std::byte* encode_fixed(std::byte* p, const T& v) noexcept;
+template <class T>
+const std::byte* decode_fixed(const std::byte* p, T& out, block_origin o);
 
 /// Fields of a tuple (or a PFR tie of an aggregate): one fold, local cursor.
-template <class Tuple> std::byte* encode_fixed_tuple(std::byte* p, const Tuple& t) noexcept {
+template <class Tuple>
+std::byte* encode_fixed_tuple(std::byte* p, const Tuple& t) noexcept {
   return std::apply(
       [p](const auto&... xs) {
         std::byte* q = p;
@@ -193,20 +206,21 @@ const std::byte* decode_fixed_tuple(const std::byte* p, Tuple&& t, block_origin 
       t);
 }
 template <class T, template <class...> class L, class... D>
-const std::byte* decode_fixed_bases(const std::byte* p, [[maybe_unused]] T& out,
-                                    [[maybe_unused]] block_origin o, L<D...>) {
+const std::byte* decode_fixed_bases(const std::byte* p, [[maybe_unused]] T& out, [[maybe_unused]] block_origin o,
+                                    L<D...>) {
   ((p = detail::decode_fixed(p, detail::as_base<typename D::type>(out), o)), ...);
   return p;
 }
 template <class T, template <class...> class L, class... D>
-const std::byte* decode_fixed_members(const std::byte* p, [[maybe_unused]] T& out,
-                                      [[maybe_unused]] block_origin o, L<D...>) {
+const std::byte* decode_fixed_members(const std::byte* p, [[maybe_unused]] T& out, [[maybe_unused]] block_origin o,
+                                      L<D...>) {
   ((p = detail::decode_fixed(p, out.*D::pointer, o)), ...);
   return p;
 }
 
 /// Writes v (fixed_wire_size<T> bytes) at p; returns the end.
-template <class T> std::byte* encode_fixed(std::byte* p, const T& v) noexcept {
+template <class T>
+std::byte* encode_fixed(std::byte* p, const T& v) noexcept {
   constexpr kind k = kind_of<T>;
   if constexpr (memcpy_wire<T>) {
     std::memcpy(p, std::addressof(v), sizeof(T));
@@ -238,7 +252,8 @@ template <class T> std::byte* encode_fixed(std::byte* p, const T& v) noexcept {
 }
 
 /// Reads out from p (fixed_wire_size<T> bytes, already bounds-checked).
-template <class T> const std::byte* decode_fixed(const std::byte* p, T& out, block_origin o) {
+template <class T>
+const std::byte* decode_fixed(const std::byte* p, T& out, block_origin o) {
   constexpr kind k = kind_of<T>;
   if constexpr (memcpy_wire<T>) {
     std::memcpy(std::addressof(out), p, sizeof(T));
@@ -289,14 +304,14 @@ inline std::byte* grow(writer& w, std::size_t n) {
 /// Fixed-size but not a plain memcpy (bools, padding, Describe...): worth the
 /// block path when there is more than one field to it.
 template <class T>
-inline constexpr bool block_wire =
-    !memcpy_wire<T> && fixed_wire_size<T> != variable_size && fixed_wire_size<T> > 1;
+inline constexpr bool block_wire = !memcpy_wire<T> && fixed_wire_size<T> != variable_size && fixed_wire_size<T> > 1;
 
 // --- the general encoder/decoder ---------------------------------------------------
 
 // Internal calls are qualified (detail::encode, ...) so that argument-dependent
 // lookup cannot pick up a user's own `encode`/`decode` for the value's type.
-template <class T> void encode(writer& w, const T& v) {
+template <class T>
+void encode(writer& w, const T& v) {
   constexpr kind k = kind_of<T>;
   if constexpr (k == kind::hook) {
     hook_lookup::save(w, v);
@@ -329,7 +344,7 @@ template <class T> void encode(writer& w, const T& v) {
         }
       }
     }
-  } else if constexpr (k == kind::array) {  // variable-size elements
+  } else if constexpr (k == kind::array) { // variable-size elements
     for (const auto& e : v) detail::encode(w, e);
   } else if constexpr (k == kind::map) {
     using K = typename T::key_type;
@@ -357,8 +372,7 @@ template <class T> void encode(writer& w, const T& v) {
     if (v) detail::encode(w, *v);
   } else if constexpr (k == kind::variant) {
     if (v.valueless_by_exception()) [[unlikely]]
-      throw serialization_error("fiber::serialize: cannot encode a valueless " +
-                                std::string(type_name<T>()));
+      throw serialization_error("fiber::serialize: cannot encode a valueless " + std::string(type_name<T>()));
     w.write_varint(v.index());
     std::visit([&](const auto& x) { detail::encode(w, x); }, v);
   } else if constexpr (k == kind::duration) {
@@ -374,7 +388,8 @@ template <class T> void encode(writer& w, const T& v) {
   }
 }
 
-template <class T> void decode(reader& r, T& out) {
+template <class T>
+void decode(reader& r, T& out) {
   constexpr kind k = kind_of<T>;
   if constexpr (k == kind::hook) {
     hook_lookup::load(r, out);
@@ -390,16 +405,14 @@ template <class T> void decode(reader& r, T& out) {
     std::byte b;
     r.read_bytes(&b, 1);
     if (std::to_integer<unsigned>(b) > 1) [[unlikely]]
-      throw_malformed("bool byte " + std::to_string(std::to_integer<unsigned>(b)) +
-                          " is not 0 or 1",
-                      r.position() - 1);
+      throw_malformed("bool byte " + std::to_string(std::to_integer<unsigned>(b)) + " is not 0 or 1", r.position() - 1);
     out = b == std::byte{1};
   } else if constexpr (k == kind::string) {
     using C = typename T::value_type;
     const std::size_t n = r.read_length(sizeof(C));
     const std::span<const std::byte> s = r.read_span(n * sizeof(C));
     if constexpr (sizeof(C) == 1) {
-      out.assign(reinterpret_cast<const C*>(s.data()), n);  // char-sized: aliasing is fine
+      out.assign(reinterpret_cast<const C*>(s.data()), n); // char-sized: aliasing is fine
     } else {
       out.resize(n);
       if (n != 0) std::memcpy(out.data(), s.data(), s.size());
@@ -433,7 +446,7 @@ template <class T> void decode(reader& r, T& out) {
         read_pad<E>(r);
       }
     }
-  } else if constexpr (k == kind::array) {  // variable-size elements
+  } else if constexpr (k == kind::array) { // variable-size elements
     for (auto& e : out) detail::decode(r, e);
   } else if constexpr (k == kind::map) {
     using K = typename T::key_type;
@@ -473,11 +486,9 @@ template <class T> void decode(reader& r, T& out) {
     if (tag == std::byte{0}) {
       out.reset();
     } else if (tag == std::byte{1}) {
-      if constexpr (check_default_initializable<typename T::value_type>())
-        detail::decode(r, out.emplace());
+      if constexpr (check_default_initializable<typename T::value_type>()) detail::decode(r, out.emplace());
     } else [[unlikely]] {
-      throw_malformed("optional tag " + std::to_string(std::to_integer<unsigned>(tag)) +
-                          " is not 0 or 1",
+      throw_malformed("optional tag " + std::to_string(std::to_integer<unsigned>(tag)) + " is not 0 or 1",
                       r.position() - 1);
     }
   } else if constexpr (k == kind::variant) {
@@ -488,8 +499,7 @@ template <class T> void decode(reader& r, T& out) {
       throw_malformed("variant index " + std::to_string(index) + " is out of range for " +
                           std::to_string(alternatives) + " alternatives",
                       at);
-    detail::decode_variant(r, out, static_cast<std::size_t>(index),
-                   std::make_index_sequence<alternatives>{});
+    detail::decode_variant(r, out, static_cast<std::size_t>(index), std::make_index_sequence<alternatives>{});
   } else if constexpr (k == kind::duration) {
     typename T::rep count{};
     detail::decode(r, count);
@@ -508,15 +518,14 @@ template <class T> void decode(reader& r, T& out) {
 }
 
 /// A first guess at the encoded size, to allocate once in the common cases.
-template <class T> std::size_t size_hint(const T& v) noexcept {
+template <class T>
+std::size_t size_hint(const T& v) noexcept {
   if constexpr (kind_of<T> == kind::string) {
     return 10 + v.size() * sizeof(typename T::value_type);
   } else if constexpr (kind_of<T> == kind::vector) {
     using E = typename T::value_type;
-    if constexpr (memcpy_wire<E>)
-      return 10 + v.size() * sizeof(E);
-    else
-      return 10 + v.size() * elem_bound<E>;
+    if constexpr (memcpy_wire<E>) return 10 + v.size() * sizeof(E);
+    else return 10 + v.size() * elem_bound<E>;
   } else {
     return min_wire_size<T>();
   }
@@ -524,15 +533,18 @@ template <class T> std::size_t size_hint(const T& v) noexcept {
 
 } // namespace detail
 
-template <class T> void serialize_into(writer& w, const T& v) {
+template <class T>
+void serialize_into(writer& w, const T& v) {
   if constexpr (detail::check_serializable<T>()) detail::encode(w, v);
 }
 
-template <class T> void deserialize_from(reader& r, T& out) {
+template <class T>
+void deserialize_from(reader& r, T& out) {
   if constexpr (detail::check_serializable<T>()) detail::decode(r, out);
 }
 
-template <class T> std::vector<std::byte> serialize(const T& v) {
+template <class T>
+std::vector<std::byte> serialize(const T& v) {
   if constexpr (detail::check_serializable<T>()) {
     writer w;
     w.buffer().reserve(detail::size_hint(v));
@@ -543,12 +555,13 @@ template <class T> std::vector<std::byte> serialize(const T& v) {
   }
 }
 
-template <class T> T deserialize(std::span<const std::byte> bytes) {
+template <class T>
+T deserialize(std::span<const std::byte> bytes) {
   // Nested so that at most one diagnostic fires for a bad T.
   if constexpr (!detail::check_serializable<T>()) {
-    std::terminate();  // unreachable: a static_assert has already failed
+    std::terminate(); // unreachable: a static_assert has already failed
   } else if constexpr (!detail::check_default_initializable<T>()) {
-    std::terminate();  // unreachable: a static_assert has already failed
+    std::terminate(); // unreachable: a static_assert has already failed
   } else {
     reader r(bytes);
     T v{};
@@ -556,8 +569,8 @@ template <class T> T deserialize(std::span<const std::byte> bytes) {
       detail::decode(r, v);
       if (!r.empty()) [[unlikely]]
         throw serialization_error(std::string(reader::prefix) + std::to_string(r.remaining()) +
-                                  " trailing bytes after the value (" +
-                                  std::to_string(bytes.size()) + " bytes in all)");
+                                  " trailing bytes after the value (" + std::to_string(bytes.size()) +
+                                  " bytes in all)");
     } catch (const serialization_error& e) {
       // Name the requested type: the reader only knows positions.
       std::string_view what = e.what();
@@ -569,18 +582,25 @@ template <class T> T deserialize(std::span<const std::byte> bytes) {
   }
 }
 
-template <class T> void writer::write(const T& v) { serialize_into(*this, v); }
+template <class T>
+void writer::write(const T& v) {
+  serialize_into(*this, v);
+}
 
-template <class T> T reader::read() {
+template <class T>
+T reader::read() {
   if constexpr (detail::check_default_initializable<T>()) {
     T v{};
     deserialize_from(*this, v);
     return v;
   } else {
-    std::terminate();  // unreachable: a static_assert has already failed
+    std::terminate(); // unreachable: a static_assert has already failed
   }
 }
 
-template <class T> void reader::read(T& out) { deserialize_from(*this, out); }
+template <class T>
+void reader::read(T& out) {
+  deserialize_from(*this, out);
+}
 
 } // namespace fiber

@@ -62,7 +62,8 @@ public:
       if (r == pid_ || (r < 0 && errno != EINTR)) break;
       if (std::chrono::steady_clock::now() >= deadline) {
         ::kill(pid_, SIGKILL);
-        while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {}
+        while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+        }
         break;
       }
       std::this_thread::sleep_for(step);

@@ -27,9 +27,9 @@ namespace fiber::detail {
 
 /// Outcome of a finished command.
 struct command_result {
-  int status = -1;          ///< waitpid status; -1 when unknown
-  std::string out, err;     ///< captured stdout / stderr
-  bool timed_out = false;   ///< killed after the deadline
+  int status = -1;        ///< waitpid status; -1 when unknown
+  std::string out, err;   ///< captured stdout / stderr
+  bool timed_out = false; ///< killed after the deadline
   bool ok() const noexcept { return !timed_out && status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
   /// "exit 1", "signal 9", "timed out"
   std::string describe() const {

@@ -49,13 +49,13 @@ namespace fiber::detail::docker {
 
 /// Callbacks of async_events; both run on the client's executor.
 struct event_handlers {
-  unique_function<void()> on_subscribed;           ///< the stream is established (optional)
-  unique_function<void(const event&)> on_event;    ///< each event, in order
+  unique_function<void()> on_subscribed;        ///< the stream is established (optional)
+  unique_function<void(const event&)> on_event; ///< each event, in order
 };
 
 /// Callbacks of async_attach; both run on the client's executor.
 struct attach_handlers {
-  unique_function<void()> on_attached;                          ///< output from now on is seen (optional)
+  unique_function<void()> on_attached;                           ///< output from now on is seen (optional)
   unique_function<void(int stream, std::string_view)> on_output; ///< 1 stdout, 2 stderr
 };
 
@@ -81,8 +81,9 @@ public:
   template <class Token>
   auto async_version(Token&& token) {
     return initiate(token, [](state& s, json_handler done) {
-      s.negotiate(
-          [done = std::move(done), &s](std::exception_ptr e) mutable { done(e, e ? nlohmann::json() : s.version_doc); });
+      s.negotiate([done = std::move(done), &s](std::exception_ptr e) mutable {
+        done(e, e ? nlohmann::json() : s.version_doc);
+      });
     });
   }
 
@@ -198,11 +199,12 @@ public:
 
   /// Lists (blocking, at most `limit`) the ids of containers carrying every
   /// label in `labels`, stopped ones included. Empty on any error.
-  std::vector<std::string> list_blocking(const std::vector<std::string>& labels, std::chrono::milliseconds limit) const {
+  std::vector<std::string> list_blocking(const std::vector<std::string>& labels,
+                                         std::chrono::milliseconds limit) const {
     std::vector<std::string> ids;
     try {
-      auto res = http::perform_blocking({s_->make_request("GET", "/containers/json?all=1&filters=" + label_filter(labels), "")},
-                                        limit);
+      auto res = http::perform_blocking(
+          {s_->make_request("GET", "/containers/json?all=1&filters=" + label_filter(labels), "")}, limit);
       auto j = nlohmann::json::parse(res.at(0).second.body, nullptr, false);
       if (!res.at(0).first && j.is_array())
         for (auto& c : j) ids.push_back(c.value("Id", ""));
@@ -239,7 +241,8 @@ private:
       }
     }
 
-    http::request make_request(std::string method, const std::string& path, std::string body, bool versioned = true) const {
+    http::request make_request(std::string method, const std::string& path, std::string body,
+                               bool versioned = true) const {
       http::request r;
       r.method = std::move(method);
       const std::string& v = version.empty() ? std::string(oldest_api_version) : version;
@@ -262,7 +265,7 @@ private:
       std::string hint = "is dockerd running? Start it (`sudo systemctl start docker`, or `sudo dockerd &`), or point "
                          "DOCKER_HOST at a running daemon";
       if (!where.unix_socket.empty()) {
-        struct stat st{};
+        struct stat st {};
         if (::stat(where.unix_socket.c_str(), &st) != 0) why = "no socket " + where.unix_socket;
         else if (::access(where.unix_socket.c_str(), R_OK | W_OK) != 0)
           hint = "permission denied on " + where.unix_socket + ": run as root or as a member of its group (docker)";
@@ -300,7 +303,8 @@ private:
           } catch (const api_error&) {
             e = std::current_exception();
           } catch (const std::exception& x) {
-            e = std::make_exception_ptr(api_error(std::string("docker: GET /version: bad answer: ") + x.what(), r.status));
+            e = std::make_exception_ptr(api_error(std::string("docker: GET /version: bad answer: ") + x.what(),
+                                                  r.status));
           }
         }
         s->negotiating = false;
@@ -317,27 +321,24 @@ private:
         auto s = w.lock();
         if (!s) return done(std::make_exception_ptr(std::system_error(asio::error::operation_aborted)), {});
         if (e) return done(e, {});
-        s->http.async_request(s->make_request(method, path, std::move(body)),
-                              [w, what = std::move(what), done = std::move(done)](std::error_code ec,
-                                                                                  http::response r) mutable {
-                                auto s = w.lock();
-                                if (ec || !s) {
-                                  if (!s) ec = asio::error::operation_aborted;
-                                  return done(s ? s->transport_error(what, ec, r)
-                                                : std::make_exception_ptr(std::system_error(ec)),
-                                              {});
-                                }
-                                if (r.status < 200 || r.status >= 300)
-                                  return done(std::make_exception_ptr(
-                                                  api_error("docker: " + what + ": " + error_message(r), r.status)),
-                                              {});
-                                auto j = r.body.empty() ? nlohmann::json() : nlohmann::json::parse(r.body, nullptr, false);
-                                if (j.is_discarded())
-                                  return done(std::make_exception_ptr(
-                                                  api_error("docker: " + what + ": the daemon's answer is not JSON", r.status)),
-                                              {});
-                                done(nullptr, std::move(j));
-                              });
+        s->http.async_request(
+            s->make_request(method, path, std::move(body)),
+            [w, what = std::move(what), done = std::move(done)](std::error_code ec, http::response r) mutable {
+              auto s = w.lock();
+              if (ec || !s) {
+                if (!s) ec = asio::error::operation_aborted;
+                return done(s ? s->transport_error(what, ec, r) : std::make_exception_ptr(std::system_error(ec)), {});
+              }
+              if (r.status < 200 || r.status >= 300)
+                return done(std::make_exception_ptr(api_error("docker: " + what + ": " + error_message(r), r.status)),
+                            {});
+              auto j = r.body.empty() ? nlohmann::json() : nlohmann::json::parse(r.body, nullptr, false);
+              if (j.is_discarded())
+                return done(std::make_exception_ptr(api_error("docker: " + what + ": the daemon's answer is not JSON",
+                                                              r.status)),
+                            {});
+              done(nullptr, std::move(j));
+            });
       });
     }
 
@@ -351,7 +352,8 @@ private:
         if (e) return done(e, {});
         auto req = s->make_request(method, path, "");
         req.timeout = std::chrono::milliseconds(0);
-        auto complete = [w, what = std::move(what), done = std::move(done)](std::error_code ec, http::response r) mutable {
+        auto complete = [w, what = std::move(what), done = std::move(done)](std::error_code ec,
+                                                                            http::response r) mutable {
           auto s = w.lock();
           if (ec || !s) {
             if (!s) ec = asio::error::operation_aborted;
@@ -363,8 +365,7 @@ private:
         };
         if (slot.is_connected())
           s->http.async_stream(std::move(req), std::move(h), asio::bind_cancellation_slot(slot, std::move(complete)));
-        else
-          s->http.async_stream(std::move(req), std::move(h), std::move(complete));
+        else s->http.async_stream(std::move(req), std::move(h), std::move(complete));
       });
     }
 
@@ -384,21 +385,27 @@ private:
       auto filters = url_encode(nlohmann::json{{"type", {"container"}}, {"label", labels}}.dump());
       std::string path = "/events?filters=" + filters + (since.empty() ? "" : "&since=" + url_encode(since));
       auto shared = std::make_shared<event_handlers>(std::move(h));
-      auto sh = decoded<line_splitter>([shared] { if (shared->on_subscribed) shared->on_subscribed(); },
-                                       [shared](std::string_view line) {
-                                         if (auto e = parse_event(line); e && shared->on_event) shared->on_event(*e);
-                                       });
+      auto sh = decoded<line_splitter>(
+          [shared] {
+            if (shared->on_subscribed) shared->on_subscribed();
+          },
+          [shared](std::string_view line) {
+            if (auto e = parse_event(line); e && shared->on_event) shared->on_event(*e);
+          });
       stream("GET", path, "events", std::move(sh), std::move(done), slot);
     }
 
     void attach(std::string id, attach_handlers h, json_handler done, asio::cancellation_slot slot) {
       auto shared = std::make_shared<attach_handlers>(std::move(h));
-      auto sh = decoded<output_demux>([shared] { if (shared->on_attached) shared->on_attached(); },
-                                      [shared](int stream, std::string_view bytes) {
-                                        if (shared->on_output) shared->on_output(stream, bytes);
-                                      });
-      stream("POST", "/containers/" + url_encode(id) + "/attach?stream=1&stdout=1&stderr=1", "attach to container " + id,
-             std::move(sh), std::move(done), slot);
+      auto sh = decoded<output_demux>(
+          [shared] {
+            if (shared->on_attached) shared->on_attached();
+          },
+          [shared](int stream, std::string_view bytes) {
+            if (shared->on_output) shared->on_output(stream, bytes);
+          });
+      stream("POST", "/containers/" + url_encode(id) + "/attach?stream=1&stdout=1&stderr=1",
+             "attach to container " + id, std::move(sh), std::move(done), slot);
     }
   };
 
@@ -411,8 +418,7 @@ private:
           auto done = bind_completion<std::exception_ptr, nlohmann::json>(std::move(handler), s->ex);
           if constexpr (std::is_invocable_v<Op&, state&, json_handler, asio::cancellation_slot>)
             op(*s, std::move(done), slot);
-          else
-            op(*s, std::move(done));
+          else op(*s, std::move(done));
         },
         token, std::move(op));
   }

@@ -45,7 +45,10 @@ namespace fiber::detail {
 class docker_launcher final : public backend::launcher, public std::enable_shared_from_this<docker_launcher> {
 public:
   docker_launcher(asio::any_io_executor ex, docker_options opts, docker::endpoint where)
-      : ex_(ex), opts_(std::move(opts)), local_daemon_(!where.unix_socket.empty()), api_(ex, std::move(where)),
+      : ex_(ex),
+        opts_(std::move(opts)),
+        local_daemon_(!where.unix_socket.empty()),
+        api_(ex, std::move(where)),
         me_(docker_impl::master_identity::self()) {
     std::random_device rd;
     char buf[17];
@@ -163,7 +166,7 @@ private:
     std::string name;
     backend::exit_handler on_exit;
     phase ph = phase::creating;
-    int asked = 0;               // last signal asked with cancel()
+    int asked = 0;                // last signal asked with cancel()
     std::uint64_t asked_mask = 0; // every signal asked
     bool oom = false, reported = false, destroyed = false;
     int memory_mb = 0;
@@ -175,7 +178,8 @@ private:
 
   template <class F>
   auto guarded(F f) {
-    return guarded_by(weak_from_this(), [](const docker_launcher& s) { return s.shutting_down_; }, std::move(f));
+    return guarded_by(
+        weak_from_this(), [](const docker_launcher& s) { return s.shutting_down_; }, std::move(f));
   }
 
   record* find(const std::string& name) {
@@ -223,14 +227,15 @@ private:
   }
 
   void create(const std::string& name, const backend::job_spec& s) {
-    api_.async_create(container_for(name, s), guarded([name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
-      auto* r = self.find(name);
-      if (!r) return;
-      if (e) return self.fail_start(*r, e, false);
-      if (r->asked) return self.remove_unstarted(*r);
-      r->ph = phase::attaching;
-      self.attach(*r);
-    }));
+    api_.async_create(container_for(name, s),
+                      guarded([name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
+                        auto* r = self.find(name);
+                        if (!r) return;
+                        if (e) return self.fail_start(*r, e, false);
+                        if (r->asked) return self.remove_unstarted(*r);
+                        r->ph = phase::attaching;
+                        self.attach(*r);
+                      }));
   }
 
   void attach(record& r) {
@@ -241,14 +246,15 @@ private:
     h.on_output = guarded([name = r.name](docker_launcher& self, int stream, std::string_view bytes) {
       if (auto* r = self.find(name)) self.write_output(*r, stream, bytes);
     });
-    api_.async_attach(r.name, std::move(h), guarded([name = r.name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
-      auto* r = self.find(name);
-      if (!r) return;
-      if (r->ph == phase::attaching) { // never attached: start anyway, output goes to docker logs only
-        log(log_level::warning, "docker: ", r->name, ": cannot forward its output (", what(e), ")");
-        self.ready_to_start(*r);
-      }
-    }));
+    api_.async_attach(
+        r.name, std::move(h), guarded([name = r.name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
+          auto* r = self.find(name);
+          if (!r) return;
+          if (r->ph == phase::attaching) { // never attached: start anyway, output goes to docker logs only
+            log(log_level::warning, "docker: ", r->name, ": cannot forward its output (", what(e), ")");
+            self.ready_to_start(*r);
+          }
+        }));
   }
 
   // The run's event stream must be up before a container starts, or its end could be missed.
@@ -263,12 +269,12 @@ private:
     if (r.asked) return remove_unstarted(r);
     r.ph = phase::starting;
     api_.async_start(r.name, guarded([name = r.name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
-      auto* r = self.find(name);
-      if (!r || r->reported) return;
-      if (e) return self.fail_start(*r, e, true);
-      r->ph = phase::running;
-      if (r->asked) self.kill(r->name, r->asked);
-    }));
+                       auto* r = self.find(name);
+                       if (!r || r->reported) return;
+                       if (e) return self.fail_start(*r, e, true);
+                       r->ph = phase::running;
+                       if (r->asked) self.kill(r->name, r->asked);
+                     }));
   }
 
   void fail_start(record& r, std::exception_ptr e, bool created) {
@@ -288,16 +294,17 @@ private:
 
   void kill(const std::string& name, int signal) {
     api_.async_kill(name, signal, guarded([name](docker_launcher&, std::exception_ptr e, nlohmann::json) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const docker::api_error& x) {
-        if (x.status() == 404 || x.status() == 409) return; // gone or not running: its end is reported anyway
-        log(log_level::warning, x.what());
-      } catch (const std::exception& x) {
-        log(log_level::warning, "docker: kill ", name, ": ", x.what());
-      }
-    }));
+                      if (!e) return;
+                      try {
+                        std::rethrow_exception(e);
+                      } catch (const docker::api_error& x) {
+                        if (x.status() == 404 || x.status() == 409)
+                          return; // gone or not running: its end is reported anyway
+                        log(log_level::warning, x.what());
+                      } catch (const std::exception& x) {
+                        log(log_level::warning, "docker: kill ", name, ": ", x.what());
+                      }
+                    }));
   }
 
   void report(record& r, backend::job_exit x) {
@@ -332,7 +339,9 @@ private:
     if (last_event_ns_ > 0)
       since = std::to_string(last_event_ns_ / 1'000'000'000) + "." + pad9(last_event_ns_ % 1'000'000'000);
     api_.async_events({run_label()}, since, std::move(h),
-                      guarded([](docker_launcher& self, std::exception_ptr e, nlohmann::json) { self.events_down(e); }));
+                      guarded([](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
+                        self.events_down(e);
+                      }));
   }
 
   static std::string pad9(std::int64_t n) {
@@ -344,10 +353,10 @@ private:
     events_ = events_state::ready;
     reconnects_ = 0;
     if (last_event_ns_ == 0)
-      last_event_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count() -
-                       1'000'000'000; // replay from a second before, should the stream drop
+      last_event_ns_ =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count() -
+          1'000'000'000; // replay from a second before, should the stream drop
     std::vector<std::string> waiting;
     for (auto& [name, r] : jobs_)
       if (r.ph == phase::waiting_events) waiting.push_back(name);
@@ -403,8 +412,7 @@ private:
   backend::job_exit oom_exit(const record& r) const {
     return {backend::job_exit::kind::lost, 0,
             "out of memory: container " + r.name + " exceeded its memory limit" +
-                (r.memory_mb > 0 ? " (" + std::to_string(r.memory_mb) + " MiB)" : std::string()) +
-                " and was killed"};
+                (r.memory_mb > 0 ? " (" + std::to_string(r.memory_mb) + " MiB)" : std::string()) + " and was killed"};
   }
 
   void on_die(record& r, const std::string& exit_code) {
@@ -483,7 +491,9 @@ private:
                           self.api_.async_remove(c.value("Id", ""), true, [](std::exception_ptr, nlohmann::json) {});
                         }
                       }
-                      if (n) log(log_level::info, "docker: removing ", n, " container(s) of fiber runs whose master is gone");
+                      if (n)
+                        log(log_level::info, "docker: removing ", n,
+                            " container(s) of fiber runs whose master is gone");
                     }));
   }
 

@@ -135,15 +135,15 @@ inline std::string one_of(const char* who, const char* key, std::string value,
 
 /// Settings of the docker backend (configuration keys docker.*).
 struct docker_options {
-  std::string image;               ///< docker.image
-  bool mount_binary = true;        ///< docker.mount_binary
-  std::string network = "host";    ///< docker.network
-  std::string user;                ///< docker.user resolved: "uid:gid", or "" for the image's
-  std::vector<std::string> binds;  ///< docker.binds
+  std::string image;                         ///< docker.image
+  bool mount_binary = true;                  ///< docker.mount_binary
+  std::string network = "host";              ///< docker.network
+  std::string user;                          ///< docker.user resolved: "uid:gid", or "" for the image's
+  std::vector<std::string> binds;            ///< docker.binds
   std::map<std::string, std::string> labels; ///< docker.labels
-  std::string listen_address;      ///< listen_address
-  std::vector<std::string> tls_files; ///< tls_cert, tls_key, tls_ca (bind-mounted when TLS is on)
-  bool tls = false;                ///< tls_cert set: workers dial tls+tcp://
+  std::string listen_address;                ///< listen_address
+  std::vector<std::string> tls_files;        ///< tls_cert, tls_key, tls_ca (bind-mounted when TLS is on)
+  bool tls = false;                          ///< tls_cert set: workers dial tls+tcp://
 
   /// Reads the configuration table. Throws fiber::backend_error for a malformed value.
   static docker_options from_config() {

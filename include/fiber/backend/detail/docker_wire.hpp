@@ -134,7 +134,8 @@ inline std::string choose_api_version(std::string_view daemon, std::string_view 
        oldest = parse_api_version(oldest_api_version);
   auto m = daemon_min.empty() ? std::pair{1, 12} : parse_api_version(daemon_min);
   if (d == std::pair{0, 0})
-    throw api_error("docker: the daemon at " + host + " reported no usable API version ('" + std::string(daemon) + "')", 0);
+    throw api_error("docker: the daemon at " + host + " reported no usable API version ('" + std::string(daemon) + "')",
+                    0);
   auto use = std::min(d, newest);
   if (use < m || use < oldest)
     throw api_error("docker: the daemon at " + host + " speaks Engine API " + std::string(daemon) + " (minimum " +
@@ -172,19 +173,19 @@ inline std::string label_filter(const std::vector<std::string>& labels) {
 
 /// One container, as fiber creates it.
 struct container_spec {
-  std::string name;                          ///< Docker's name rules: [a-zA-Z0-9][a-zA-Z0-9_.-]+
+  std::string name; ///< Docker's name rules: [a-zA-Z0-9][a-zA-Z0-9_.-]+
   std::string image;
-  std::vector<std::string> argv;             ///< argv[0] becomes the Entrypoint, the rest Cmd; empty: the image's
-  std::vector<std::string> env;              ///< "KEY=value"
+  std::vector<std::string> argv; ///< argv[0] becomes the Entrypoint, the rest Cmd; empty: the image's
+  std::vector<std::string> env;  ///< "KEY=value"
   std::map<std::string, std::string> labels;
-  std::string user;                          ///< "uid:gid"; "" = the image's
-  std::string working_dir;                   ///< "" = the image's
-  std::string network = "host";              ///< HostConfig.NetworkMode
-  std::vector<std::string> binds;            ///< "src:dst[:ro]"
+  std::string user;               ///< "uid:gid"; "" = the image's
+  std::string working_dir;        ///< "" = the image's
+  std::string network = "host";   ///< HostConfig.NetworkMode
+  std::vector<std::string> binds; ///< "src:dst[:ro]"
   bool auto_remove = true, init = true;
-  std::int64_t nano_cpus = 0;                ///< 0: no limit
-  std::int64_t memory_bytes = 0;             ///< 0: no limit; also the memory+swap limit (no swap)
-  int gpus = 0;                              ///< DeviceRequests: Count gpus, Capabilities [["gpu"]]
+  std::int64_t nano_cpus = 0;    ///< 0: no limit
+  std::int64_t memory_bytes = 0; ///< 0: no limit; also the memory+swap limit (no swap)
+  int gpus = 0;                  ///< DeviceRequests: Count gpus, Capabilities [["gpu"]]
 };
 
 /// The body of `POST /containers/create` for `s`.
@@ -197,16 +198,12 @@ inline nlohmann::json create_body(const container_spec& s) {
     host["MemorySwap"] = s.memory_bytes; // no swap: over the limit is out of memory, not slow
   }
   if (s.gpus > 0)
-    host["DeviceRequests"] = nlohmann::json::array(
-        {{{"Driver", ""}, {"Count", s.gpus}, {"Capabilities", nlohmann::json::array({nlohmann::json::array({"gpu"})})}}});
-  nlohmann::json b{{"Image", s.image},
-                   {"Env", s.env},
-                   {"Labels", s.labels},
-                   {"AttachStdout", true},
-                   {"AttachStderr", true},
-                   {"Tty", false},
-                   {"OpenStdin", false},
-                   {"HostConfig", std::move(host)}};
+    host["DeviceRequests"] =
+        nlohmann::json::array({{{"Driver", ""},
+                                {"Count", s.gpus},
+                                {"Capabilities", nlohmann::json::array({nlohmann::json::array({"gpu"})})}}});
+  nlohmann::json b{{"Image", s.image},     {"Env", s.env}, {"Labels", s.labels}, {"AttachStdout", true},
+                   {"AttachStderr", true}, {"Tty", false}, {"OpenStdin", false}, {"HostConfig", std::move(host)}};
   if (!s.argv.empty()) {
     b["Entrypoint"] = nlohmann::json::array({s.argv.front()});
     b["Cmd"] = std::vector<std::string>(s.argv.begin() + 1, s.argv.end());
@@ -232,9 +229,9 @@ inline std::string error_message(const http::response& r) {
 
 /// One entry of `GET /events`.
 struct event {
-  std::string type;   ///< "container", "network", ...
-  std::string action; ///< "create", "start", "die", "oom", "destroy", ...
-  std::string id;     ///< Actor.ID
+  std::string type;                              ///< "container", "network", ...
+  std::string action;                            ///< "create", "start", "die", "oom", "destroy", ...
+  std::string id;                                ///< Actor.ID
   std::map<std::string, std::string> attributes; ///< Actor.Attributes: name, exitCode, image, the labels
   std::int64_t time_nano = 0;
 

@@ -360,7 +360,6 @@ private:
   };
 
   std::shared_ptr<impl> impl_;
-
 };
 
 /// Performs `requests` concurrently on the calling thread and blocks until
@@ -371,7 +370,7 @@ private:
 /// containers): never call it on a thread whose event loop others wait on.
 /// Any thread. Throws std::runtime_error when libcurl cannot be loaded.
 inline std::vector<std::pair<std::error_code, response>> perform_blocking(std::vector<request> requests,
-                                                                           std::chrono::milliseconds limit) {
+                                                                          std::chrono::milliseconds limit) {
   const auto& api = curl_api::get();
   std::vector<std::pair<std::error_code, response>> results(requests.size());
   std::vector<std::unique_ptr<impl_::transfer>> ts;
@@ -409,13 +408,14 @@ inline std::vector<std::pair<std::error_code, response>> perform_blocking(std::v
     }
     const auto now = std::chrono::steady_clock::now();
     if (running == 0 || now >= deadline) break;
-    auto wait = std::min<std::chrono::milliseconds>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
-                                                    std::chrono::milliseconds(100));
+    auto wait = std::min<std::chrono::milliseconds>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now), std::chrono::milliseconds(100));
     api.multi_poll(multi, nullptr, 0, int(wait.count()) + 1, nullptr);
   }
   for (auto& t : ts)
     if (!t->done) {
-      results[t->id] = {make_error(CURLE_OPERATION_TIMEDOUT), response{0, {}, {}, "gave up after " + std::to_string(limit.count()) + " ms"}};
+      results[t->id] = {make_error(CURLE_OPERATION_TIMEDOUT),
+                        response{0, {}, {}, "gave up after " + std::to_string(limit.count()) + " ms"}};
       api.multi_remove_handle(multi, t->easy);
       impl_::cleanup_easy(api, *t);
     }

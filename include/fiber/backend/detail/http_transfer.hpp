@@ -28,9 +28,9 @@ struct transfer;
 /// for perform_blocking's transfers), and who must forget a socket before
 /// curl closes it.
 struct sink {
-  virtual void head(transfer& t) = 0;          // a 2xx status and its headers arrived
-  virtual void data(transfer& t) = 0;          // t.pending grew
-  virtual void forget(curl_socket_t fd) = 0;   // curl is about to close fd
+  virtual void head(transfer& t) = 0;        // a 2xx status and its headers arrived
+  virtual void data(transfer& t) = 0;        // t.pending grew
+  virtual void forget(curl_socket_t fd) = 0; // curl is about to close fd
   virtual ~sink() = default;
 };
 
@@ -56,7 +56,9 @@ inline size_t on_header(char* p, size_t size, size_t n, void* ud) {
   if (line.starts_with("HTTP/")) { // a new response (after a 1xx, say): start over
     t.resp.headers.clear();
     auto sp = line.find(' ');
-    t.resp.status = sp == std::string_view::npos ? 0 : std::strtol(std::string(line.substr(sp + 1, 3)).c_str(), nullptr, 10);
+    t.resp.status = sp == std::string_view::npos
+                        ? 0
+                        : std::strtol(std::string(line.substr(sp + 1, 3)).c_str(), nullptr, 10);
   } else if (line.empty()) {
     if (t.streaming && t.owner && !t.head_posted && t.resp.status >= 200 && t.resp.status < 300) {
       t.head_posted = true;
@@ -133,7 +135,8 @@ inline void setup_easy(const curl_api& api, transfer& t, sink* owner) {
   else if (!with_body) set(CURLOPT_HTTPGET, 1L);
 
   for (auto& [k, v] : r.headers) t.headers = api.slist_append(t.headers, (k + ": " + v).c_str());
-  if (!r.bearer_token.empty()) t.headers = api.slist_append(t.headers, ("Authorization: Bearer " + r.bearer_token).c_str());
+  if (!r.bearer_token.empty())
+    t.headers = api.slist_append(t.headers, ("Authorization: Bearer " + r.bearer_token).c_str());
   t.headers = api.slist_append(t.headers, "Expect:"); // no 100-continue round trip for larger bodies
   set(CURLOPT_HTTPHEADER, t.headers);
 

@@ -62,7 +62,7 @@ struct request {
 
 /// What came back.
 struct response {
-  long status = 0; ///< HTTP status; 0 if no response arrived
+  long status = 0;                                          ///< HTTP status; 0 if no response arrived
   std::vector<std::pair<std::string, std::string>> headers; ///< names in lower case, in arrival order
   /// One-shot requests: the whole body. Streams: the body only when the
   /// status is not 2xx (an error document); 2xx bodies go to on_data.

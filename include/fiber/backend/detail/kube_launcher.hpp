@@ -47,7 +47,8 @@ class kube_launcher final : public backend::launcher, public std::enable_shared_
   // A handler that runs `f(*this, args...)` while the launcher lives and is not shutting down.
   template <class F>
   auto guarded(F f) {
-    return guarded_by(weak_from_this(), [](const kube_launcher& s) { return s.shutting_down_; }, std::move(f));
+    return guarded_by(
+        weak_from_this(), [](const kube_launcher& s) { return s.shutting_down_; }, std::move(f));
   }
 
 public:

@@ -53,7 +53,8 @@ std::shared_ptr<backend::launcher> make_started(Args&&... args) {
 /// fiber was built without them.
 [[noreturn]] inline void throw_built_without_http(std::string_view backend) {
   throw backend_error(std::string(backend) + ": fiber was built without libcurl and nlohmann-json, which the " +
-                      std::string(backend) + " backend needs: install the Debian packages libcurl4-openssl-dev and "
+                      std::string(backend) +
+                      " backend needs: install the Debian packages libcurl4-openssl-dev and "
                       "nlohmann-json3-dev and rebuild");
 }
 

@@ -20,8 +20,7 @@
 namespace fiber::detail {
 
 inline bool is_loopback(const sockaddr* sa) {
-  if (sa->sa_family == AF_INET)
-    return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family == AF_INET) return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
   if (sa->sa_family == AF_INET6) {
     auto& a = reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
     return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);

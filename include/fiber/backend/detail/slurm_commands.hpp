@@ -22,11 +22,11 @@ namespace fiber::detail::slurm_impl {
 /// One sbatch submission: the script fed on stdin, the variables added to
 /// sbatch's environment, and the output paths.
 struct batch_plan {
-  std::string name;                                         ///< --job-name
-  std::string script;                                       ///< #!/bin/sh ... exec argv
-  std::vector<std::pair<std::string, std::string>> env;     ///< added to sbatch's environment
-  std::string output = "/dev/null", error = "/dev/null";    ///< --output / --error
-  std::size_t array_size = 0;                               ///< 0: plain job; n: --array=0-(n-1)
+  std::string name;                                      ///< --job-name
+  std::string script;                                    ///< #!/bin/sh ... exec argv
+  std::vector<std::pair<std::string, std::string>> env;  ///< added to sbatch's environment
+  std::string output = "/dev/null", error = "/dev/null"; ///< --output / --error
+  std::size_t array_size = 0;                            ///< 0: plain job; n: --array=0-(n-1)
 };
 
 /// The longest common prefix of the specs' names without trailing
@@ -83,7 +83,8 @@ inline batch_plan plan_batch(const std::vector<const backend::job_spec*>& specs)
     auto& vals = entry.second;
     vals.resize(specs.size(), nullptr);
     const std::string* first = vals[0];
-    bool same = std::all_of(vals.begin(), vals.end(), [first](const std::string* v) { return v && first && *v == *first; });
+    bool same = std::all_of(vals.begin(), vals.end(),
+                            [first](const std::string* v) { return v && first && *v == *first; });
     if (same) p.env.emplace_back(entry.first, *first);
     else varying.push_back(entry.first);
   }
@@ -142,8 +143,8 @@ inline void add_resource_args(std::vector<std::string>& a, const fiber::resource
 /// after fiber's defaults (so they can override them) and before the
 /// options fiber depends on (--parsable, --export=ALL, --no-requeue, --array).
 inline std::vector<std::string> sbatch_argv(const slurm_options& o, const batch_plan& p, const fiber::resources& r) {
-  std::vector<std::string> a{o.bin("sbatch"), "--job-name=" + p.name, "--output=" + p.output, "--error=" + p.error,
-                             "--ntasks=1", "--nodes=1"};
+  std::vector<std::string> a{o.bin("sbatch"),      "--job-name=" + p.name, "--output=" + p.output,
+                             "--error=" + p.error, "--ntasks=1",           "--nodes=1"};
   add_resource_args(a, r);
   if (o.partition) a.push_back("--partition=" + *o.partition);
   if (o.account) a.push_back("--account=" + *o.account);
@@ -157,8 +158,15 @@ inline std::vector<std::string> sbatch_argv(const slurm_options& o, const batch_
 /// srun's argv for one step of allocation `allocation` running `spec`.
 inline std::vector<std::string> srun_argv(const slurm_options& o, const std::string& allocation,
                                           const backend::job_spec& spec) {
-  std::vector<std::string> a{o.bin("srun"), "--jobid=" + allocation, "--ntasks=1", "--nodes=1", "--exact",
-                             "--quiet", "--input=none", "--export=ALL", "--job-name=" + (spec.name.empty() ? "fiber" : spec.name)};
+  std::vector<std::string> a{o.bin("srun"),
+                             "--jobid=" + allocation,
+                             "--ntasks=1",
+                             "--nodes=1",
+                             "--exact",
+                             "--quiet",
+                             "--input=none",
+                             "--export=ALL",
+                             "--job-name=" + (spec.name.empty() ? "fiber" : spec.name)};
   if (o.overlap) a.push_back("--overlap");
   add_resource_args(a, spec.resources);
   if (spec.stdout_path) a.push_back("--output=" + *spec.stdout_path);

@@ -25,13 +25,13 @@ namespace fiber::detail {
 struct slurm_options {
   enum class mode { automatic, sbatch, array, srun };
 
-  std::optional<std::string> partition;   ///< --partition (slurm.partition)
-  std::optional<std::string> account;     ///< --account (slurm.account)
-  std::optional<std::string> time_limit;  ///< --time (slurm.time_limit)
-  std::vector<std::string> extra_args;    ///< extra sbatch arguments (slurm.extra_args, shell-split)
-  mode launch_mode = mode::automatic;     ///< slurm.launch_mode
-  std::chrono::milliseconds poll_interval{500};     ///< slurm.poll_interval_ms
-  std::optional<std::string> listen_address;        ///< listen_address
+  std::optional<std::string> partition;         ///< --partition (slurm.partition)
+  std::optional<std::string> account;           ///< --account (slurm.account)
+  std::optional<std::string> time_limit;        ///< --time (slurm.time_limit)
+  std::vector<std::string> extra_args;          ///< extra sbatch arguments (slurm.extra_args, shell-split)
+  mode launch_mode = mode::automatic;           ///< slurm.launch_mode
+  std::chrono::milliseconds poll_interval{500}; ///< slurm.poll_interval_ms
+  std::optional<std::string> listen_address;    ///< listen_address
   /// The allocation the master runs in (SLURM_JOB_ID); srun steps go there.
   std::optional<std::string> allocation;
   /// The master itself runs as a job step (SLURM_STEP_ID numeric, e.g. under
@@ -68,7 +68,8 @@ struct slurm_options {
     if (auto ms = get("slurm.poll_interval_ms")) {
       char* end = nullptr;
       long v = std::strtol(ms->c_str(), &end, 10);
-      if (*end || v < 10) throw backend_error("slurm: slurm.poll_interval_ms must be an integer >= 10, got '" + *ms + "'");
+      if (*end || v < 10)
+        throw backend_error("slurm: slurm.poll_interval_ms must be an integer >= 10, got '" + *ms + "'");
       o.poll_interval = std::chrono::milliseconds(v);
     }
     o.listen_address = get("listen_address");

@@ -59,9 +59,9 @@ inline std::map<std::string, queue_entry> parse_queue(std::string_view out) {
 /// Whether a job in `state` has ended for good. Unknown states count as live
 /// (a job stuck in one is the runtime's start/heartbeat timeouts' business).
 inline bool is_terminal(std::string_view state) {
-  static constexpr std::string_view ended[] = {"BOOT_FAIL", "CANCELLED",     "COMPLETED", "DEADLINE",
-                                               "FAILED",    "NODE_FAIL",     "OUT_OF_MEMORY", "PREEMPTED",
-                                               "TIMEOUT",   "REVOKED",       "SPECIAL_EXIT"};
+  static constexpr std::string_view ended[] = {"BOOT_FAIL", "CANCELLED", "COMPLETED",     "DEADLINE",
+                                               "FAILED",    "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                                               "TIMEOUT",   "REVOKED",   "SPECIAL_EXIT"};
   return std::find(std::begin(ended), std::end(ended), state) != std::end(ended);
 }
 
@@ -76,7 +76,10 @@ inline backend::job_exit to_exit(const queue_entry& e, int asked) {
   if (e.state == "COMPLETED") {
     x = {kind::exited, code, e.state};
   } else if (e.state == "CANCELLED") {
-    x = {kind::signalled, asked ? asked : sig ? sig : 15,
+    x = {kind::signalled,
+         asked ? asked
+         : sig ? sig
+               : 15,
          asked ? std::string("CANCELLED") : "CANCELLED (not by fiber)" + why};
   } else if (e.state == "FAILED") {
     if (asked && sig) x = {kind::signalled, asked, "FAILED" + why};
