@@ -17,7 +17,7 @@
 /// request to that process (~5 µs there, ~45 µs from another process on the
 /// same machine), and each alone is atomic. A read-modify-write is not:
 /// hold get_lock() around it, a fiber::Lock made with the value (Python's
-/// default is an RLock; SPEC names a Lock). get and set do not take the lock
+/// default is an RLock; fiber's is a Lock). get and set do not take the lock
 /// themselves (Python's synchronized wrappers do, re-entrantly), so they
 /// can be called while holding it. Handles are copyable (copies name the
 /// same values, and the same lock) and serializable.

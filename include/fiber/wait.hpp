@@ -47,7 +47,7 @@ public:
   /// Names `w` (a Connection end or a Process), which must outlive this waitable.
   template <class W>
     requires detail::watchable<W> waitable(
-        W& w) // NOLINT(google-explicit-constructor): implicit, as SPEC's fiber::wait({a, p}) needs
+        W& w) // NOLINT(google-explicit-constructor): implicit, as fiber::wait({a, p}) needs
         : id_(&w), watch_([&w](std::function<void()> ready) { return fiber_watch(w, std::move(ready)); }) {}
 
     /// True if both name the same Connection end or Process.
@@ -106,8 +106,8 @@ inline std::vector<waitable> wait_until(std::vector<waitable> objects,
 } // namespace detail
 
 /// Blocks until at least one of `objects` is ready and returns the ready
-/// ones, in their order. Throws what watching throws (e.g. fiber::error for
-/// a closed Connection) and std::logic_error on fiber's runtime thread.
+/// ones, in their order. Throws std::logic_error for a closed or send-only
+/// Connection, a Process not started or closed, and on fiber's runtime thread.
 inline std::vector<waitable> wait(std::vector<waitable> objects) {
   return detail::wait_until(std::move(objects), std::nullopt);
 }

@@ -46,7 +46,7 @@
 /// exited(n); 128+n → signalled(n) (the container's status is docker-init's:
 /// a worker that *exits* with 128+n says so on its link first, and Process
 /// reports that status, as for srun); after cancel(j, s) → signalled(s)
-/// (SPEC: terminate → -15, kill → -9). An `oom` event (it may trail `die` by a
+/// (as on every backend: terminate → -15, kill → -9). An `oom` event (it may trail `die` by a
 /// moment: a 137 under a memory limit waits up to 250 ms for it) → lost with
 /// reason "out of memory: container ... exceeded its memory limit (N MiB)".
 /// A container killed behind fiber's back (`docker kill`) is signalled(9),

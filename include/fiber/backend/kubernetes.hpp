@@ -75,7 +75,7 @@
 /// after `410 Gone`, a dropped stream or an error; resumed after the server's
 /// timeout; never polled). A pod's container terminated with code n: exited
 /// (n), or signalled(n-128) for 128 < n <= 192; after cancel(j, s)
-/// signalled(s) (SPEC: terminate -15, kill -9). Lost, with Kubernetes' words
+/// signalled(s) (as on every backend: terminate -15, kill -9). Lost, with Kubernetes' words
 /// as the reason: OOMKilled, Evicted, deleted by someone else, disrupted
 /// (node lost: the taint manager's deletion; PodGC). A start failure — the
 /// container waiting in ErrImagePull/ImagePullBackOff, InvalidImageName,

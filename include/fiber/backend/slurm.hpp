@@ -70,7 +70,9 @@
 /// Process reports that status rather than -n).
 ///
 /// ## Listen address
-/// `listen_url()` is `tcp://<addr>:0`, addr = (1) the `listen_address` key;
+/// `listen_url()` is `tcp://<addr>:0` (`tls+tcp://` when `tls_cert` is set:
+/// the nodes then need tls_cert, tls_key and tls_ca at the same paths),
+/// addr = (1) the `listen_address` key;
 /// else (2) the first non-loopback address the master's hostname resolves to;
 /// else (3) the local address of the interface that routes to slurmctld
 /// (`scontrol show config`: SlurmctldHost/SlurmctldAddr; found with a UDP
@@ -168,7 +170,7 @@ public:
   /// "tcp://<address>:0"; see the file comment for how the address is chosen.
   /// Blocks once for `scontrol show config` when rules 1-2 give nothing.
   std::string listen_url() override {
-    if (!listen_url_) listen_url_ = "tcp://" + listen_address() + ":0";
+    if (!listen_url_) listen_url_ = fiber::detail::tcp_listen_url(listen_address(), !config_string("tls_cert").empty());
     return *listen_url_;
   }
 

@@ -47,7 +47,7 @@ struct spawned {
 /// dispositions (the runtime may block or ignore signals in its threads).
 /// Throws std::system_error (errno of the failed exec, e.g. ENOENT).
 inline spawned spawn(const spawn_request& r) {
-  if (r.argv.empty()) throw std::invalid_argument("slurm: empty argv");
+  if (r.argv.empty()) throw std::invalid_argument("fiber: spawn: empty argv");
   std::vector<char*> argv;
   for (auto& a : r.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
