@@ -348,8 +348,8 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   in the rig's namespaces by a launcher of the bench (`nsenter --net=...`, fiber's public
   `backend::launcher` interface) and dialling 10.200.0.1 over tcp:// or tls+tcp://; raw nng
   runs its client in the root namespace and its server in righost1, between the same two
-  namespaces, in the same repetition. Not the Slurm backend for these rows: it always
-  listens on tcp:// (no TLS), and placement must be exact; the check row (a worker that is
+  namespaces, in the same repetition. Not the Slurm backend for these rows: placement
+  must be exact (and TLS needs the files on every node); the check row (a worker that is
   a Slurm job on righost1) shows the launcher does not change the round trip. The "hosts"
   share this machine's 2 CPUs: a veth hop costs CPU time, not wire time, and the softirq
   work of both directions lands on the same two vCPUs as the processes.
