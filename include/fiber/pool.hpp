@@ -179,11 +179,8 @@ public:
   /// task message; 0: automatic (about four chunks per worker).
   template <class In>
   std::vector<result_type> map(In&& inputs, std::size_t chunksize = 0) {
-    if constexpr (detail::check_map_inputs<F, In>()) {
-      return detail::collect<R>(*submit_range<false>(inputs, chunksize));
-    } else {
-      return {};
-    }
+    if constexpr (detail::check_map_inputs<F, In>()) return detail::collect<R>(*submit_range<false>(inputs, chunksize));
+    else return {};
   }
 
   /// Like map, for a target of several arguments: each element of `tuples`
@@ -191,11 +188,9 @@ public:
   /// to its parameter (else a compile-time error naming the rule).
   template <class In>
   std::vector<result_type> starmap(In&& tuples, std::size_t chunksize = 0) {
-    if constexpr (detail::check_starmap_inputs<F, In>()) {
+    if constexpr (detail::check_starmap_inputs<F, In>())
       return detail::collect<R>(*submit_range<true>(tuples, chunksize));
-    } else {
-      return {};
-    }
+    else return {};
   }
 
   /// f(args...) on a worker; blocks for the result.

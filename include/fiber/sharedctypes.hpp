@@ -91,7 +91,8 @@ public:
 
   std::size_t size() const noexcept { return size_; }
   Lock& lock() noexcept { return lock_; }
-  bool same(const shared_elements& o) const { return h_.same(o.h_); }
+  /// True if both name the same service (so the same values).
+  friend bool operator==(const shared_elements& a, const shared_elements& b) { return a.h_.same(b.h_); }
 
   void write(writer& w) const {
     h_.write(w);
@@ -119,50 +120,63 @@ private:
   Lock lock_;
 };
 
+/// The handle side Value<T> and Array<T> share: their elements, the lock,
+/// identity and the serialization hooks.
+template <class Derived, class T>
+class shared_ctype_handle : check_shared_ctype<T> {
+public:
+  /// The lock that makes a read-modify-write atomic (this handle's copy of
+  /// it; every copy names the same lock). Held by no call of Value or Array.
+  Lock& get_lock() noexcept { return e_.lock(); }
+  /// True if both handles name the same values.
+  friend bool operator==(const Derived& a, const Derived& b) { return elements(a) == elements(b); }
+  /// Serialization hooks: the service, the size, and the lock.
+  friend void fiber_serialize(writer& w, const Derived& d) { elements(d).write(w); }
+  /// Serialization hook: reads what fiber_serialize wrote.
+  friend void fiber_deserialize(reader& r, Derived& d) { elements(d).read(r); }
+
+protected:
+  shared_ctype_handle() = default;
+  explicit shared_ctype_handle(const std::vector<T>& init) : e_(init) {}
+  static const shared_elements<T>& elements(const shared_ctype_handle& h) { return h.e_; }
+  static shared_elements<T>& elements(shared_ctype_handle& h) { return h.e_; }
+  shared_elements<T> e_;
+};
+
 } // namespace detail
 
 /// multiprocessing.Value: one arithmetic value shared by processes, with
 /// its lock. See the file's documentation.
 template <class T>
-class Value : detail::check_shared_ctype<T> {
+class Value : public detail::shared_ctype_handle<Value<T>, T> {
 public:
   using value_type = T; ///< the element type
 
   /// A value initialized to `v` (default: zero), kept in this process.
-  explicit Value(T v = T{}) : e_(std::vector<T>{v}) {}
+  explicit Value(T v = T{}) : detail::shared_ctype_handle<Value<T>, T>(std::vector<T>{v}) {}
 
   /// The value now (one request).
   T get() const { return e_.get("fiber::Value::get", 0); }
   /// Replaces the value (one request).
   void set(T v) { e_.set("fiber::Value::set", 0, v); }
-  /// The lock that makes a read-modify-write atomic (this handle's copy of
-  /// it; every copy names the same lock). Held by no call of Value itself.
-  Lock& get_lock() noexcept { return e_.lock(); }
-
-  /// True if both handles name the same value.
-  friend bool operator==(const Value& a, const Value& b) { return a.e_.same(b.e_); }
-  /// Serialization hooks: the service, and the lock.
-  friend void fiber_serialize(writer& w, const Value& v) { v.e_.write(w); }
-  /// Serialization hook: reads what fiber_serialize wrote.
-  friend void fiber_deserialize(reader& r, Value& v) { v.e_.read(r); }
 
 private:
-  detail::shared_elements<T> e_;
+  using detail::shared_ctype_handle<Value<T>, T>::e_;
 };
 
 /// multiprocessing.Array: a fixed number of arithmetic values shared by
 /// processes, with one lock. See the file's documentation.
 template <class T>
-class Array : detail::check_shared_ctype<T> {
+class Array : public detail::shared_ctype_handle<Array<T>, T> {
 public:
   using value_type = T; ///< the element type
 
   /// An empty handle, to be assigned or deserialized into (size 0).
   Array() = default;
   /// `size` zeros, kept in this process. (`Array<int> a(10)`: ten zeros.)
-  explicit Array(std::size_t size) : e_(std::vector<T>(size, T{})) {}
+  explicit Array(std::size_t size) : detail::shared_ctype_handle<Array<T>, T>(std::vector<T>(size, T{})) {}
   /// A copy of `values`, kept in this process.
-  explicit Array(const std::vector<T>& values) : e_(values) {}
+  explicit Array(const std::vector<T>& values) : detail::shared_ctype_handle<Array<T>, T>(values) {}
 
   /// The number of elements (fixed).
   std::size_t size() const noexcept { return e_.size(); }
@@ -170,18 +184,9 @@ public:
   T get(std::size_t i) const { return e_.get("fiber::Array::get", i); }
   /// Replaces element `i` (one request); std::out_of_range if i >= size().
   void set(std::size_t i, T v) { e_.set("fiber::Array::set", i, v); }
-  /// The lock that makes a read-modify-write atomic (see Value::get_lock).
-  Lock& get_lock() noexcept { return e_.lock(); }
-
-  /// True if both handles name the same array.
-  friend bool operator==(const Array& a, const Array& b) { return a.e_.same(b.e_); }
-  /// Serialization hooks: the service, the size, and the lock.
-  friend void fiber_serialize(writer& w, const Array& a) { a.e_.write(w); }
-  /// Serialization hook: reads what fiber_serialize wrote.
-  friend void fiber_deserialize(reader& r, Array& a) { a.e_.read(r); }
 
 private:
-  detail::shared_elements<T> e_;
+  using detail::shared_ctype_handle<Array<T>, T>::e_;
 };
 
 } // namespace fiber

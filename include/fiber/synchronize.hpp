@@ -381,15 +381,16 @@ public:
   bool is_set() const { return h_.call("fiber::Event::is_set", detail::sync_op::is_set, -1).result<std::uint8_t>(); }
   /// Blocks until the flag is raised; returns true.
   bool wait() { return wait_ms(-1); }
-  /// Waits at most `timeout`; false if the flag was not raised by then.
-  template <class Rep, class Period>
-  bool wait(std::chrono::duration<Rep, Period> timeout) {
-    return wait_ms(detail::timeout_ms(timeout));
-  }
   /// wait() asynchronously. Completion signature `void(std::exception_ptr)`.
   template <class Token>
   auto async_wait(Token&& token) {
     return h_.async_plain(std::forward<Token>(token), detail::sync_op::wait);
+  }
+
+  /// Waits at most `timeout`; false if the flag was not raised by then.
+  template <class Rep, class Period>
+  bool wait(std::chrono::duration<Rep, Period> timeout) {
+    return wait_ms(detail::timeout_ms(timeout));
   }
   /// wait(timeout) asynchronously. Completion signature
   /// `void(std::exception_ptr, bool set)`.

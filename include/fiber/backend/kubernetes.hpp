@@ -135,13 +135,11 @@ struct kubernetes {
     auto where = detail::kube::resolve(opts, detail::kube::environment::from_process());
     return detail::make_started<detail::kube_launcher>(ex, std::move(opts), std::move(where));
 #else
+    detail::throw_built_without_http(name); // the headers were missing when fiber was configured
     (void)ex;
-    detail::throw_built_without_http(name);
 #endif
   }
 };
-
-static_assert(policy<kubernetes>);
 
 } // namespace fiber::backend
 
@@ -150,4 +148,5 @@ namespace fiber::detail {
 /// registration (backend::from_env does not include this header: see named_backends.hpp).
 inline const bool kubernetes_backend_registered = register_backend(backend::kubernetes::name,
                                                                    &backend::kubernetes::make);
+static_assert(backend::policy<backend::kubernetes>);
 } // namespace fiber::detail

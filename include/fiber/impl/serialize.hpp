@@ -390,8 +390,8 @@ void encode(writer& w, const T& v) {
 
 template <class T>
 void decode(reader& r, T& out) {
-  constexpr kind k = kind_of<T>;
-  if constexpr (k == kind::hook) {
+  // kind_of<T> is spelled out: the same dispatch as encode, in the same order.
+  if constexpr (kind_of<T> == kind::hook) {
     hook_lookup::load(r, out);
   } else if constexpr (memcpy_wire<T>) {
     r.read_bytes(std::addressof(out), sizeof(T));
@@ -399,15 +399,15 @@ void decode(reader& r, T& out) {
     const std::size_t at = r.position();
     const std::span<const std::byte> s = r.read_span(fixed_wire_size<T>);
     detail::decode_fixed(s.data(), out, block_origin{s.data(), at});
-  } else if constexpr (k == kind::describe) {
+  } else if constexpr (kind_of<T> == kind::describe) {
     detail::for_each_described(out, [&](auto& f) { detail::decode(r, f); });
-  } else if constexpr (k == kind::boolean) {
+  } else if constexpr (kind_of<T> == kind::boolean) {
     std::byte b;
     r.read_bytes(&b, 1);
     if (std::to_integer<unsigned>(b) > 1) [[unlikely]]
       throw_malformed("bool byte " + std::to_string(std::to_integer<unsigned>(b)) + " is not 0 or 1", r.position() - 1);
     out = b == std::byte{1};
-  } else if constexpr (k == kind::string) {
+  } else if constexpr (kind_of<T> == kind::string) {
     using C = typename T::value_type;
     const std::size_t n = r.read_length(sizeof(C));
     const std::span<const std::byte> s = r.read_span(n * sizeof(C));
@@ -417,7 +417,7 @@ void decode(reader& r, T& out) {
       out.resize(n);
       if (n != 0) std::memcpy(out.data(), s.data(), s.size());
     }
-  } else if constexpr (k == kind::vector) {
+  } else if constexpr (kind_of<T> == kind::vector) {
     using E = typename T::value_type;
     if constexpr (std::is_same_v<E, bool>) {
       detail::decode_bits(r, out);
@@ -446,9 +446,9 @@ void decode(reader& r, T& out) {
         read_pad<E>(r);
       }
     }
-  } else if constexpr (k == kind::array) { // variable-size elements
+  } else if constexpr (kind_of<T> == kind::array) { // variable-size elements
     for (auto& e : out) detail::decode(r, e);
-  } else if constexpr (k == kind::map) {
+  } else if constexpr (kind_of<T> == kind::map) {
     using K = typename T::key_type;
     using M = typename T::mapped_type;
     const std::size_t n = r.read_length(elem_bound<K, M>);
@@ -463,7 +463,7 @@ void decode(reader& r, T& out) {
       read_pad<K, M>(r);
       detail::insert_unique(out, at, std::move(key), std::move(val));
     }
-  } else if constexpr (k == kind::set) {
+  } else if constexpr (kind_of<T> == kind::set) {
     using K = typename T::key_type;
     const std::size_t n = r.read_length(elem_bound<K>);
     out.clear();
@@ -475,12 +475,12 @@ void decode(reader& r, T& out) {
       read_pad<K>(r);
       detail::insert_unique(out, at, std::move(key));
     }
-  } else if constexpr (k == kind::pair) {
+  } else if constexpr (kind_of<T> == kind::pair) {
     detail::decode(r, out.first);
     detail::decode(r, out.second);
-  } else if constexpr (k == kind::tuple) {
+  } else if constexpr (kind_of<T> == kind::tuple) {
     std::apply([&](auto&... xs) { (detail::decode(r, xs), ...); }, out);
-  } else if constexpr (k == kind::optional) {
+  } else if constexpr (kind_of<T> == kind::optional) {
     std::byte tag;
     r.read_bytes(&tag, 1);
     if (tag == std::byte{0}) {
@@ -491,7 +491,7 @@ void decode(reader& r, T& out) {
       throw_malformed("optional tag " + std::to_string(std::to_integer<unsigned>(tag)) + " is not 0 or 1",
                       r.position() - 1);
     }
-  } else if constexpr (k == kind::variant) {
+  } else if constexpr (kind_of<T> == kind::variant) {
     constexpr std::size_t alternatives = std::variant_size_v<T>;
     const std::size_t at = r.position();
     const std::uint64_t index = r.read_varint();
@@ -500,17 +500,17 @@ void decode(reader& r, T& out) {
                           std::to_string(alternatives) + " alternatives",
                       at);
     detail::decode_variant(r, out, static_cast<std::size_t>(index), std::make_index_sequence<alternatives>{});
-  } else if constexpr (k == kind::duration) {
+  } else if constexpr (kind_of<T> == kind::duration) {
     typename T::rep count{};
     detail::decode(r, count);
     out = T{count};
-  } else if constexpr (k == kind::time_point) {
+  } else if constexpr (kind_of<T> == kind::time_point) {
     typename T::duration since{};
     detail::decode(r, since);
     out = T{since};
-  } else if constexpr (k == kind::monostate) {
+  } else if constexpr (kind_of<T> == kind::monostate) {
     // no bytes
-  } else if constexpr (k == kind::aggregate) {
+  } else if constexpr (kind_of<T> == kind::aggregate) {
     boost::pfr::for_each_field(out, [&](auto& f) { detail::decode(r, f); });
   } else {
     static_assert(dependent_false<T>, "fiber: internal error: unhandled kind");
