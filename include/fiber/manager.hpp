@@ -464,13 +464,13 @@ public:
     if (!core) return;
     auto& rt = detail::runtime::instance();
     if (rt.on_runtime_thread()) { // cannot wait here
-      core->shutdown({});
+      core->stop_processes({});
       rt.remove_service(service_);
       return;
     }
     std::promise<void> done;
     auto fut = done.get_future();
-    rt.sync([&] { core->shutdown([&done] { done.set_value(); }); });
+    rt.sync([&] { core->stop_processes([&done] { done.set_value(); }); });
     fut.wait();
     rt.remove_service(service_);
   }

@@ -117,7 +117,7 @@ public:
   /// destructors run), then the processes exit; after `shutdown_grace` the
   /// rest are killed. Waiting calls fail with fiber::error. `done` runs when
   /// every job has ended.
-  void shutdown(std::function<void()> done) {
+  void stop_processes(std::function<void()> done) {
     on_all_exited_ = std::move(done);
     if (!shut_) {
       shut_ = true;
