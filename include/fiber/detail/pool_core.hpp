@@ -214,6 +214,8 @@ private:
     bool exited = false;
     std::uint64_t tasks = 0;                         // tasks sent to it (maxtasksperchild)
     std::unique_ptr<asio::steady_timer> drain_timer; // exited, its link still being read to the end
+    std::unique_ptr<asio::steady_timer> exit_wait;   // link lost, waiting for the job's end (see on_link_lost)
+    std::string lost_reason;                         // why the link was lost, while exit_wait runs
     std::string exit_reason;                         // the backend's words on the job's end
     std::uint64_t charged = 0; // the chunk charged with its death (its exit report may come after)
   };
@@ -472,6 +474,16 @@ private:
       if (!terminated_ && (!w.retiring || !w.held.empty()))
         log(log_level::warning, w.name, ": ", reason, closing_ ? "" : "; rerunning its tasks");
       sup_->cancel(id, 9); // a hung worker must not come back with late results
+      // When this death fails a task, its error should name the cause the
+      // backend reports (OOMKilled, a lost node), which may trail the link's
+      // end: wait for the job's end, at most link_drain_limit.
+      if (!terminated_ && would_fail(w, id)) {
+        w.lost_reason = reason;
+        w.exit_wait = start_link_drain([weak = std::weak_ptr<pool_core>(shared_from_this()), id] {
+          if (auto s = weak.lock()) s->give_up_exit_wait(id);
+        });
+        return dispatch();
+      }
     }
     lose(id, reason);
     // Hand its chunks to the live workers now. Waiting for the next result
@@ -487,6 +499,10 @@ private:
     auto& w = it->second;
     w.exited = true;
     w.exit_reason = ex.reason;
+    if (w.exit_wait) { // its link was lost first: charge with the backend's words
+      w.exit_wait.reset();
+      return end_job(id);
+    }
     if (auto c = chunks_.find(w.charged); !ex.reason.empty() && c != chunks_.end()) c->second.exit_note = ex.reason;
     // A result sent just before a crash in the next task may still be
     // unread (see start_link_drain): read the link to its end before the
@@ -498,6 +514,26 @@ private:
       return;
     }
     end_job(id);
+  }
+
+  // Whether charging worker `id`'s death now fails a task (see lose): the
+  // oldest chunk it holds is a single task at its last retry.
+  bool would_fail(const worker_rec& w, std::uint64_t id) const {
+    const chunk_rec* oldest = nullptr;
+    for (auto cid : w.held)
+      if (auto c = chunks_.find(cid); c != chunks_.end() && c->second.holder == id)
+        if (!oldest || c->second.sent < oldest->sent) oldest = &c->second;
+    return oldest && oldest->msg.count == 1 && oldest->deaths + 1 > s_.max_retries;
+  }
+
+  // The job's end was not reported within link_drain_limit of its link's
+  // loss: charge the death with the link's reason.
+  void give_up_exit_wait(std::uint64_t id) {
+    auto it = workers_.find(id);
+    if (it == workers_.end() || !it->second.exit_wait) return;
+    it->second.exit_wait.reset();
+    lose(id, it->second.lost_reason);
+    dispatch();
   }
 
   // The rest of a job's end, once its link was read to the end (or never was).
