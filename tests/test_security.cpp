@@ -487,6 +487,83 @@ TEST_CASE("rogue peers on every listener: refused, the map completes, no task ru
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a local worker's proof over its issued nonce: accepted without a challenge once, refused replayed",
+          "[security][rogue]") {
+  auto& rt = fd::runtime::instance();
+  const auto url = rt.listen_url("ipc://");
+  const auto refused0 = rt.refused_peers_.load();
+  std::atomic<int> connected{0};
+  std::shared_ptr<fd::peer_link> held; // runtime thread; the link stays open, as a worker's does
+  // A worker the master expects, with the nonce a local spawn hands it.
+  std::uint64_t id = 0;
+  fd::nonce_t issued{};
+  rt.sync([&] {
+    id = rt.new_worker_id();
+    auto spec = fd::worker_spec(*rt.launcher<fiber::backend::local>(), id, "issued-nonce-test");
+    for (auto& [k, v] : spec.env)
+      if (k == "FIBER_INTERNAL_WORKER_NONCE" && !fd::from_hex(v, issued)) issued = {}; // checked below
+    rt.expect_worker(
+        id, [&](std::shared_ptr<fd::peer_link> l) { ++connected, held = std::move(l); }, [](const std::string&) {});
+    return 0;
+  });
+  REQUIRE(issued != fd::nonce_t{});
+  auto proof = [&](const fd::nonce_t& n) {
+    fd::auth_msg a;
+    a.nonce = fd::random_nonce();
+    a.role = std::uint8_t(fd::role::worker);
+    a.worker_id = id;
+    a.registry_hash = rt.registry_hash();
+    a.build_id = rt.own_build_id();
+    a.pid = ::getpid();
+    a.name = "issued-nonce-test";
+    a.mac = fd::client_proof(rt.secret(), n, a);
+    return std::pair{a, fd::frame(fd::frame_kind::auth, a)};
+  };
+  // (a) over another nonce than the one issued: refused
+  {
+    raw_peer p(url);
+    REQUIRE(p.send(with_header(proof(fd::random_nonce()).second)));
+    auto ch = p.recv_frame(); // the challenge went out on accept
+    REQUIRE(ch);
+    CHECK((*ch)[0] == std::byte(fd::frame_kind::challenge));
+    CHECK(p.closed_within(3000));
+  }
+  // (b) over the issued one, sent before reading the challenge: accepted
+  auto [a, f] = proof(issued);
+  {
+    raw_peer p(url);
+    REQUIRE(p.send(with_header(f)));
+    auto ch = p.recv_frame();
+    REQUIRE(ch);
+    CHECK((*ch)[0] == std::byte(fd::frame_kind::challenge));
+    auto ok = p.recv_frame();
+    REQUIRE(ok);
+    auto m = fd::decode_frame<fd::auth_ok_msg>(fd::frame_kind::auth_ok, *ok);
+    CHECK(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce)));
+    CHECK(wait_until([&] { return connected.load() == 1; }, 5s));
+  }
+  // (c) the same frame replayed while the worker is expected again: the
+  // nonce is spent, so it is refused
+  rt.sync([&] {
+    if (held) held->close("test");
+    held.reset();
+    rt.expect_worker(
+        id, [&](std::shared_ptr<fd::peer_link> l) { ++connected, l->close("test"); }, [](const std::string&) {});
+    return 0;
+  });
+  {
+    raw_peer p(url);
+    REQUIRE(p.send(with_header(f)));
+    CHECK(p.closed_within(3000));
+  }
+  rt.sync([&] {
+    rt.forget_worker(id);
+    return 0;
+  });
+  CHECK(connected.load() == 1);
+  CHECK(rt.refused_peers_.load() - refused0 == 2);
+}
+
 TEST_CASE("run dir 0700, secret file 0600; the secret is in no worker's command line or environment", "[security]") {
   auto& rt = fd::runtime::instance();
   fiber::Pool pool{fiber::target<&square>, {.processes = 2}};

@@ -128,4 +128,22 @@ inline std::string to_hex(std::span<const std::uint8_t> b) {
   return s;
 }
 
+/// Parses exactly 2 * N hex digits into `out`; false otherwise.
+template <std::size_t N>
+bool from_hex(std::string_view s, std::array<std::uint8_t, N>& out) {
+  if (s.size() != 2 * N) return false;
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < N; ++i) {
+    const int hi = digit(s[2 * i]), lo = digit(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = std::uint8_t(hi << 4 | lo);
+  }
+  return true;
+}
+
 } // namespace fiber::detail

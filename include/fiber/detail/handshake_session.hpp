@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <unistd.h>
@@ -54,6 +55,10 @@ struct server_handshake_hooks {
   /// A peer was dropped before it proved anything (bad frame, bad proof):
   /// for the refused-peers count.
   std::function<void()> dropped;
+  /// Whether `a`'s proof is good, given this connection's `challenge`; empty:
+  /// the proof must cover the challenge. The runtime also accepts a local
+  /// worker's proof over the one-time nonce issued to it (runtime.hpp).
+  std::function<bool(const auth_msg& a, const nonce_t& challenge)> verify;
 };
 
 /// Server side of the challenge–response on an accepted stream. Nothing but
@@ -87,7 +92,8 @@ inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s
       log(log_level::warning, "refused a peer: malformed handshake (", e.what(), ")");
       return s->close();
     }
-    if (!mac_equal(a.mac, client_proof(me.secret, nonce, a))) {
+    const bool proven = hooks.verify ? hooks.verify(a, nonce) : mac_equal(a.mac, client_proof(me.secret, nonce, a));
+    if (!proven) {
       hooks.dropped();
       log(log_level::warning, "refused a peer from pid ", a.pid, ": authentication failed");
       return s->close();
@@ -114,48 +120,74 @@ inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s
 using client_handshake_done =
     std::function<void(std::exception_ptr, stream, std::map<std::string, std::string> config)>;
 
+/// The client's auth frame, proving the secret over `server_nonce`.
+inline auth_msg make_auth(const handshake_identity& me, const nonce_t& server_nonce, role r, std::uint64_t worker_id) {
+  auth_msg a;
+  a.nonce = random_nonce();
+  a.role = std::uint8_t(r);
+  a.worker_id = worker_id;
+  a.registry_hash = me.registry_hash;
+  a.build_id = me.build_id;
+  a.pid = ::getpid();
+  a.host = host_name();
+  a.name = me.name;
+  a.mac = client_proof(me.secret, server_nonce, a);
+  return a;
+}
+
+/// The client's wait for the server's proof after sending `a`; a challenge
+/// that arrives first is skipped once when `skip_challenge` (the proof went
+/// out over an issued nonce).
+inline void await_auth_ok(std::shared_ptr<stream> s, const handshake_identity& me, auth_msg a, bool skip_challenge,
+                          std::size_t max_message_size, client_handshake_done done) {
+  s->async_recv([s, a = std::move(a), me, skip_challenge, max_message_size,
+                 done = std::move(done)](std::error_code ec, message m) mutable {
+    if (ec)
+      return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), stream{}, {});
+    try {
+      auto [k, body] = unframe(m);
+      if (k == frame_kind::challenge && skip_challenge)
+        return await_auth_ok(std::move(s), me, std::move(a), false, max_message_size, std::move(done));
+      if (k == frame_kind::refused) throw handshake_error(deserialize<refused_msg>(body).reason);
+      if (k != frame_kind::auth_ok) throw handshake_error("fiber: unexpected handshake reply");
+      auto ok = deserialize<auth_ok_msg>(body);
+      if (!mac_equal(ok.mac, server_proof(me.secret, a.nonce)))
+        throw handshake_error("fiber: the master failed to authenticate");
+      s->set_max_message_size(max_message_size);
+      done(nullptr, std::move(*s), std::move(ok.config));
+    } catch (...) {
+      done(std::current_exception(), stream{}, {});
+    }
+  });
+}
+
 /// Client side on a connected stream: answer the challenge as `r` (worker
-/// `worker_id`, or a client), then check the server's proof. Until then
-/// frames are bounded by max_handshake_reply; afterwards by `max_message_size`.
+/// `worker_id`, or a client), then check the server's proof. A local worker
+/// given a one-time nonce at spawn (`issued`) proves itself at once instead,
+/// which saves the wait for the challenge. Until the server has proven
+/// itself frames are bounded by max_handshake_reply; afterwards by
+/// `max_message_size`.
 inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity& me, role r, std::uint64_t worker_id,
-                             std::size_t max_message_size, client_handshake_done done) {
+                             std::size_t max_message_size, std::optional<nonce_t> issued,
+                             client_handshake_done done) {
   s->set_max_message_size(max_handshake_reply); // the server is not authenticated yet
+  if (issued) {
+    auto a = make_auth(me, *issued, r, worker_id);
+    s->async_send(frame(frame_kind::auth, a), [](std::error_code) {});
+    return await_auth_ok(std::move(s), me, std::move(a), true, max_message_size, std::move(done));
+  }
   s->async_recv([s, me, r, worker_id, max_message_size, done = std::move(done)](std::error_code ec, message m) mutable {
-    auto fail = [&](std::exception_ptr e) { done(e, stream{}, {}); };
-    if (ec) return fail(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())));
+    if (ec) return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), stream{}, {});
     challenge_msg c;
     try {
       c = decode_frame<challenge_msg>(frame_kind::challenge, m);
     } catch (const std::exception& e) {
-      return fail(std::make_exception_ptr(handshake_error(std::string("fiber: bad challenge: ") + e.what())));
+      return done(std::make_exception_ptr(handshake_error(std::string("fiber: bad challenge: ") + e.what())), stream{},
+                  {});
     }
-    auth_msg a;
-    a.nonce = random_nonce();
-    a.role = std::uint8_t(r);
-    a.worker_id = worker_id;
-    a.registry_hash = me.registry_hash;
-    a.build_id = me.build_id;
-    a.pid = ::getpid();
-    a.host = host_name();
-    a.name = me.name;
-    a.mac = client_proof(me.secret, c.nonce, a);
+    auto a = make_auth(me, c.nonce, r, worker_id);
     s->async_send(frame(frame_kind::auth, a), [](std::error_code) {});
-    s->async_recv([s, a, me, max_message_size, done = std::move(done)](std::error_code ec, message m) mutable {
-      if (ec)
-        return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), stream{}, {});
-      try {
-        auto [k, body] = unframe(m);
-        if (k == frame_kind::refused) throw handshake_error(deserialize<refused_msg>(body).reason);
-        if (k != frame_kind::auth_ok) throw handshake_error("fiber: unexpected handshake reply");
-        auto ok = deserialize<auth_ok_msg>(body);
-        if (!mac_equal(ok.mac, server_proof(me.secret, a.nonce)))
-          throw handshake_error("fiber: the master failed to authenticate");
-        s->set_max_message_size(max_message_size);
-        done(nullptr, std::move(*s), std::move(ok.config));
-      } catch (...) {
-        done(std::current_exception(), stream{}, {});
-      }
-    });
+    await_auth_ok(std::move(s), me, std::move(a), false, max_message_size, std::move(done));
   });
 }
 

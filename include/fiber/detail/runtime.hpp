@@ -39,12 +39,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <typeindex>
 #include <unistd.h>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace fiber::detail {
@@ -117,6 +119,10 @@ public:
     name_ = std::move(name);
     secret_ = std::move(secret);
     if (const char* f = std::getenv("FIBER_INTERNAL_SECRET_FILE")) secret_file_ = f; // for workers of our own
+    if (const char* n = std::getenv("FIBER_INTERNAL_WORKER_NONCE")) {
+      if (nonce_t v{}; from_hex(n, v)) own_nonce_ = v;
+      ::unsetenv("FIBER_INTERNAL_WORKER_NONCE"); // used once; not for processes this one starts
+    }
     if (!run_dir.empty()) run_dir_ = std::move(run_dir);
     // A job-backed worker (another machine, maybe) reaches the services its
     // master named by its ipc:// URL through the URL it dialled (worker_spec).
@@ -187,7 +193,18 @@ public:
   void expect_worker(std::uint64_t id, connect_handler on_connect, refuse_handler on_refused) {
     expected_[id] = {std::move(on_connect), std::move(on_refused)};
   }
-  void forget_worker(std::uint64_t id) { expected_.erase(id); }
+  void forget_worker(std::uint64_t id) {
+    expected_.erase(id);
+    worker_nonces_.erase(id);
+  }
+
+  /// A one-time nonce for local worker `id`'s proof (hex), so that it need
+  /// not wait for the challenge (see verify_client). Runtime thread.
+  std::string issue_worker_nonce(std::uint64_t id) {
+    auto n = random_nonce();
+    worker_nonces_[id] = n;
+    return to_hex(n);
+  }
 
   /// One launcher per backend policy per process. Runtime thread.
   template <class Policy>
@@ -302,8 +319,10 @@ private:
           if (ec)
             return done(std::make_exception_ptr(worker_lost("fiber: cannot connect to " + url + ": " + ec.message())),
                         nullptr, {});
+          std::optional<nonce_t> issued;
+          if (r == role::worker) issued = std::exchange(own_nonce_, std::nullopt); // the first link only
           client_handshake(
-              std::make_shared<stream>(std::move(s)), identity(), r, worker_id, transport().max_message_size,
+              std::make_shared<stream>(std::move(s)), identity(), r, worker_id, transport().max_message_size, issued,
               [done = std::move(done)](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
                 if (e) return done(e, nullptr, {});
                 done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}), std::move(cfg));
@@ -360,6 +379,7 @@ private:
     };
     server_handshake_hooks hooks;
     hooks.dropped = [this] { ++refused_peers_; };
+    hooks.verify = [this](const auth_msg& a, const nonce_t& challenge) { return verify_client(a, challenge); };
     hooks.mismatched = [this](const peer_identity& peer, const std::string& reason) {
       if (auto it = expected_.find(peer.worker_id); it != expected_.end() && peer.r == role::worker) {
         auto h = std::move(it->second.second);
@@ -383,6 +403,19 @@ private:
     };
     detail::server_handshake(executor(), std::move(s), identity(), effective_config(), transport().max_message_size,
                              std::make_shared<pending_slot>(pending_handshakes_), std::move(hooks));
+  }
+
+  /// The client's proof covers this connection's challenge or, for a local
+  /// worker, the one-time nonce issued to it at spawn (worker_spec). Either
+  /// nonce is fresh and drawn by this process; the issued one is spent once
+  /// the worker authenticates and dropped when it is forgotten, so a recorded
+  /// proof cannot be replayed. Runtime thread.
+  bool verify_client(const auth_msg& a, const nonce_t& challenge) {
+    auto it = role(a.role) == role::worker ? worker_nonces_.find(a.worker_id) : worker_nonces_.end();
+    const bool ok = (it != worker_nonces_.end() && mac_equal(a.mac, client_proof(secret_, it->second, a))) ||
+                    mac_equal(a.mac, client_proof(secret_, challenge, a));
+    if (ok && it != worker_nonces_.end()) worker_nonces_.erase(it);
+    return ok;
   }
 
   // ---- services: owner side -----------------------------------------------
@@ -487,6 +520,8 @@ private:
   bool is_worker_ = false;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
+  std::unordered_map<std::uint64_t, nonce_t> worker_nonces_; // issued to local workers (verify_client)
+  std::optional<nonce_t> own_nonce_;                        // a worker's own, issued at its spawn
   std::atomic<std::uint64_t> next_worker_id_{1};
   std::atomic<std::size_t> pending_handshakes_{0};
   std::uint64_t next_service_id_ = 1, next_request_id_ = 1;
