@@ -140,10 +140,9 @@ inline auth_msg make_auth(const handshake_identity& me, const nonce_t& server_no
 /// out over an issued nonce).
 inline void await_auth_ok(std::shared_ptr<stream> s, const handshake_identity& me, auth_msg a, bool skip_challenge,
                           std::size_t max_message_size, client_handshake_done done) {
-  s->async_recv([s, a = std::move(a), me, skip_challenge, max_message_size,
-                 done = std::move(done)](std::error_code ec, message m) mutable {
-    if (ec)
-      return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), stream{}, {});
+  s->async_recv([s, a = std::move(a), me, skip_challenge, max_message_size, done = std::move(done)](std::error_code ec,
+                                                                                                    message m) mutable {
+    if (ec) return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), stream{}, {});
     try {
       auto [k, body] = unframe(m);
       if (k == frame_kind::challenge && skip_challenge)
@@ -168,8 +167,7 @@ inline void await_auth_ok(std::shared_ptr<stream> s, const handshake_identity& m
 /// itself frames are bounded by max_handshake_reply; afterwards by
 /// `max_message_size`.
 inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity& me, role r, std::uint64_t worker_id,
-                             std::size_t max_message_size, std::optional<nonce_t> issued,
-                             client_handshake_done done) {
+                             std::size_t max_message_size, std::optional<nonce_t> issued, client_handshake_done done) {
   s->set_max_message_size(max_handshake_reply); // the server is not authenticated yet
   if (issued) {
     auto a = make_auth(me, *issued, r, worker_id);

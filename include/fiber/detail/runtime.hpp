@@ -521,7 +521,7 @@ private:
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
   std::unordered_map<std::uint64_t, nonce_t> worker_nonces_; // issued to local workers (verify_client)
-  std::optional<nonce_t> own_nonce_;                        // a worker's own, issued at its spawn
+  std::optional<nonce_t> own_nonce_;                         // a worker's own, issued at its spawn
   std::atomic<std::uint64_t> next_worker_id_{1};
   std::atomic<std::size_t> pending_handshakes_{0};
   std::uint64_t next_service_id_ = 1, next_request_id_ = 1;
