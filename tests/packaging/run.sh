@@ -7,6 +7,8 @@
 #   4. FetchContent_Declare(fiber GIT_REPOSITORY file://<clone> GIT_TAG <commit>),
 #      the clone made from the source tree as it is now (local changes
 #      included); this consumer runs a Pool map (pool_map.cpp)
+#   5. consumer 4 again with FIBER_STATIC_DEPS=ON: linked without nng's,
+#      mbedTLS's, libstdc++'s or libgcc's shared libraries, and it runs
 # Each consumer is configured, built and run; for 2-4 the consumer's build
 # tree must not contain any of fiber's tests, examples or benchmarks.
 #
@@ -51,7 +53,7 @@ step() { printf '\n=== packaging: %s\n' "$*"; }
 fail() { printf 'packaging: FAILED: %s\n' "$*" >&2; exit 1; }
 
 # ---------------------------------------------------------------------------
-step "1/4 install + find_package(fiber 0.1)"
+step "1/5 install + find_package(fiber 0.1)"
 prefix=$work/prefix
 if [[ -z $build_dir ]]; then
   build_dir=$work/fiber-build
@@ -106,7 +108,7 @@ check_no_fiber_extras() { # build dir
 
 n=2
 for mode in add_subdirectory fetchcontent; do
-  step "$n/4 $mode"
+  step "$n/5 $mode"
   dir=$work/$mode
   cmake -S "$here/subdirectory" -B "$dir" "${common[@]}" \
     -DFIBER_SOURCE_DIR="$source_dir" -DFIBER_CONSUME="$mode"
@@ -117,7 +119,7 @@ for mode in add_subdirectory fetchcontent; do
 done
 
 # ---------------------------------------------------------------------------
-step "4/4 FetchContent from git: GIT_REPOSITORY file://<clone> GIT_TAG <commit>"
+step "4/5 FetchContent from git: GIT_REPOSITORY file://<clone> GIT_TAG <commit>"
 command -v git >/dev/null || fail "git is needed for the FetchContent (git) consumer"
 clone=$work/fiber.git
 mkdir -p "$clone"
@@ -147,6 +149,19 @@ check_no_fiber_extras "$dir"
 cmake --build "$dir" -j "$jobs"
 if grep -rqF -- "$source_dir/include" "$dir"; then
   fail "the FetchContent (git) consumer compiled against the source tree instead of its fetched copy"
+fi
+"$dir/consumer"
+
+# ---------------------------------------------------------------------------
+step "5/5 the same consumer with FIBER_STATIC_DEPS=ON: no nng, mbedTLS or libstdc++ to load"
+dir=$work/fetchcontent_git_static
+cmake -S "$here/fetchcontent_git" -B "$dir" "${common[@]}" \
+  -DFIBER_GIT_URL="file://$clone" -DFIBER_GIT_TAG="$commit" -DFIBER_STATIC_DEPS=ON
+cmake --build "$dir" -j "$jobs"
+needed=$(readelf -d "$dir/consumer" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+echo "NEEDED: $(tr '\n' ' ' <<<"$needed")"
+if grep -E '^lib(nng|mbed|stdc\+\+|gcc_s)' <<<"$needed"; then
+  fail "FIBER_STATIC_DEPS=ON left the libraries above dynamically linked"
 fi
 "$dir/consumer"
 
