@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <link.h>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -151,6 +152,19 @@ inline void row(const std::string& bench, const std::string& figure, const std::
   std::printf("ROW | %s | %s | %s | %s | %s | %s | %s |\n", bench.c_str(), figure.c_str(), fiber.c_str(),
               baseline.c_str(), ratio.c_str(), target.c_str(), met.c_str());
   std::fflush(stdout);
+}
+
+/// " (FIBER_STATIC_DEPS=ON)" when this program was linked with fiber's
+/// dependencies static (no libnng.so loaded), else "": start-up rows say which.
+inline std::string linkage() {
+  bool shared_nng = false;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* found) {
+        if (info->dlpi_name && std::strstr(info->dlpi_name, "libnng.so")) *static_cast<bool*>(found) = true;
+        return 0;
+      },
+      &shared_nng);
+  return shared_nng ? "" : " (FIBER_STATIC_DEPS=ON)";
 }
 
 inline std::string verdict(bool ok, bool known = true) { return !known ? "n/a" : ok ? "met" : "missed"; }

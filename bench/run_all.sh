@@ -33,7 +33,10 @@
 # BENCH_PEERS (default bench/baselines), BENCH_PYTHON (default
 # /usr/bin/python3), SKIP_BUILD=1 (use the binaries already in BUILD_DIR),
 # ONLY="overhead throughput ..." (a subset of: serialize overhead throughput
-# latency payload startup actors es scale curves hosts es_hosts curves_slurm),
+# latency payload startup startup_static actors es scale scale_static curves
+# hosts es_hosts curves_slurm), NAME_static being bench_NAME built in
+# BUILD_DIR-static with -DFIBER_STATIC_DEPS=ON (start-up with fiber's
+# dependencies linked statically),
 # NO_RIG=1 (skip the multi-host benchmarks, never touch a rig).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -49,6 +52,7 @@ for arg in "$@"; do
 done
 
 build=${BUILD_DIR:-build-bench}
+build_static=$build-static # the *_static benchmarks: -DFIBER_STATIC_DEPS=ON
 jobs=${JOBS:-$(nproc)}
 peers=${BENCH_PEERS:-$root/bench/baselines}
 if [[ ! -f $peers/nng_pingpong.c ]]; then
@@ -69,7 +73,8 @@ if ((smoke)); then
   plotdir=$logdir/plots
   bench_args=(--smoke)
 fi
-benches=(serialize overhead throughput latency payload startup actors es scale curves hosts es_hosts curves_slurm)
+benches=(serialize overhead throughput latency payload startup startup_static actors es scale scale_static curves hosts
+  es_hosts curves_slurm)
 if [[ -n ${ONLY:-} ]]; then read -r -a benches <<<"$ONLY"; fi
 rig_benches=" hosts es_hosts curves_slurm " # need the multi-host rig; run last
 # Arguments of each benchmark beyond --smoke.
@@ -86,13 +91,21 @@ if [[ -z ${SKIP_BUILD:-} ]]; then
   generator=()
   [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFIBER_BUILD_BENCH=ON >/dev/null || exit 1
-  targets=()
-  for b in "${benches[@]}"; do targets+=("bench_$b"); done
+  targets=() static_targets=()
+  for b in "${benches[@]}"; do
+    if [[ $b == *_static ]]; then static_targets+=("bench_${b%_static}"); else targets+=("bench_$b"); fi
+  done
   # examples/es builds only where MuJoCo and CLI11 are installed.
   if [[ " ${benches[*]} " =~ \ es(_hosts)?\  && -d $build/examples/es/CMakeFiles/es.dir ]]; then
     targets+=(es)
   fi
-  cmake --build "$build" -j "$jobs" --target "${targets[@]}" || exit 1
+  if ((${#targets[@]})); then cmake --build "$build" -j "$jobs" --target "${targets[@]}" || exit 1; fi
+  if ((${#static_targets[@]})); then
+    [[ ! -f $build_static/CMakeCache.txt ]] && command -v ninja >/dev/null && generator=(-G Ninja) || generator=()
+    cmake -S . -B "$build_static" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFIBER_BUILD_BENCH=ON \
+      -DFIBER_BUILD_TESTS=OFF -DFIBER_BUILD_EXAMPLES=OFF -DFIBER_STATIC_DEPS=ON >/dev/null || exit 1
+    cmake --build "$build_static" -j "$jobs" --target "${static_targets[@]}" || exit 1
+  fi
 fi
 t_built=$(date +%s)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -110,6 +123,7 @@ rows=()
 declare -A seconds status
 run_bench() { # run_bench NAME: runs bench_NAME, collects its ROW lines
   local b=$1 exe=$build/bench/bench_$1 rc r t0
+  [[ $b == *_static ]] && exe=$build_static/bench/bench_${b%_static}
   echo "run_all.sh: bench_$b (load: $(cut -d' ' -f1-3 /proc/loadavg)) ..."
   t0=$(date +%s)
   local args=("${bench_args[@]}")
@@ -234,7 +248,7 @@ if ((rig_wanted)); then
   fi
 fi
 t_end=$(date +%s)
-left=$(pgrep -af "$root/$build/(bench|examples)/" || true)
+left=$(pgrep -af "$root/$build(-static)?/(bench|examples)/" || true)
 [[ -n $left ]] && echo "run_all.sh: WARNING: processes left behind:" && echo "$left"
 
 # ---- plots (gnuplot-nox) --------------------------------------------------------
@@ -263,7 +277,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "- Machine: $(nproc) CPUs ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "- Load average when the runs started / ended: $load_start / $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- Commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- include bench ':!bench/RESULTS.md' 2>/dev/null || echo ' (with local changes)')"
-  echo "- Build: Release (\`-O3 -DNDEBUG\`), $build/; baselines: ${peers#"$root"/} (Python: $BENCH_PYTHON, C: gcc -O2)"
+  echo "- Build: Release (\`-O3 -DNDEBUG\`), $build/ (rows marked FIBER_STATIC_DEPS=ON: $build_static/); baselines: ${peers#"$root"/} (Python: $BENCH_PYTHON, C: gcc -O2)"
   echo "- Unpinned: no thread or process is pinned; figures are medians of >= 3 runs (latency: of per-run medians),"
   echo "  each run of fiber next to a run of its baseline. On a shared 2-CPU machine absolute numbers move"
   echo "  with the load; compare the ratios, taken in the same run."
