@@ -20,29 +20,6 @@
 // Without an es binary (examples/es needs MuJoCo and CLI11) it says so and exits 0.
 #include "bench_util.hpp"
 
-#ifndef FIBER_BENCH_BINARY_DIR
-#define FIBER_BENCH_BINARY_DIR "."
-#endif
-
-namespace {
-
-// Efficiency of each generation after the first one printed.
-std::vector<double> efficiencies(const std::string& out) {
-  std::vector<double> v;
-  std::regex re(R"(gen\s+\d+ \|.*\| eff ([0-9.]+))");
-  std::istringstream in(out);
-  bool first = true;
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (!std::regex_search(line, m, re)) continue;
-    if (!first) v.push_back(std::strtod(m[1].str().c_str(), nullptr));
-    first = false;
-  }
-  return v;
-}
-
-} // namespace
-
 int main(int argc, char** argv) {
   auto a = bench::parse_common(argc, argv);
   const std::string es = bench::opt(a, "--es").value_or(std::string(FIBER_BENCH_BINARY_DIR) + "/examples/es/es");
@@ -71,8 +48,8 @@ int main(int argc, char** argv) {
   auto measure = [&](const std::string& extra, int n_rounds, const char* label) {
     figures f;
     for (int r = 0; r < n_rounds; ++r) {
-      auto fe = efficiencies(bench::run_capture(es + args + extra + " 2>&1"));
-      auto te = efficiencies(bench::run_capture(es + args + extra + " --threads 2>&1"));
+      auto fe = bench::es_efficiencies(bench::run_capture(es + args + extra + " 2>&1"));
+      auto te = bench::es_efficiencies(bench::run_capture(es + args + extra + " --threads 2>&1"));
       std::printf("%s round %d  fiber::Pool:", label, r + 1);
       for (double e : fe) std::printf(" %.3f", e);
       std::printf("  | threads:");

@@ -32,26 +32,7 @@
 
 #include <set>
 
-#ifndef FIBER_BENCH_BINARY_DIR
-#define FIBER_BENCH_BINARY_DIR "."
-#endif
-
 namespace {
-
-// Efficiency of each generation after the first one printed.
-std::vector<double> efficiencies(const std::string& out) {
-  std::vector<double> v;
-  std::regex re(R"(gen\s+\d+ \|.*\| eff ([0-9.]+))");
-  std::istringstream in(out);
-  bool first = true;
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (!std::regex_search(line, m, re)) continue;
-    if (!first) v.push_back(std::strtod(m[1].str().c_str(), nullptr));
-    first = false;
-  }
-  return v;
-}
 
 std::string trim(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
@@ -119,14 +100,14 @@ int main(int argc, char** argv) {
   std::vector<double> sl, lo, ratio;
   std::set<std::string> nodes_seen;
   for (int r = 0; r < rounds; ++r) {
-    auto se = efficiencies(bench::run_capture(slurm_env + es + args + " 2>&1"));
+    auto se = bench::es_efficiencies(bench::run_capture(slurm_env + es + args + " 2>&1"));
     // Where the workers ran: squeue keeps ended jobs for MinJobAge (30 s on the rig).
     auto where = bench::run_capture("squeue -h -t all -n " + job + " -o '%N' 2>/dev/null");
     std::istringstream ws(where);
     std::set<std::string> here;
     for (std::string n; ws >> n;) here.insert(n);
     nodes_seen.insert(here.begin(), here.end());
-    auto le = efficiencies(bench::run_capture("FIBER_BACKEND=local " + es + args + " 2>&1"));
+    auto le = bench::es_efficiencies(bench::run_capture("FIBER_BACKEND=local " + es + args + " 2>&1"));
     std::printf("round %d  slurm (nodes:", r + 1);
     for (auto& n : here) std::printf(" %s", n.c_str());
     std::printf("):");

@@ -43,6 +43,7 @@
 //               [--require-rig] [--smoke]
 // --transports / --parts: a subset (for profiling one figure; rows of the
 // others then read n/a); --no-baseline: fiber alone (for perf stat / strace).
+#include "bench_tasks.hpp"
 #include "bench_util.hpp"
 
 #include <fiber/backend/local.hpp>
@@ -134,29 +135,9 @@ static_assert(fiber::backend::policy<hosts_tcp> && fiber::backend::policy<hosts_
 int f(int x) { return x + 1; }
 std::vector<float> echo(std::vector<float> v) { return v; }
 
-double monotonic_us() {
-  timespec t{};
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return double(t.tv_sec) * 1e6 + double(t.tv_nsec) / 1e3;
-}
-struct stamp {
-  std::int64_t pid;
-  double in_us, out_us;
-};
-stamp sleep_task(int us) {
-  const double in = monotonic_us();
-  std::this_thread::sleep_for(std::chrono::microseconds(us));
-  return {std::int64_t(getpid()), in, monotonic_us()};
-}
-/// Per worker, the gaps between consecutive tasks [µs] (bench_overhead's).
-std::vector<double> worker_gaps(std::vector<stamp> v) {
-  std::sort(v.begin(), v.end(),
-            [](const stamp& a, const stamp& b) { return a.pid != b.pid ? a.pid < b.pid : a.in_us < b.in_us; });
-  std::vector<double> gaps;
-  for (std::size_t i = 1; i < v.size(); ++i)
-    if (v[i].pid == v[i - 1].pid) gaps.push_back(v[i].in_us - v[i - 1].out_us);
-  return gaps;
-}
+using bench::sleep_task;
+using bench::stamp;
+using bench::worker_gaps;
 
 constexpr std::size_t floats = (1u << 20) / sizeof(float);
 

@@ -24,6 +24,7 @@
 // worker's gap between two tasks (exit of one to entry of the next: result
 // sent, next task read and decoded) is fiber's own time per task in a worker.
 // With W workers busy, mean gap / W is its share of the excess per task.
+#include "bench_tasks.hpp"
 #include "bench_util.hpp"
 
 #include <fiber/fiber.hpp>
@@ -37,32 +38,9 @@
 
 namespace {
 
-double monotonic_us() {
-  timespec t{};
-  clock_gettime(CLOCK_MONOTONIC, &t); // one clock for every process on the machine
-  return double(t.tv_sec) * 1e6 + double(t.tv_nsec) / 1e3;
-}
-
-struct stamp {
-  std::int64_t pid;
-  double in_us, out_us; // CLOCK_MONOTONIC at the task's entry and exit
-};
-
-stamp sleep_task(int us) {
-  const double in = monotonic_us();
-  std::this_thread::sleep_for(std::chrono::microseconds(us));
-  return {std::int64_t(getpid()), in, monotonic_us()};
-}
-
-// Gaps between consecutive tasks of each worker [µs].
-std::vector<double> worker_gaps(std::vector<stamp> v) {
-  std::sort(v.begin(), v.end(),
-            [](const stamp& a, const stamp& b) { return a.pid != b.pid ? a.pid < b.pid : a.in_us < b.in_us; });
-  std::vector<double> gaps;
-  for (std::size_t i = 1; i < v.size(); ++i)
-    if (v[i].pid == v[i - 1].pid) gaps.push_back(v[i].in_us - v[i - 1].out_us);
-  return gaps;
-}
+using bench::sleep_task;
+using bench::stamp;
+using bench::worker_gaps;
 
 struct sample {
   double wall, ideal;

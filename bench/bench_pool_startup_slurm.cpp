@@ -20,6 +20,8 @@
 // Usage: bench_pool_startup_slurm [--smoke] [--reps N] [--workers N] [--mode sbatch|array|srun]...
 // --smoke: one repetition per mode; exits 0 with a notice when no Slurm is reachable.
 
+#include "bench_slurm.hpp"
+
 #include <fiber/backend/slurm.hpp>
 #include <fiber/fiber.hpp>
 
@@ -42,36 +44,8 @@ namespace {
 
 int ping(int x) { return x; }
 
-fiber::detail::command_result run(std::vector<std::string> argv, std::chrono::milliseconds timeout = 30s) {
-  fiber::detail::spawn_request r;
-  r.argv = std::move(argv);
-  return fiber::detail::run(r, timeout);
-}
-
-bool slurm_reachable(std::string& why, std::chrono::milliseconds timeout) {
-  try {
-    auto r = run({"sinfo", "-h", "-o", "%D %t"}, timeout); // a dead controller: sinfo retries ~9 s
-    if (r.timed_out) {
-      why = "sinfo got no answer within " + std::to_string(timeout.count()) + " ms";
-      return false;
-    }
-    if (r.ok() && !fiber::detail::trim(r.out).empty()) return true;
-    why = r.message().empty() ? "sinfo printed nothing" : r.message();
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
-  return false;
-}
-
-/// Wait (bounded) until squeue lists no job named `name`.
-bool wait_gone(const std::string& name) {
-  for (auto deadline = clk::now() + 60s; clk::now() < deadline;) {
-    auto r = run({"squeue", "-h", "-n", name, "-o", "%i"});
-    if (r.ok() && fiber::detail::trim(r.out).empty()) return true;
-    std::this_thread::sleep_for(50ms); // polling Slurm's state against a deadline
-  }
-  return false;
-}
+using bench::slurm_reachable;
+using bench::wait_gone;
 
 double secs(clk::duration d) { return std::chrono::duration<double>(d).count(); }
 

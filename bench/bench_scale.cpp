@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
   std::printf("%u workers, median of %zu runs: all up in %.2f s, %d tasks in %.2f s (%.0f tasks/s); master RSS %.1f "
               "MiB; per worker RSS %.1f MiB, PSS %.1f MiB, %d threads\n",
               n, runs.size(), up, tasks, map, tasks / map, mrss, wrss, wpss, o.threads);
-  std::string name = "scale, Pool of " + std::to_string(n) + " workers, " + std::to_string(tasks) + " tasks" + bench::linkage();
+  std::string name = "scale, Pool of " + std::to_string(n) + " workers, " + std::to_string(tasks) + " tasks" +
+                     bench::linkage();
   bench::row(name, "completes (" + std::to_string(runs.size()) + " of " + std::to_string(a.reps) + " runs)",
              n == asked && int(runs.size()) == a.reps ? "yes"
                                                       : "only " + std::to_string(n) + " of " + std::to_string(asked),

@@ -15,6 +15,8 @@
 // Usage: bench_slurm_startup [--smoke] [--reps N] [--jobs N] [--mode sbatch|array|srun]...
 // --smoke: one repetition; exits 0 with a notice when no Slurm is reachable.
 
+#include "bench_slurm.hpp"
+
 #include <fiber/backend/slurm.hpp>
 
 #include <asio/io_context.hpp>
@@ -45,39 +47,12 @@ double now_realtime() {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
-fiber::detail::command_result run(std::vector<std::string> argv, std::chrono::milliseconds timeout = 30s) {
-  fiber::detail::spawn_request r;
-  r.argv = std::move(argv);
-  return fiber::detail::run(r, timeout);
-}
-
-bool slurm_reachable(std::string& why, std::chrono::milliseconds timeout) {
-  try {
-    auto r = run({"sinfo", "-h", "-o", "%D %t"}, timeout); // a dead controller: sinfo retries ~9 s
-    if (r.timed_out) {
-      why = "sinfo got no answer within " + std::to_string(timeout.count()) + " ms";
-      return false;
-    }
-    if (r.ok() && !fiber::detail::trim(r.out).empty()) return true;
-    why = r.message().empty() ? "sinfo printed nothing" : r.message();
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
-  return false;
-}
+using bench::slurm_reachable;
+using bench::wait_gone;
 
 struct sample {
   double submit_s = 0, all_running_s = 0;
 };
-
-bool wait_gone(const std::string& name) {
-  for (auto deadline = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < deadline;) {
-    auto r = run({"squeue", "-h", "-n", name, "-o", "%i"});
-    if (r.ok() && fiber::detail::trim(r.out).empty()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return false;
-}
 
 std::optional<sample> one_run(slurm_options::mode mode, int jobs, const std::string& alloc) {
   char tmpl[] = "/tmp/fiber-bench-slurm-XXXXXX";

@@ -35,6 +35,9 @@
 #ifndef FIBER_BENCH_PEERS_DEFAULT
 #define FIBER_BENCH_PEERS_DEFAULT "bench/baselines"
 #endif
+#ifndef FIBER_BENCH_BINARY_DIR
+#define FIBER_BENCH_BINARY_DIR "."
+#endif
 #ifndef FIBER_BENCH_PEER_BIN_DEFAULT
 #define FIBER_BENCH_PEER_BIN_DEFAULT "peers"
 #endif
@@ -142,6 +145,22 @@ inline nng_figures run_nng_pingpong(long trips, long n_small, long n_big, int re
   f.push_ipc_64_msgs = grab(f.raw, R"(PUSH/PULL ipc\s+64B: median\s+([0-9.]+) msg/s)");
   f.push_ipc_1m_mibs = grab(f.raw, R"(PUSH/PULL ipc\s+1048576B: median\s+[0-9.]+ msg/s\s+([0-9.]+) MiB/s)");
   return f;
+}
+
+/// The efficiency of each generation examples/es printed in `out`, after the
+/// first one (which includes the workers' start).
+inline std::vector<double> es_efficiencies(const std::string& out) {
+  std::vector<double> v;
+  std::regex re(R"(gen\s+\d+ \|.*\| eff ([0-9.]+))");
+  std::istringstream in(out);
+  bool first = true;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, re)) continue;
+    if (!first) v.push_back(std::strtod(m[1].str().c_str(), nullptr));
+    first = false;
+  }
+  return v;
 }
 
 /// One line of the results table: `ROW | bench | figure | fiber | baseline | ratio | target | met |`.

@@ -1,16 +1,21 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// Helpers shared by fiber's tests: checking that no child outlives a test.
+// Helpers shared by fiber's tests: checking that no child outlives a test,
+// polling with a deadline, and reading what an aborted operation reports.
 
 #include <catch2/catch.hpp>
+
+#include <asio/error.hpp>
 
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <dirent.h>
+#include <exception>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -67,6 +72,18 @@ auto next(Q& q) {
   auto v = q.get(std::chrono::seconds(60));
   REQUIRE(v);
   return std::move(*v);
+}
+
+/// Whether `e` is the operation_aborted error a cancelled async_* operation
+/// completes with.
+inline bool is_aborted(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::system_error& s) {
+    return s.code() == asio::error::operation_aborted;
+  } catch (...) {
+    return false;
+  }
 }
 
 inline void require_no_children(std::chrono::seconds limit = std::chrono::seconds(10)) {

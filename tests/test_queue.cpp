@@ -107,22 +107,8 @@ std::vector<int> iota(int base, int n) {
 }
 
 // The master's waits on its children are bounded, so a broken child fails the test instead of hanging it.
-template <class T>
-T next(fiber::Queue<T>& q) {
-  auto v = q.get(60s);
-  REQUIRE(v);
-  return std::move(*v);
-}
-
-bool is_aborted(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::system_error& s) {
-    return s.code() == asio::error::operation_aborted;
-  } catch (...) {
-    return false;
-  }
-}
+using fiber_test::is_aborted;
+using fiber_test::next;
 
 } // namespace
 

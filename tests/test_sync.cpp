@@ -37,17 +37,8 @@ using clk = std::chrono::steady_clock;
 namespace {
 
 using fiber_test::eventually;
+using fiber_test::is_aborted;
 using fiber_test::next;
-
-bool is_aborted(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::system_error& s) {
-    return s.code() == asio::error::operation_aborted;
-  } catch (...) {
-    return false;
-  }
-}
 
 std::string logic_error_of(auto f) {
   try {
