@@ -367,21 +367,20 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   a Slurm job on righost1) shows the launcher does not change the round trip. The "hosts"
   share this machine's 2 CPUs: a veth hop costs CPU time, not wire time, and the softirq
   work of both directions lands on the same two vCPUs as the processes.
-- **TLS** (`tls+tcp://`, mbedTLS through nng 1.5.2): raw nng pays more for TLS than fiber
-  does (REQ/REP over TLS / over TCP in the same run: 2–3.4x; perf stat, 21000 round trips:
-  nng 17 → 67 context switches and 102 → 364 µs of CPU per round trip; fiber 7.7 → 24 and
-  76 → 180 µs). The ≤ 1.5x target is below what the transport gives. Where fiber's part
-  goes: (1) nng 1.5.2's TLS stream sends only the first non-empty element of an I/O
-  vector per send operation and completes every send and receive on nng's task threads
-  (supplemental/tls/tls_common.c, tls_do_send), so a frame written as header + body is two
-  TLS records and two round trips through nng's threads; (2) fiber keeps a TLS link's read
-  side on its executor and never writes TLS inline (detail/stream_core.hpp: nng 1.5.2 TLS
-  links whose receive was cancelled for a lend went silent), so an idle worker's main
-  thread does not read its link itself as it does over tcp:// and ipc://. The unchunked
-  apply_async stream shows it most: ~14 context switches per task over TLS against 0.4
-  over TCP (perf stat; strace -c: 74 futex calls per task). A 1 MiB payload over TLS is
-  bound by mbedTLS's software AES-GCM on both ends: raw nng PUSH/PULL over TLS moves about
-  as much as fiber does.
+- **TLS** (`tls+tcp://`, mbedTLS through nng 1.5.2): raw nng pays 2–3.4x for TLS over TCP
+  on the round trip (perf stat, 21000 round trips: 17 → 67 context switches and 102 → 364
+  µs of CPU per round trip). fiber paid 2.2x (7.7 → 24 context switches) until two changes
+  to how it drives nng's TLS stream (detail/stream_core.hpp): (1) nng 1.5.2's TLS stream
+  makes one record per element of an I/O vector and writes only the first at once, the
+  others when its callback thread has run (supplemental/tls/tls_common.c, tls_do_send,
+  tls_tcp_send_cb): a worker's result left as three records (length, frame head,
+  results) and now leaves as one buffer, one record, written before the send returns;
+  (2) a TLS link's read side was never lent to an idle worker's main thread, because
+  cancelling a TLS receive aborts the connection's own TCP read (tls_cancel) and the link
+  died: the lend now waits for the executor's read in flight instead of cancelling it.
+  Since, TLS costs fiber 1.03–1.08x of TCP on the round trip. A 1 MiB payload over TLS
+  is bound by mbedTLS's software AES-GCM on both ends: raw nng PUSH/PULL over TLS moves
+  about as much as fiber does.
 - **payload across hosts**: bound by CPU on 2 vCPUs shared with both namespaces' network
   stacks, so other programs' load moves it the most (the same run read 0.3x to 0.96x of
   raw nng under load average 4–6). Per MiB moved fiber used ~1.7x the CPU of raw nng

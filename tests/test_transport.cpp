@@ -103,6 +103,12 @@ message str_msg(const std::string& s) {
   std::memcpy(m.data(), s.data(), s.size());
   return m;
 }
+/// `a` followed by `b`: the message a frame of head `a` and tail `b` arrives as.
+message joined(const message& a, const message& b) {
+  message m = a;
+  m.insert(m.end(), b.begin(), b.end());
+  return m;
+}
 std::string msg_str(const message& m) { return std::string(reinterpret_cast<const char*>(m.data()), m.size()); }
 
 // Note: no co_await inside Catch macros (g++ 12 coroutines mishandle the
@@ -387,11 +393,6 @@ TEST_CASE("transport: a frame of a message and a shared tail arrives as one mess
   fd::listener l(ctx.get_executor(), dir.ipc("tail.ipc"));
   run_coro(ctx, [&]() -> asio::awaitable<void> {
     auto [server, client] = co_await connect_pair(l, no_options);
-    auto joined = [](const message& a, const message& b) {
-      message m = a;
-      m.insert(m.end(), b.begin(), b.end());
-      return m;
-    };
     // Small and large heads and tails, queued together (one batch), order kept.
     std::vector<std::pair<message, std::shared_ptr<const message>>> sent;
     for (std::size_t head : {0u, 10u, 70000u})
@@ -811,6 +812,17 @@ TEST_CASE("transport: accept cancellation and listener close", "[transport]") {
   });
 }
 
+namespace {
+/// Writes `<name>c.pem` and `<name>k.pem` (a self-signed certificate for
+/// CN=localhost and its key) into `dir`, with the openssl command.
+void self_signed(const temp_dir& dir, const std::string& name) {
+  const auto d = dir.path.string();
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -days 1 -keyout " + d + "/" +
+                          name + "k.pem -out " + d + "/" + name + "c.pem >/dev/null 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+}
+} // namespace
+
 TEST_CASE("transport: TLS round trip with a self-signed certificate", "[transport][tls]") {
   nng_tls_config* probe = nullptr;
   REQUIRE(nng_tls_config_alloc(&probe, NNG_TLS_MODE_SERVER) == 0); // Debian's nng has mbedTLS
@@ -820,14 +832,8 @@ TEST_CASE("transport: TLS round trip with a self-signed certificate", "[transpor
     return;
   }
   temp_dir dir;
-  auto gen = [&](const std::string& name) {
-    const auto d = dir.path.string();
-    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -days 1 -keyout " + d + "/" +
-                            name + "k.pem -out " + d + "/" + name + "c.pem >/dev/null 2>&1";
-    REQUIRE(std::system(cmd.c_str()) == 0);
-  };
-  gen("a");
-  gen("b");
+  self_signed(dir, "a");
+  self_signed(dir, "b");
   const std::string d = dir.path.string() + "/";
   fd::transport_options srv;
   srv.tls_cert_file = d + "ac.pem";
@@ -1067,6 +1073,76 @@ TEST_CASE("transport: the read side lent to a blocking thread, and taken back", 
   CHECK(on_ctx(ctx, [&] { return server.stats().messages_received; }) == 8);
 
   on_ctx(ctx, [&] {
+    server.close();
+    l.close();
+    return 0;
+  });
+  work.reset();
+  t.join();
+}
+
+TEST_CASE("transport: over TLS a lend waits for the read in flight; a direct frame leaves in one send",
+          "[transport][tls]") {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+    WARN("openssl not found: TLS test skipped");
+    return;
+  }
+  temp_dir dir;
+  self_signed(dir, "a");
+  fd::transport_options srv;
+  srv.tls_cert_file = dir.path.string() + "/ac.pem";
+  srv.tls_key_file = dir.path.string() + "/ak.pem";
+  asio::io_context ctx;
+  auto work = asio::make_work_guard(ctx);
+  std::thread t([&] { ctx.run(); });
+  fd::listener l(ctx.get_executor(), "tls+tcp://127.0.0.1:0", srv);
+  auto p = asio::co_spawn(ctx, connect_pair(l, no_options), asio::use_future).get();
+  auto& server = p.server;
+  auto& client = p.client;
+  std::atomic<int> send_errors{0};
+  auto send = [&](message m) {
+    on_ctx(ctx, [&, m = std::move(m)]() mutable {
+      client.async_send(std::move(m), [&](std::error_code ec) { send_errors += bool(ec); });
+      return 0;
+    });
+  };
+  // The executor's read is in flight when the lend is asked for: nng 1.5.2
+  // would abort the TLS connection's TCP read with it, so it is not
+  // cancelled; the next frame completes it, and then the lend is granted.
+  auto first = std::make_shared<std::promise<std::pair<std::error_code, message>>>();
+  auto granted = std::make_shared<std::promise<fd::lent_reader>>();
+  on_ctx(ctx, [&] {
+    server.async_recv([first](std::error_code ec, message m) { first->set_value({ec, std::move(m)}); });
+    server.lend_reader([granted](fd::lent_reader r) { granted->set_value(r); });
+    return 0;
+  });
+  auto lent = granted->get_future();
+  send(str_msg("a"));
+  auto [ec, m] = first->get_future().get();
+  REQUIRE_FALSE(ec);
+  CHECK(msg_str(m) == "a");
+  REQUIRE(lent.wait_for(10s) == std::future_status::ready);
+  auto r = lent.get();
+  send(str_msg("b"));
+  REQUIRE_FALSE(r.recv(m));
+  CHECK(msg_str(m) == "b");
+
+  // A direct write of length, head and tail is one nng send (one TLS
+  // record, written before it returns), not one per part.
+  const message h = make_msg(20, 1), tail = make_msg(3000, 2);
+  const auto sends0 = on_ctx(ctx, [&] { return client.stats().nng_sends; });
+  bool ok = false;
+  std::thread writer([&, d = client.direct()] { ok = d.try_send(h, tail); });
+  writer.join();
+  CHECK(ok);
+  CHECK(on_ctx(ctx, [&] { return client.stats().nng_sends; }) - sends0 == 1);
+  REQUIRE_FALSE(r.recv(m));
+  CHECK(m == joined(h, tail));
+  r.give_back();
+  CHECK(send_errors == 0);
+
+  on_ctx(ctx, [&] {
+    client.close();
     server.close();
     l.close();
     return 0;

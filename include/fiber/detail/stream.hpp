@@ -121,9 +121,9 @@ public:
   direct_writer direct() const noexcept { return direct_writer(core_); }
   /// Lends the read side (see lent_reader): once whole buffered frames have
   /// gone to pending async_recv operations and no nng read is in flight (one
-  /// is cancelled; bytes it got are kept), `granted(reader)` runs on the
-  /// executor. Never runs if the stream closes first, nor for a TLS
-  /// stream (its read side stays with the executor). Executor only.
+  /// is cancelled, bytes it got are kept; on a TLS stream it is waited for),
+  /// `granted(reader)` runs on the executor. Never runs if the stream closes
+  /// first. Executor only.
   void lend_reader(std::function<void(lent_reader)> granted) {
     if (!core_) return;
     core_->lend([core = core_, granted = std::move(granted)] { granted(lent_reader(core)); });

@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <vector>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -55,7 +56,8 @@ class stream_core : public std::enable_shared_from_this<stream_core> {
 public:
   static constexpr std::size_t read_buffer_size = frame_buffer::capacity;
   static constexpr std::size_t copy_threshold = write_batch::copy_threshold;
-  static constexpr std::size_t inline_write_limit = 64 * 1024; // batches up to this are written inline
+  static constexpr std::size_t inline_write_limit = 64 * 1024;  // batches up to this are written inline
+  static constexpr std::size_t tls_coalesce_limit = 256 * 1024; // direct TLS frames up to this: one buffer
 
   stream_core(asio::any_io_executor ex, stream_ptr s, const transport_options& opt)
       : ex_(std::move(ex)),
@@ -99,13 +101,22 @@ public:
     int rv = lazy_sync_aio(daio_);
     std::size_t written = 0, calls = 0;
     const frame_header hdr(static_cast<std::uint32_t>(m.size() + tail.size()));
-    const std::span<const std::byte> parts[3] = {{hdr.bytes, frame_header_size}, m, tail};
+    std::span<const std::byte> parts[3] = {{hdr.bytes, frame_header_size}, m, tail};
     const std::size_t total = frame_header_size + m.size() + tail.size();
+    std::span<const std::span<const std::byte>> todo = parts;
+    if (tls_ && total <= tls_coalesce_limit) {
+      // nng 1.5.2's TLS makes one record per iov element, and flushes those
+      // after the first only from its callback thread: one buffer leaves at once.
+      dbuf_.clear();
+      for (auto p : parts) dbuf_.insert(dbuf_.end(), p.begin(), p.end());
+      parts[0] = dbuf_;
+      todo = todo.first(1);
+    }
     while (rv == 0 && written < total) { // nng may write part of the iov: go on from there
       nng_iov iov[3];
       unsigned k = 0;
       std::size_t skip = written;
-      for (auto p : parts) {
+      for (auto p : todo) {
         if (skip >= p.size()) {
           skip -= p.size();
           continue;
@@ -457,13 +468,17 @@ public:
   enum class lend_state { home, lent_idle, lent_reading };
 
   void lend(std::function<void()> granted) {
-    // dead: the close path reports it. TLS: with nng 1.5.2, TLS links whose
-    // receive was cancelled for a lend went silent now and then (test_security's
-    // TLS Pool): their read side stays with the executor.
-    if (dead_ || lent_ || tls_) return;
+    if (dead_ || lent_) return; // dead: the close path reports it
     lend_to_ = std::move(granted);
-    if (reading_) nng_aio_cancel(raio_.get()); // on_recv → pump_recv → finish_lend
-    else pump_recv(via::dispatch);
+    // on_recv → pump_recv → finish_lend. A TLS read is never cancelled: nng
+    // 1.5.2 aborts the TLS connection's own TCP read with it, and the link
+    // dies. The lend then waits for the read in flight to complete (the next
+    // frame comes through the executor).
+    if (reading_) {
+      if (!tls_) nng_aio_cancel(raio_.get());
+    } else {
+      pump_recv(via::dispatch);
+    }
   }
 
   // Called by read_more once buffered whole frames went to waiting receivers.
@@ -551,8 +566,9 @@ private:
   stream_ptr s_; // declared before the aios: freed after they are stopped
   std::atomic<std::size_t> max_;
   aio_ptr saio_, raio_;
-  aio_ptr daio_; // direct writes: used only by the thread holding direct_busy_
-  aio_ptr xaio_; // inline writes (executor)
+  aio_ptr daio_;                // direct writes: used only by the thread holding direct_busy_
+  std::vector<std::byte> dbuf_; // a direct TLS frame in one piece (same owner as daio_)
+  aio_ptr xaio_;                // inline writes (executor)
   bool tls_ = false, inline_tried_ = false, write_scheduled_ = false;
   // Shared with direct writers (any thread), under wire_mu_: who owns the
   // write side. Only one of exec_busy_ / direct_busy_ is set when a write starts.
