@@ -30,13 +30,11 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend_scenarios.hpp"
+#include "integration_support.hpp"
 #include "support.hpp"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -44,22 +42,17 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
+using fiber_test::lines;
+using fiber_test::poll_until;
+using fiber_test::read_file;
+using fiber_test::seconds_since;
+using fiber_test::shell;
+using fiber_test::stray_workers;
+using fiber_test::trim;
+
 // ---------------------------------------------------------------------------
 // Targets (run in containers)
 // ---------------------------------------------------------------------------
-
-void exit_with(int code) { std::exit(code); }
-void returns_normally() {}
-void throws_runtime() { throw std::runtime_error("boom"); }
-void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
-void raise_signal(int sig) { ::raise(sig); }
-
-std::string read_file(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 /// Inside a container of fiber's: PID 1 is docker-init (HostConfig.Init).
 bool in_container() { return read_file("/proc/1/comm") == "docker-init\n"; }
@@ -67,20 +60,6 @@ bool in_container() { return read_file("/proc/1/comm") == "docker-init\n"; }
 std::string worker_name() {
   const char* n = std::getenv("FIBER_INTERNAL_WORKER_NAME");
   return n ? n : "";
-}
-
-void produce(fiber::Queue<int> q, int base, int n) {
-  for (int i = 0; i < n; ++i) q.put(base + i);
-}
-
-void where_am_i(fiber::Queue<std::string> q) { q.put(in_container() ? "container" : "host"); }
-
-void echo(fiber::Connection<int> c) {
-  for (;;) {
-    int v = c.recv();
-    if (v < 0) return;
-    c.send(in_container() ? v * 2 : -1);
-  }
 }
 
 void say_hello(std::string word) {
@@ -129,44 +108,6 @@ int twice(int x) { return 2 * x; }
 // Helpers (master side)
 // ---------------------------------------------------------------------------
 
-/// stdout of `sh -c cmd` (inspection and fault injection with the docker CLI,
-/// never fiber's own path).
-std::string shell(const std::string& cmd) {
-  std::string out;
-  if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    while (auto n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    ::pclose(p);
-  }
-  return out;
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  s.erase(0, s.find_first_not_of(" \t\r\n"));
-  return s;
-}
-
-std::vector<std::string> lines(const std::string& s) {
-  std::vector<std::string> v;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);)
-    if (!trim(l).empty()) v.push_back(trim(l));
-  return v;
-}
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = clk::now() + timeout;
-  while (!pred()) {
-    if (clk::now() >= deadline) return false;
-    std::this_thread::sleep_for(50ms); // polling an external state (docker ps, /proc) against a deadline
-  }
-  return true;
-}
-
-double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
-
 std::string image() {
   const char* v = std::getenv("FIBER_DOCKER_IMAGE");
   return v ? v : "";
@@ -192,48 +133,14 @@ std::vector<std::string> my_containers() {
   return containers({"app.kubernetes.io/managed-by=fiber", "fiber.master.pid=" + std::to_string(::getpid())});
 }
 
-long parent_of(long pid) {
-  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  auto rp = stat.rfind(')');
-  if (rp == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(rp + 2));
-  std::string state;
-  long ppid = 0;
-  rest >> state >> ppid;
-  return ppid;
-}
-
-/// Processes running this executable, except us and our ancestors (a test
-/// that re-runs this binary): workers, in containers or not. Zombies are gone.
-std::vector<int> stray_workers() {
-  std::vector<int> v;
-  std::set<long> ancestors;
-  for (long p = parent_of(::getpid()); p > 1; p = parent_of(p)) ancestors.insert(p);
-  auto self = fs::read_symlink("/proc/self/exe");
-  for (auto& e : fs::directory_iterator("/proc")) {
-    auto name = e.path().filename().string();
-    if (!std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    int pid = std::stoi(name);
-    if (pid == ::getpid() || ancestors.count(pid)) continue;
-    std::error_code ec;
-    auto exe = fs::read_symlink(e.path() / "exe", ec);
-    if (ec || exe != self) continue;
-    auto stat = read_file((e.path() / "stat").string());
-    auto rp = stat.rfind(')');
-    if (rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] == 'Z') continue;
-    v.push_back(pid);
-  }
-  return v;
-}
-
 /// After each test: no container of this master and no worker process is
 /// left (bounded waits: AutoRemove finishes a moment after a container's end).
 void check_clean() {
-  bool none = eventually([] { return my_containers().empty(); }, 10s);
+  bool none = poll_until([] { return my_containers().empty(); }, 10s);
   INFO("containers left: " << shell("docker ps -a --filter label=fiber.master.pid=" + std::to_string(::getpid()) +
                                     " --format '{{.Names}} {{.Status}}'"));
   CHECK(none);
-  bool no_workers = eventually([] { return stray_workers().empty(); }, 10s);
+  bool no_workers = poll_until([] { return stray_workers().empty(); }, 10s);
   INFO("worker processes left: " << stray_workers().size());
   CHECK(no_workers);
 }
@@ -355,85 +262,24 @@ std::string run_id_of() {
 TEST_CASE("docker: Process exit codes, terminate -> -15, kill -> -9", "[docker][process]") {
   configure();
   {
-    fiber::Process ok{fiber::target<&returns_normally>};
-    fiber::Process seven{fiber::target<&exit_with>, 7};
-    fiber::Process high{fiber::target<&exit_with>, 130};
-    fiber::Process usr1{fiber::target<&raise_signal>, int(SIGUSR1)};
-    fiber::Process thrower{fiber::target<&throws_runtime>};
-    fiber::Process term{fiber::target<&sleep_ms>, 120000};
-    fiber::Process killed{fiber::target<&sleep_ms>, 120000};
-    auto all = {&ok, &seven, &high, &usr1, &thrower, &term, &killed};
+    fiber_test::exit_code_processes<> ps;
     auto t0 = clk::now();
-    for (auto* p : all) p->start();
-    REQUIRE(eventually([&] { return term.pid() && killed.pid(); }, 60s));
+    ps.start();
     std::printf("docker Process: start -> connected %.2f s\n", seconds_since(t0));
-    CHECK(term.is_alive());
-    term.terminate();
-    killed.kill();
-    for (auto* p : all) {
-      INFO(p->name());
-      REQUIRE(p->join(60s));
-    }
-    CHECK(ok.exitcode() == 0);
-    CHECK(seven.exitcode() == 7);
-    CHECK(high.exitcode() == 130); // not -2: the worker said it exits with 130
-    CHECK(usr1.exitcode() == -SIGUSR1);
-    CHECK(thrower.exitcode() == 1);
-    CHECK(term.exitcode() == -15);
-    CHECK(killed.exitcode() == -9);
+    ps.stop_and_check();
   }
   check_clean();
 }
 
 TEST_CASE("docker: a Queue shared with container Processes delivers every item exactly once", "[docker][queue]") {
   configure();
-  {
-    constexpr int per_producer = 200;
-    fiber::Queue<int> q;
-    fiber::Queue<std::string> where;
-    fiber::Process a{fiber::target<&produce>, q, 1000, per_producer};
-    fiber::Process b{fiber::target<&produce>, q, 5000, per_producer};
-    fiber::Process w{fiber::target<&where_am_i>, where};
-    a.start();
-    b.start();
-    w.start();
-    std::map<int, int> got;
-    int received = 0;
-    for (auto deadline = clk::now() + 60s; received < 2 * per_producer && clk::now() < deadline;)
-      if (auto v = q.get(500ms)) {
-        ++got[*v];
-        ++received;
-      }
-    REQUIRE(received == 2 * per_producer);
-    CHECK(where.get(30s) == std::optional<std::string>("container"));
-    for (auto* p : {&a, &b, &w}) {
-      REQUIRE(p->join(60s));
-      CHECK(p->exitcode() == 0);
-    }
-    CHECK_FALSE(q.get(300ms));
-    std::map<int, int> want;
-    for (int i = 0; i < per_producer; ++i) want[1000 + i] = want[5000 + i] = 1;
-    CHECK(got == want);
-  }
+  fiber_test::check_queue_exactly_once<&in_container>("container");
   check_clean();
 }
 
 TEST_CASE("docker: a duplex Pipe with a container Process", "[docker][pipe]") {
   configure();
-  {
-    auto [a, b] = fiber::Pipe<int>();
-    fiber::Process p{fiber::target<&echo>, std::move(b)};
-    p.start();
-    for (int i = 1; i <= 20; ++i) {
-      a.send(i);
-      REQUIRE(a.poll(60s));
-      CHECK(a.recv() == 2 * i);
-    }
-    a.send(-1);
-    REQUIRE(p.join(60s));
-    CHECK(p.exitcode() == 0);
-    CHECK_THROWS_AS(a.recv(), fiber::eof_error);
-  }
+  fiber_test::check_duplex_pipe<&in_container>();
   check_clean();
 }
 
@@ -470,7 +316,7 @@ TEST_CASE("docker: Pool map over 4 containers; their settings", "[docker][pool]"
     std::printf("docker Pool(4): construction -> first result %.2f s\n", seconds_since(t0));
     CHECK(first.y == 9);
     CHECK(first.container);
-    REQUIRE(eventually([&] { return pool.live_workers() == 4; }, 60s));
+    REQUIRE(poll_until([&] { return pool.live_workers() == 4; }, 60s));
     std::printf("docker Pool(4): construction -> 4 workers connected %.2f s\n", seconds_since(t0));
 
     auto in = inputs(400, 2);
@@ -505,7 +351,7 @@ TEST_CASE("docker: a container killed with `docker kill` mid-map: complete, exac
   constexpr int n = 64;
   {
     fiber::Pool pool{fiber::target<&square_where>, pool_opts(4, "dk-kill")};
-    REQUIRE(eventually([&] { return pool.live_workers() == 4; }, 60s));
+    REQUIRE(poll_until([&] { return pool.live_workers() == 4; }, 60s));
     const auto run = run_id_of<fiber::backend::from_env>();
     auto in = inputs(n, 100, log);
     std::vector<task_out> out;
@@ -532,7 +378,7 @@ TEST_CASE("docker: a container killed with `docker kill` mid-map: complete, exac
       CHECK(out[i].y == std::int64_t(i) * i);
     }
     // The pool replaced the worker: 4 again, the victim not among them.
-    CHECK(eventually([&] { return pool.live_workers() == 4; }, 60s));
+    CHECK(poll_until([&] { return pool.live_workers() == 4; }, 60s));
     CHECK(containers({"fiber.run=" + run, "fiber.worker=" + victim}).empty());
     auto starts = count_lines(log);
     CHECK(starts.size() == std::size_t(n)); // every task started; reruns possible, results once
@@ -569,7 +415,7 @@ TEST_CASE("docker: a missing image is a backend_error with Docker's message with
   using P = docker_with<missing_image>;
   {
     auto t0 = clk::now();
-    fiber::basic_process<P> p{fiber::target<&returns_normally>};
+    fiber::basic_process<P> p{fiber::target<&fiber_test::returns_normally>};
     p.start();
     try {
       p.join(10s);
@@ -599,7 +445,7 @@ TEST_CASE("docker: a missing image is a backend_error with Docker's message with
 TEST_CASE("docker: a daemon that cannot be reached is a backend_error at once", "[docker][errors]") {
   configure();
   auto t0 = clk::now();
-  fiber::basic_process<docker_with<no_daemon>> p{fiber::target<&returns_normally>};
+  fiber::basic_process<docker_with<no_daemon>> p{fiber::target<&fiber_test::returns_normally>};
   p.start();
   try {
     p.join(10s);
@@ -614,7 +460,7 @@ TEST_CASE("docker: a daemon that cannot be reached is a backend_error at once", 
 TEST_CASE("docker: a container running a different binary is refused at the handshake", "[docker][handshake]") {
   configure();
   {
-    fiber::basic_process<docker_with<other_binary>> p{fiber::target<&returns_normally>};
+    fiber::basic_process<docker_with<other_binary>> p{fiber::target<&fiber_test::returns_normally>};
     p.start();
     try {
       p.join(60s);
@@ -710,7 +556,7 @@ TEST_CASE("docker: the sweep removes containers of masters that are gone, and on
   };
   auto& rt = fiber::detail::runtime::instance();
   rt.sync([&] { (void)rt.launcher<docker_with<sweeper>>(); }); // a new launcher sweeps as it starts
-  CHECK(eventually([&] { return trim(shell("docker ps -aq --filter id=" + dead)).empty(); }, 10s));
+  CHECK(poll_until([&] { return trim(shell("docker ps -aq --filter id=" + dead)).empty(); }, 10s));
   CHECK_FALSE(trim(shell("docker ps -aq --filter id=" + alive)).empty());
   shell("docker rm -f " + alive + " >/dev/null 2>&1");
   check_clean();
@@ -721,7 +567,7 @@ TEST_CASE("docker (child): a master with 2 container workers, waiting to be kill
   configure(false); // SIGKILLed: nothing of its own to clean up
   fiber::Pool pool{fiber::target<&twice>, pool_opts(2, "dk-child")};
   REQUIRE(pool.map(std::vector{1, 2}) == std::vector{2, 4});
-  REQUIRE(eventually([&] { return pool.live_workers() == 2; }, 60s));
+  REQUIRE(poll_until([&] { return pool.live_workers() == 2; }, 60s));
   std::printf("READY %s\n", run_id_of<fiber::backend::from_env>().c_str());
   std::fflush(stdout);
   std::this_thread::sleep_for(300s); // until SIGKILLed
@@ -729,37 +575,14 @@ TEST_CASE("docker (child): a master with 2 container workers, waiting to be kill
 
 TEST_CASE("docker: a SIGKILLed master's containers are gone within 5 s", "[docker][cleanup]") {
   configure();
-  int out[2];
-  REQUIRE(::pipe(out) == 0);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_addclose(&fa, out[0]);
-  auto self = fs::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> args{self, "[docker-master-child]"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t child = 0;
-  REQUIRE(::posix_spawn(&child, self.c_str(), &fa, nullptr, argv.data(), environ) == 0);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(out[1]);
-  std::string text, run;
-  std::FILE* f = ::fdopen(out[0], "r");
-  char line[512];
-  while (run.empty() && std::fgets(line, sizeof line, f)) {
-    text += line;
-    if (std::string_view(line).starts_with("READY ")) run = trim(std::string(line).substr(6));
-  }
-  INFO("child said: " << text);
+  fiber_test::child_master child("[docker-master-child]");
+  INFO("child said: " << child.said());
+  const std::string run = child.run();
   REQUIRE_FALSE(run.empty());
   CHECK(containers({"fiber.run=" + run}).size() == 2);
-  ::kill(child, SIGKILL);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  std::fclose(f);
+  child.kill();
   auto t0 = clk::now();
-  bool gone = eventually([&] { return containers({"fiber.run=" + run}).empty(); }, 5s);
+  bool gone = poll_until([&] { return containers({"fiber.run=" + run}).empty(); }, 5s);
   std::printf("docker: SIGKILLed master's containers gone after %.2f s\n", seconds_since(t0));
   CHECK(gone);
   check_clean();

@@ -12,7 +12,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "backend_scenarios.hpp"
 #include "fake_kube/fake_kube.hpp"
+#include "integration_support.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -33,9 +35,7 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -46,32 +46,21 @@ namespace kube = fiber::detail::kube;
 
 namespace {
 
+using fiber_test::exit_with;
+using fiber_test::poll_until;
+using fiber_test::read_file;
+using fiber_test::returns_normally;
+using fiber_test::seconds_since;
+using fiber_test::sleep_ms;
+using fiber_test::stray_workers;
+
 // ---------------------------------------------------------------------------
 // Targets (run in pods)
 // ---------------------------------------------------------------------------
 
-void exit_with(int code) { std::exit(code); }
-void returns_normally() {}
-void throws_runtime() { throw std::runtime_error("boom"); }
-void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
-void raise_signal(int sig) { ::raise(sig); }
-
 /// In a pod of the fake: its kubelet sets these, the test process has neither.
 bool in_pod() { return std::getenv("KUBERNETES_SERVICE_HOST") && std::getenv("HOSTNAME"); }
 std::string pod_name() { return in_pod() ? std::getenv("HOSTNAME") : ""; }
-
-void produce(fiber::Queue<int> q, int base, int n) {
-  for (int i = 0; i < n; ++i) q.put(base + i);
-}
-void where_am_i(fiber::Queue<std::string> q) { q.put(in_pod() ? "pod" : "host"); }
-
-void echo(fiber::Connection<int> c) {
-  for (;;) {
-    int v = c.recv();
-    if (v < 0) return;
-    c.send(in_pod() ? v * 2 : -1);
-  }
-}
 
 struct task_in {
   std::int64_t x = 0;
@@ -102,25 +91,6 @@ int twice(int x) { return 2 * x; }
 // Helpers (master side)
 // ---------------------------------------------------------------------------
 
-std::string read_file(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = clk::now() + timeout;
-  while (!pred()) {
-    if (clk::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms); // polling external state (the API server, /proc) against a deadline
-  }
-  return true;
-}
-
-double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
-
 const std::vector<std::string>& fake_flags() {
   static const std::vector<std::string> f{"--node-cpu",    "64",
                                           "--node-memory", "256Gi",
@@ -144,49 +114,17 @@ fiber_test::fake_kube& fake() {
   return h.k;
 }
 
-long parent_of(long pid) {
-  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  auto rp = stat.rfind(')');
-  if (rp == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(rp + 2));
-  std::string state;
-  long ppid = 0;
-  rest >> state >> ppid;
-  return ppid;
-}
-
-/// Processes running this executable but us and our ancestors: workers. Zombies are gone.
-std::vector<int> stray_workers() {
-  std::vector<int> v;
-  std::set<long> ancestors;
-  for (long p = parent_of(::getpid()); p > 1; p = parent_of(p)) ancestors.insert(p);
-  auto self = fs::read_symlink("/proc/self/exe");
-  for (auto& e : fs::directory_iterator("/proc")) {
-    auto name = e.path().filename().string();
-    if (!std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    int pid = std::stoi(name);
-    if (pid == ::getpid() || ancestors.count(pid)) continue;
-    std::error_code ec;
-    if (fs::read_symlink(e.path() / "exe", ec) != self || ec) continue;
-    auto stat = read_file((e.path() / "stat").string());
-    auto rp = stat.rfind(')');
-    if (rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] == 'Z') continue;
-    v.push_back(pid);
-  }
-  return v;
-}
-
 std::vector<std::string> fiber_pods(const std::string& extra = "") {
   return fake().pods("app.kubernetes.io/managed-by=fiber" + (extra.empty() ? "" : "," + extra));
 }
 
 /// After each test: no pod and no worker process left (bounded waits).
 void check_clean() {
-  bool none = eventually([] { return fiber_pods().empty(); }, 10s);
+  bool none = poll_until([] { return fiber_pods().empty(); }, 10s);
   auto left = fiber_pods();
   INFO("pods left: " << left.size() << (left.empty() ? "" : " e.g. " + left[0]));
   CHECK(none);
-  bool no_workers = eventually([] { return stray_workers().empty(); }, 10s);
+  bool no_workers = poll_until([] { return stray_workers().empty(); }, 10s);
   INFO("worker processes left: " << stray_workers().size());
   CHECK(no_workers);
 }
@@ -339,7 +277,7 @@ fiber::detail::kube_options base_options() {
 
 /// Waits until the pod is running (its container started).
 bool pod_running(const std::string& name, std::chrono::milliseconds limit = 20s) {
-  return eventually(
+  return poll_until(
       [&] {
         auto [st, p] = fake().api("GET", "/api/v1/namespaces/default/pods/" + name);
         return st == 200 && p["status"].value("phase", "") == "Running";
@@ -356,17 +294,11 @@ bool pod_running(const std::string& name, std::chrono::milliseconds limit = 20s)
 TEST_CASE("kubernetes: Process exit codes, terminate -> -15, kill -> -9; the pod as created", "[kube][process]") {
   configure();
   {
-    fiber::Process ok{fiber::target<&returns_normally>};
-    fiber::Process seven{fiber::target<&exit_with>, 7};
-    fiber::Process usr1{fiber::target<&raise_signal>, int(SIGUSR1)};
-    fiber::Process thrower{fiber::target<&throws_runtime>};
-    fiber::Process term{fiber::target<&sleep_ms>, 120000};
-    fiber::Process killed{fiber::target<&sleep_ms>, 120000};
+    fiber_test::exit_code_processes<> ps;
+    auto& term = ps.term;
     term.set_resources({1, 128, 0});
-    auto all = {&ok, &seven, &usr1, &thrower, &term, &killed};
     auto t0 = clk::now();
-    for (auto* p : all) p->start();
-    REQUIRE(eventually([&] { return term.pid() && killed.pid(); }, 30s));
+    ps.start();
     std::printf("kubernetes Process: start -> connected %.2f s\n", seconds_since(t0));
 
     // The pod of `term`, as the API server has it.
@@ -394,72 +326,20 @@ TEST_CASE("kubernetes: Process exit codes, terminate -> -15, kill -> -9; the pod
     CHECK(kube::base64_decode(secret["data"]["fiber-secret"].get<std::string>()) ==
           std::optional<std::string>(fiber::detail::runtime::instance().secret()));
 
-    CHECK(term.is_alive());
-    term.terminate();
-    killed.kill();
-    for (auto* p : all) {
-      INFO(p->name());
-      REQUIRE(p->join(60s));
-    }
-    CHECK(ok.exitcode() == 0);
-    CHECK(seven.exitcode() == 7);
-    CHECK(usr1.exitcode() == -SIGUSR1);
-    CHECK(thrower.exitcode() == 1);
-    CHECK(term.exitcode() == -15);
-    CHECK(killed.exitcode() == -9);
+    ps.stop_and_check();
   }
   check_clean();
 }
 
 TEST_CASE("kubernetes: a Queue shared with pod Processes delivers every item exactly once", "[kube][queue]") {
   configure();
-  {
-    constexpr int per_producer = 200;
-    fiber::Queue<int> q;
-    fiber::Queue<std::string> where;
-    fiber::Process a{fiber::target<&produce>, q, 1000, per_producer};
-    fiber::Process b{fiber::target<&produce>, q, 5000, per_producer};
-    fiber::Process w{fiber::target<&where_am_i>, where};
-    a.start();
-    b.start();
-    w.start();
-    std::map<int, int> got;
-    int received = 0;
-    for (auto deadline = clk::now() + 60s; received < 2 * per_producer && clk::now() < deadline;)
-      if (auto v = q.get(500ms)) {
-        ++got[*v];
-        ++received;
-      }
-    REQUIRE(received == 2 * per_producer);
-    CHECK(where.get(30s) == std::optional<std::string>("pod"));
-    for (auto* p : {&a, &b, &w}) {
-      REQUIRE(p->join(60s));
-      CHECK(p->exitcode() == 0);
-    }
-    CHECK_FALSE(q.get(100ms));
-    std::map<int, int> want;
-    for (int i = 0; i < per_producer; ++i) want[1000 + i] = want[5000 + i] = 1;
-    CHECK(got == want);
-  }
+  fiber_test::check_queue_exactly_once<&in_pod>("pod");
   check_clean();
 }
 
 TEST_CASE("kubernetes: a duplex Pipe with a pod Process", "[kube][pipe]") {
   configure();
-  {
-    auto [a, b] = fiber::Pipe<int>();
-    fiber::Process p{fiber::target<&echo>, std::move(b)};
-    p.start();
-    for (int i = 1; i <= 20; ++i) {
-      a.send(i);
-      REQUIRE(a.poll(60s));
-      CHECK(a.recv() == 2 * i);
-    }
-    a.send(-1);
-    REQUIRE(p.join(60s));
-    CHECK(p.exitcode() == 0);
-    CHECK_THROWS_AS(a.recv(), fiber::eof_error);
-  }
+  fiber_test::check_duplex_pipe<&in_pod>();
   check_clean();
 }
 
@@ -476,7 +356,7 @@ TEST_CASE("kubernetes: Pool map over 4 pods, over TLS by default", "[kube][pool]
     std::printf("kubernetes Pool(4): construction -> first result %.2f s\n", seconds_since(t0));
     CHECK(first.y == 9);
     CHECK_THAT(first.pod, Catch::StartsWith("fiber-"));
-    REQUIRE(eventually([&] { return pool.live_workers() == 4; }, 30s));
+    REQUIRE(poll_until([&] { return pool.live_workers() == 4; }, 30s));
     auto out = pool.map(inputs(400, 1), 5);
     REQUIRE(out.size() == 400);
     std::set<std::string> pods;
@@ -530,7 +410,7 @@ TEST_CASE("kubernetes: a pod deleted mid-map (kubectl delete): complete, exactly
   constexpr int n = 48;
   {
     fiber::Pool pool{fiber::target<&square_where>, pool_opts(4, "k8s-del")};
-    REQUIRE(eventually([&] { return pool.live_workers() == 4; }, 30s));
+    REQUIRE(poll_until([&] { return pool.live_workers() == 4; }, 30s));
     std::vector<task_out> out;
     std::string victim;
     auto t0 = clk::now();
@@ -553,7 +433,7 @@ TEST_CASE("kubernetes: a pod deleted mid-map (kubectl delete): complete, exactly
       INFO("item " << i);
       CHECK(out[i].y == std::int64_t(i) * i);
     }
-    CHECK(eventually([&] { return pool.live_workers() == 4; }, 30s)); // replaced
+    CHECK(poll_until([&] { return pool.live_workers() == 4; }, 30s)); // replaced
     auto s = starts(log);
     CHECK(s.size() == std::size_t(n));
     int reruns = 0;
@@ -600,7 +480,7 @@ TEST_CASE("kubernetes: a task whose pods are OOMKilled fails with worker_lost sa
     fiber::Pool pool{fiber::target<&square_where>, o};
     auto res = pool.apply_async(task_in{5, 120000, log});
     for (std::size_t round = 1; round <= 2; ++round) {
-      REQUIRE(eventually([&] { return starts(log)[5].size() == round; }, 30s));
+      REQUIRE(poll_until([&] { return starts(log)[5].size() == round; }, 30s));
       fake().control("POST", "pods/default/" + starts(log)[5].back() + "/oom", json::object());
     }
     try {
@@ -701,7 +581,7 @@ TEST_CASE("kubernetes: each fault knob ends its job as lost with Kubernetes' rea
     REQUIRE(term);
     CHECK(term->exitcode() == -15);
     // Unschedulable: pending, its reason logged, no exit.
-    CHECK(eventually(
+    CHECK(poll_until(
         [&] {
           std::lock_guard g(wm);
           return std::any_of(warn_text.begin(), warn_text.end(), [](auto& m) {
@@ -727,7 +607,7 @@ TEST_CASE("kubernetes: node lost: its pods' jobs are lost with the taint manager
     direct_launcher d(o, k.access());
     auto jobs = d.launch({"n1", "n2"}, {"/bin/sleep", "60"}, log);
     for (auto& j : jobs)
-      REQUIRE(eventually(
+      REQUIRE(poll_until(
           [&] {
             auto [st, p] = k.api("GET", "/api/v1/namespaces/default/pods/" + j.id);
             return st == 200 && p["status"].value("phase", "") == "Running";
@@ -744,7 +624,7 @@ TEST_CASE("kubernetes: node lost: its pods' jobs are lost with the taint manager
     std::printf("kubernetes: node lost -> jobs lost after %.2f s\n", seconds_since(t0));
     k.control("POST", "node/recover", json::object());
   }
-  CHECK(eventually([&] { return k.pods("app.kubernetes.io/managed-by=fiber").empty(); }, 10s));
+  CHECK(poll_until([&] { return k.pods("app.kubernetes.io/managed-by=fiber").empty(); }, 10s));
 }
 
 TEST_CASE("kubernetes: the watch expires (410) or drops: re-listed, no exit lost", "[kube][watch]") {
@@ -761,7 +641,7 @@ TEST_CASE("kubernetes: the watch expires (410) or drops: re-listed, no exit lost
     // client retries 503s: ~1.5 s), while Processes end: the re-list sees them.
     fiber::Process a{fiber::target<&sleep_ms>, 300}, b{fiber::target<&exit_with>, 3};
     a.start();
-    REQUIRE(eventually([&] { return a.pid() != 0; }, 30s));
+    REQUIRE(poll_until([&] { return a.pid() != 0; }, 30s));
     fake().control("POST", "errors",
                    {{"verb", "list"}, {"resource", "pods"}, {"code", 503}, {"count", 4}, {"retry_after_s", 0}});
     fake().control("POST", "watch/drop", json::object());
@@ -897,7 +777,7 @@ print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "Exec
     const auto t_first = clk::now();
     REQUIRE(runs().size() == runs0 + 1);
     // Valid for 7 s, refreshed 5 s early: from 2 s on it counts as expired.
-    REQUIRE(eventually([&] { return seconds_since(t_first) > 2.5; }, 5s));
+    REQUIRE(poll_until([&] { return seconds_since(t_first) > 2.5; }, 5s));
     auto j2 = d.launch({"exec-2"}, {"/bin/sleep", "60"}, log);
     REQUIRE(pod_running(j2[0].id));
     CHECK(runs().size() == runs0 + 2);
@@ -923,7 +803,7 @@ TEST_CASE("kubernetes (child): a master with 2 pod workers, waiting to be killed
   fiber::set_config("k8s.image", "fiber-test:1");
   fiber::Pool pool{fiber::target<&twice>, pool_opts(2, "k8s-child")};
   REQUIRE(pool.map(std::vector{1, 2}) == std::vector{2, 4});
-  REQUIRE(eventually([&] { return pool.live_workers() == 2; }, 30s));
+  REQUIRE(poll_until([&] { return pool.live_workers() == 2; }, 30s));
   std::printf("READY %s\n", launcher_of<fiber::backend::from_env>()->run_id().c_str());
   std::fflush(stdout);
   std::this_thread::sleep_for(300s); // until SIGKILLed
@@ -931,41 +811,18 @@ TEST_CASE("kubernetes (child): a master with 2 pod workers, waiting to be killed
 
 TEST_CASE("kubernetes: a SIGKILLed master's pods are gone within the heartbeat timeout", "[kube][cleanup]") {
   configure();
-  int out[2];
-  REQUIRE(::pipe(out) == 0);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_addclose(&fa, out[0]);
-  auto self = fs::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> args{self, "[kube-master-child]"};
-  std::vector<char*> argv;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t child = 0;
-  REQUIRE(::posix_spawn(&child, self.c_str(), &fa, nullptr, argv.data(), environ) == 0);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(out[1]);
-  std::string text, run;
-  std::FILE* f = ::fdopen(out[0], "r");
-  char line[512];
-  while (run.empty() && std::fgets(line, sizeof line, f)) {
-    text += line;
-    if (std::string_view(line).starts_with("READY ")) run = std::string(line + 6, std::strlen(line + 6) - 1);
-  }
-  INFO("child said: " << text);
+  fiber_test::child_master child("[kube-master-child]");
+  INFO("child said: " << child.said());
+  const std::string run = child.run();
   REQUIRE_FALSE(run.empty());
   CHECK(fake().pods("fiber.run=" + run).size() == 2);
-  ::kill(child, SIGKILL);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  std::fclose(f);
+  child.kill();
   auto t0 = clk::now();
   const auto timeout = std::chrono::milliseconds(fiber::detail::config_int("heartbeat_timeout_ms"));
-  bool gone = eventually([&] { return fake().pods("fiber.run=" + run).empty(); }, timeout + 3s);
+  bool gone = poll_until([&] { return fake().pods("fiber.run=" + run).empty(); }, timeout + 3s);
   std::printf("kubernetes: SIGKILLed master's pods gone after %.2f s\n", seconds_since(t0));
   CHECK(gone);
-  CHECK(eventually(
+  CHECK(poll_until(
       [&] { // kubectl deletes the pods first, then the Secret
         auto [st, secrets] = fake().api("GET", "/api/v1/namespaces/default/secrets?labelSelector=fiber.run%3D" + run);
         return st == 200 && secrets["items"].empty();
@@ -1008,7 +865,7 @@ TEST_CASE("kubernetes: a master in a pod: in-cluster credentials, its own image,
   REQUIRE(st == 201);
   const std::string uid = created["metadata"]["uid"];
   std::string logs;
-  bool ready = eventually(
+  bool ready = poll_until(
       [&] {
         logs = fake().api_text("GET", "/api/v1/namespaces/default/pods/" + name + "/log").second;
         return logs.find("READY") != std::string::npos;
@@ -1034,8 +891,8 @@ TEST_CASE("kubernetes: a master in a pod: in-cluster credentials, its own image,
   }
   // The master's pod goes (grace 0: its process is killed, nothing of fiber runs): the garbage collector takes the rest.
   REQUIRE(fake().api("DELETE", "/api/v1/namespaces/default/pods/" + name, {{"gracePeriodSeconds", 0}}).first == 200);
-  CHECK(eventually([&] { return fiber_pods().empty(); }, 10s));
-  CHECK(eventually(
+  CHECK(poll_until([&] { return fiber_pods().empty(); }, 10s));
+  CHECK(poll_until(
       [&] {
         auto [s, l] = fake().api("GET", secrets);
         return s == 200 && l["items"].empty();

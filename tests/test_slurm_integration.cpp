@@ -41,6 +41,8 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include "backend_scenarios.hpp"
+#include "integration_support.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
@@ -49,19 +51,23 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
+using fiber_test::exit_with;
+using fiber_test::lines;
+using fiber_test::parent_of;
+using fiber_test::poll_until;
+using fiber_test::produce;
+using fiber_test::raise_signal;
+using fiber_test::returns_normally;
+using fiber_test::seconds_since;
+using fiber_test::shell;
+using fiber_test::sleep_ms;
+using fiber_test::stray_workers;
+using fiber_test::throws_runtime;
+using fiber_test::trim;
+
 // ---------------------------------------------------------------------------
 // Targets (run in Slurm jobs)
 // ---------------------------------------------------------------------------
-
-void exit_with(int code) { std::exit(code); }
-void returns_normally() {}
-void throws_runtime() { throw std::runtime_error("boom"); }
-void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
-void raise_signal(int sig) { ::raise(sig); }
-
-void produce(fiber::Queue<int> q, int base, int n) {
-  for (int i = 0; i < n; ++i) q.put(base + i);
-}
 
 std::string env_or_empty(const char* k) {
   const char* v = std::getenv(k);
@@ -129,47 +135,10 @@ using SlurmPool = fiber::Pool<&square_where, fiber::backend::slurm>;
 // Helpers (master side)
 // ---------------------------------------------------------------------------
 
-/// stdout of `sh -c cmd` (inspection and fault injection, never fiber's own path).
-std::string shell(const std::string& cmd) {
-  std::string out;
-  if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    while (auto n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    ::pclose(p);
-  }
-  return out;
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  s.erase(0, s.find_first_not_of(" \t\r\n"));
-  return s;
-}
-
-std::vector<std::string> lines(const std::string& s) {
-  std::vector<std::string> v;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);)
-    if (!trim(l).empty()) v.push_back(trim(l));
-  return v;
-}
-
 void require_rig() {
   static const bool up = !trim(shell("sinfo -h -o %t 2>/dev/null")).empty(); // once: sinfo retries ~9 s
   if (!up) FAIL("no Slurm cluster answers: start it with bash tests/rigs/slurm-up.sh");
 }
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = clk::now() + timeout;
-  while (!pred()) {
-    if (clk::now() >= deadline) return false;
-    std::this_thread::sleep_for(50ms); // polling an external state (squeue, /proc) against a deadline
-  }
-  return true;
-}
-
-double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
 
 /// "id name" of the jobs squeue lists (pending, running, completing) whose
 /// name starts with "fiberit": the jobs these tests submitted.
@@ -180,55 +149,16 @@ std::vector<std::string> fiber_jobs() {
   return v;
 }
 
-long parent_of(long pid) {
-  std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(st, stat);
-  auto rp = stat.rfind(')');
-  if (rp == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(rp + 2));
-  std::string state;
-  long ppid = 0;
-  rest >> state >> ppid;
-  return ppid;
-}
-
-/// Other processes running this executable, except our ancestors (a test
-/// that re-runs this binary): leftover workers.
-std::vector<int> stray_workers() {
-  std::vector<int> v;
-  std::set<long> ancestors;
-  for (long p = parent_of(::getpid()); p > 1; p = parent_of(p)) ancestors.insert(p);
-  auto self = fs::read_symlink("/proc/self/exe");
-  for (auto& e : fs::directory_iterator("/proc")) {
-    auto name = e.path().filename().string();
-    if (!std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    int pid = std::stoi(name);
-    if (pid == ::getpid() || ancestors.count(pid)) continue;
-    std::error_code ec;
-    auto exe = fs::read_symlink(e.path() / "exe", ec);
-    if (!ec && exe == self) {
-      std::ifstream st(e.path() / "stat");
-      std::string stat;
-      std::getline(st, stat);
-      auto rp = stat.rfind(')');
-      if (rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] == 'Z') continue; // a zombie is gone
-      v.push_back(pid);
-    }
-  }
-  return v;
-}
-
 /// After each test: squeue lists none of its jobs and no worker process is
 /// left (bounded waits: a job cancelled at the end of a test may still be
 /// COMPLETING for a moment). Leftovers are cancelled so later tests start clean.
 void check_clean() {
-  bool no_jobs = eventually([] { return fiber_jobs().empty(); }, 20s);
+  bool no_jobs = poll_until([] { return fiber_jobs().empty(); }, 20s);
   auto jobs = fiber_jobs();
   if (!jobs.empty()) shell("squeue -h -o '%i %j' | awk '$2 ~ /^fiberit/ {print $1}' | xargs -r scancel");
   INFO("jobs still listed by squeue: " << jobs.size() << (jobs.empty() ? "" : ", first: " + jobs.front()));
   CHECK(no_jobs);
-  bool no_workers = eventually([] { return stray_workers().empty(); }, 15s);
+  bool no_workers = poll_until([] { return stray_workers().empty(); }, 15s);
   INFO("worker processes left: " << stray_workers().size());
   CHECK(no_workers);
   fiber_test::require_no_children(); // sbatch/squeue/scancel children all reaped
@@ -307,7 +237,7 @@ TEST_CASE("slurm: Process exit codes through Slurm jobs", "[slurm][process]") {
     auto t0 = clk::now();
     for (auto* p : {&ok, &seven, &thrower, &term, &killed}) p->start();
     // Both sleepers run (connected back) before they are stopped.
-    REQUIRE(eventually([&] { return term.pid() && killed.pid(); }, 60s));
+    REQUIRE(poll_until([&] { return term.pid() && killed.pid(); }, 60s));
     std::printf("slurm Process: start -> connected %.2f s\n", seconds_since(t0));
     CHECK(parent_comm(*term.pid()) == "slurmstepd"); // really a Slurm job's process
     CHECK(term.is_alive());
@@ -344,7 +274,7 @@ TEST_CASE("slurm (child): Process exit codes through srun steps", "[.][srun-chil
     SlurmProcess term{fiber::target<&sleep_ms>, 120000};
     SlurmProcess killed{fiber::target<&sleep_ms>, 120000};
     for (auto* p : {&ok, &seven, &high, &usr1, &term, &killed}) p->start();
-    REQUIRE(eventually([&] { return term.pid() && killed.pid(); }, 60s));
+    REQUIRE(poll_until([&] { return term.pid() && killed.pid(); }, 60s));
     CHECK(parent_comm(*term.pid()) == "slurmstepd"); // really a step's process
     term.terminate();
     killed.kill();
@@ -360,7 +290,7 @@ TEST_CASE("slurm (child): Process exit codes through srun steps", "[.][srun-chil
     CHECK(killed.exitcode() == -SIGKILL);
   }
   // The allocation is still ours here: the parent checks squeue afterwards.
-  CHECK(eventually([] { return stray_workers().empty(); }, 15s));
+  CHECK(poll_until([] { return stray_workers().empty(); }, 15s));
   fiber_test::require_no_children(); // every srun reaped
 }
 
@@ -456,7 +386,7 @@ TEST_CASE("slurm: Pool map over 8 Slurm workers", "[slurm][pool]") {
     std::printf("slurm Pool(8): construction -> first result %.2f s\n", seconds_since(t0));
     CHECK(first.y == 9);
     CHECK_FALSE(first.job.empty()); // ran inside a Slurm job
-    REQUIRE(eventually([&] { return pool.live_workers() == 8; }, 60s));
+    REQUIRE(poll_until([&] { return pool.live_workers() == 8; }, 60s));
     std::printf("slurm Pool(8): construction -> 8 workers connected %.2f s\n", seconds_since(t0));
 
     auto in = inputs(400, 5);
@@ -491,7 +421,7 @@ TEST_CASE("slurm: scancel of a worker's job mid-map: complete, exactly-once resu
   constexpr int n = 96;
   {
     SlurmPool pool{fiber::target<&square_where>, pool_opts(8, "fiberit-scancel")};
-    REQUIRE(eventually([&] { return pool.live_workers() == 8; }, 60s));
+    REQUIRE(poll_until([&] { return pool.live_workers() == 8; }, 60s));
     auto in = inputs(n, 150, log);
     std::vector<task_out> out;
     std::string victim;
@@ -516,16 +446,16 @@ TEST_CASE("slurm: scancel of a worker's job mid-map: complete, exactly-once resu
       CHECK(out[i].y == std::int64_t(i) * i);
     }
     // Slurm ended the job as cancelled; the pool replaced its worker.
-    CHECK(eventually([&] { return trim(shell("squeue -h -t all -j " + victim + " -o %T")) == "CANCELLED"; }, 10s));
+    CHECK(poll_until([&] { return trim(shell("squeue -h -t all -j " + victim + " -o %T")) == "CANCELLED"; }, 10s));
     // Its replacement was submitted: 8 jobs again, none of them the victim.
-    CHECK(eventually(
+    CHECK(poll_until(
         [&] {
           auto j = fiber_jobs();
           return j.size() == 8 &&
                  std::none_of(j.begin(), j.end(), [&](auto& l) { return l.rfind(victim + " ", 0) == 0; });
         },
         30s));
-    CHECK(eventually([&] { return pool.live_workers() == 8; }, 60s));
+    CHECK(poll_until([&] { return pool.live_workers() == 8; }, 60s));
     // Every task started at least once; tasks of the cancelled worker that
     // had started were started again elsewhere (at-least-once execution),
     // yet map delivered each result once, in place.
@@ -585,7 +515,7 @@ TEST_CASE("slurm netns: workers on three hosts; a cut link is caught by heartbea
   {
     // 4 CPUs per worker, 8 per host: two workers on each of the three hosts.
     SlurmPool pool{fiber::target<&square_where>, pool_opts(6, "fiberit-netns", 4)};
-    REQUIRE(eventually([&] { return pool.live_workers() == 6; }, 60s));
+    REQUIRE(poll_until([&] { return pool.live_workers() == 6; }, 60s));
 
     auto where = pool.map(inputs(48, 20), 1);
     REQUIRE(where.size() == 48);

@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "integration_support.hpp"
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using fiber::backend::job;
@@ -34,16 +36,8 @@ namespace si = fiber::detail::slurm_impl;
 
 namespace {
 
-/// stdout of `sh -c cmd` (inspection commands only; never fiber's own path).
-std::string shell(const std::string& cmd) {
-  std::string out;
-  if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    while (auto n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    ::pclose(p);
-  }
-  return out;
-}
+using fiber_test::poll_until;
+using fiber_test::shell;
 
 bool rig_up() { return !fiber::detail::trim(shell("sinfo -h -o %t 2>/dev/null")).empty(); }
 
@@ -60,17 +54,6 @@ bool run_until(asio::io_context& ctx, Pred pred, std::chrono::milliseconds timeo
     if (std::chrono::steady_clock::now() >= deadline) return false;
     if (ctx.stopped()) ctx.restart();
     if (ctx.run_for(20ms) == 0 && ctx.stopped()) std::this_thread::sleep_for(5ms); // no work queued
-  }
-  return true;
-}
-
-/// Wait for an external condition (squeue after the launcher is gone).
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(50ms);
   }
   return true;
 }
@@ -379,7 +362,7 @@ TEST_CASE("slurm: cancel a running job: TERM and KILL", "[slurm][rig]") {
   CHECK(r->exits[1]->exitcode() == -9);
   CHECK(r->calls == std::vector<int>{1, 1});
   l->cancel(r->jobs[0], 15); // ended: ignored
-  CHECK(eventually([&] { return !any_listed(ids_of(*r)); }, 15s));
+  CHECK(poll_until([&] { return !any_listed(ids_of(*r)); }, 15s));
 }
 
 TEST_CASE("slurm: job cancelled by someone else counts as signalled", "[slurm][rig]") {
@@ -422,7 +405,7 @@ TEST_CASE("slurm: a failure in a later array submission cancels the earlier ones
   bad.resources.gpu = 1; // the rig has no GPUs: sbatch refuses the gres
   CHECK_THROWS_WITH(launch(*l, {good, good, bad}), Catch::Contains("Invalid generic resource"));
   CHECK(l->live_jobs() == 0);
-  CHECK(eventually([&] { return fiber::detail::trim(shell("squeue -h -n fiber-test-good -o %i")).empty(); }, 15s));
+  CHECK(poll_until([&] { return fiber::detail::trim(shell("squeue -h -n fiber-test-good -o %i")).empty(); }, 15s));
 }
 
 TEST_CASE("slurm: sbatch missing or controller down raise backend_error", "[slurm][rig]") {
@@ -548,7 +531,7 @@ TEST_CASE("slurm: destroying the launcher cancels its live jobs", "[slurm][rig]"
     l.reset();
     CHECK(a->calls == std::vector<int>{0, 0}); // documented: no handler after destruction
   }
-  CHECK(eventually([&] { return !any_listed(ids); }, 15s));
+  CHECK(poll_until([&] { return !any_listed(ids); }, 15s));
 }
 
 TEST_CASE("slurm: a held job reports its pending reason", "[slurm][rig]") {
@@ -580,7 +563,7 @@ TEST_CASE("slurm: a job whose node goes down is lost", "[slurm][rig]") {
     std::string node;
     ~resume() {
       shell("scontrol update NodeName=" + node + " State=RESUME 2>&1");
-      eventually([&] { return shell("sinfo -h -n " + node + " -o %t").find("idle") != std::string::npos; }, 60s);
+      poll_until([&] { return shell("sinfo -h -n " + node + " -o %t").find("idle") != std::string::npos; }, 60s);
     }
   } guard{node};
   shell("scontrol update NodeName=" + node + " State=DOWN Reason=fiber-slurm-test 2>&1");
@@ -693,7 +676,7 @@ TEST_CASE("slurm srun steps inside an allocation", "[.slurm-inner]") {
   l.reset();
   std::string mine = std::getenv("SLURM_STEP_ID") ? std::string(alloc) + "." + std::getenv("SLURM_STEP_ID") : "none";
   std::string left;
-  CHECK(eventually(
+  CHECK(poll_until(
       [&] {
         left = fiber::detail::trim(shell(std::string("squeue -h -s -j ") + alloc +
                                          " -o %i | grep -v -e batch -e extern -e '^" + mine + "$'"));
