@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -31,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <span>
@@ -168,19 +170,40 @@ inline std::function<void()> watch_readable(const broker_ref& r, std::uint8_t en
 
 /// Run `start(callback)` and wait on the calling thread for the callback.
 /// Blocking on the runtime thread would deadlock it: that is a logic_error.
+/// The callback hands its exception over by move and the caller takes it out
+/// under the same mutex, so the caller's thread always drops the last
+/// reference to the exception object (a std::promise's shared state may be
+/// released last by the runtime thread, which ThreadSanitizer reports as a
+/// race with the caller's what(): libstdc++'s exception refcount is not
+/// instrumented).
 template <class R, class Start>
 R wait_on_runtime(const char* what, Start&& start) {
   if (runtime::instance().on_runtime_thread())
     throw std::logic_error(std::string(what) +
                            ": blocking call on fiber's runtime thread (e.g. in a completion handler); "
                            "use the async_ form there");
-  auto pr = std::make_shared<std::promise<R>>();
-  auto fut = pr->get_future();
-  start([pr](std::exception_ptr e, R v) {
-    if (e) pr->set_exception(e);
-    else pr->set_value(std::move(v));
+  struct slot {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    std::exception_ptr e;
+    std::optional<R> v;
+  };
+  auto s = std::make_shared<slot>();
+  start([s](std::exception_ptr e, R v) {
+    std::lock_guard lk(s->m);
+    if (e) s->e = std::move(e);
+    else s->v.emplace(std::move(v));
+    s->done = true;
+    s->cv.notify_one();
   });
-  return fut.get();
+  std::unique_lock lk(s->m);
+  s->cv.wait(lk, [&] { return s->done; });
+  if (auto e = std::exchange(s->e, nullptr)) {
+    lk.unlock();
+    std::rethrow_exception(std::move(e));
+  }
+  return std::move(*s->v);
 }
 
 /// A control request (attach/detach/transfer): waited for off the runtime

@@ -88,6 +88,10 @@ public:
       for (auto& [u, l] : listeners_) l->close();
       for (auto& [u, c] : clients_)
         if (c.link) c.link->close("runtime stopping");
+      // Links of peers served here (a child's Queue or Lock requests): their
+      // nng reads would otherwise complete into a destroyed io_context.
+      for (auto& [id, w] : std::unordered_map(served_links_))
+        if (auto l = w.lock()) l->close("runtime stopping");
       launchers_.clear();
       ctx_.stop();
     });
@@ -423,6 +427,7 @@ private:
   void serve_client(std::shared_ptr<peer_link> l) {
     std::weak_ptr<peer_link> weak = l;
     served_[l->id()] = l->peer();
+    served_links_[l->id()] = l;
     l->start(
         [this, weak](frame_kind k, std::span<const std::byte> body, message&) {
           auto l = weak.lock();
@@ -437,6 +442,7 @@ private:
         [this, id = l->id()](const std::string&) {
           for (auto& [sid, s] : services_) s->peer_gone(id);
           served_.erase(id);
+          served_links_.erase(id);
         });
   }
 
@@ -526,7 +532,8 @@ private:
   std::atomic<std::size_t> pending_handshakes_{0};
   std::uint64_t next_service_id_ = 1, next_request_id_ = 1;
   std::unordered_map<std::uint64_t, std::shared_ptr<service>> services_;
-  std::unordered_map<std::uint64_t, peer_identity> served_; // client links served, by link id
+  std::unordered_map<std::uint64_t, peer_identity> served_;                  // client links served, by link id
+  std::unordered_map<std::uint64_t, std::weak_ptr<peer_link>> served_links_; // the same links, closed by stop()
   std::unordered_map<std::string, client_conn> clients_;
   std::unordered_map<std::type_index, std::shared_ptr<backend::launcher>> launchers_;
   std::minstd_rand retry_rng_{static_cast<std::minstd_rand::result_type>(::getpid())}; // runtime thread

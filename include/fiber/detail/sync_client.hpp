@@ -69,7 +69,7 @@ inline void async_wait_request(const broker_ref& r, std::uint32_t op, std::vecto
                                     e = std::current_exception();
                                   }
                                 }
-                                done(e, std::move(out));
+                                done(std::move(e), std::move(out)); // the waiter holds the only reference
                               });
 }
 
