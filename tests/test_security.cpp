@@ -519,13 +519,11 @@ TEST_CASE("a local worker's proof over its issued nonce: accepted without a chal
     a.mac = fd::client_proof(rt.secret(), n, a);
     return std::pair{a, fd::frame(fd::frame_kind::auth, a)};
   };
-  // (a) over another nonce than the one issued: refused
+  // (a) over another nonce than the one issued: refused (the challenge
+  // queued on accept may or may not leave before the close)
   {
     raw_peer p(url);
     REQUIRE(p.send(with_header(proof(fd::random_nonce()).second)));
-    auto ch = p.recv_frame(); // the challenge went out on accept
-    REQUIRE(ch);
-    CHECK((*ch)[0] == std::byte(fd::frame_kind::challenge));
     CHECK(p.closed_within(3000));
   }
   // (b) over the issued one, sent before reading the challenge: accepted
