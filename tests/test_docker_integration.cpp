@@ -345,6 +345,35 @@ TEST_CASE("docker: Pool map over 4 containers; their settings", "[docker][pool]"
   check_clean();
 }
 
+// Containers take longest to start: close() + join() right after
+// construction must still deliver every task submitted (issue 26).
+TEST_CASE("docker: close + join right after construction delivers every task", "[docker][pool][close]") {
+  configure();
+  const unsigned maxtasks = GENERATE(0u, 1u);
+  CAPTURE(maxtasks);
+  {
+    auto o = pool_opts(3, "dk-close");
+    o.maxtasksperchild = maxtasks;
+    fiber::Pool pool{fiber::target<&square_where>, o};
+    std::vector<fiber::async_result<task_out>> rs;
+    for (int i = 0; i < 6; ++i) rs.push_back(pool.apply_async(task_in{i, 50, {}}));
+    auto mapped = pool.map_async(inputs(6, 0));
+    pool.close();
+    pool.join();
+    for (int i = 0; i < 6; ++i) {
+      REQUIRE(rs[std::size_t(i)].ready());
+      auto r = rs[std::size_t(i)].get();
+      CHECK(r.y == i * i);
+      CHECK(r.container);
+    }
+    REQUIRE(mapped.ready());
+    auto m = mapped.get();
+    REQUIRE(m.size() == 6);
+    for (std::size_t i = 0; i < m.size(); ++i) CHECK(m[i].y == std::int64_t(i * i));
+  }
+  check_clean();
+}
+
 TEST_CASE("docker: a container killed with `docker kill` mid-map: complete, exactly-once results", "[docker][pool]") {
   configure();
   const auto log = shared_dir() + "/starts-kill";

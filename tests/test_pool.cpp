@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <tuple>
 #include <map>
 #include <algorithm>
@@ -84,6 +85,12 @@ struct scaler {
 };
 
 fiber::process_info whoami(int) { return fiber::current_process(); }
+
+int sqr_wait(int x, double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  return x * x;
+}
+int sqr_pause(int x) { return sqr_wait(x, 0.02); }
 
 int slow_square(int x) {
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -525,6 +532,70 @@ TEST_CASE("submit after close is a logic_error; join waits for workers", "[pool]
   CHECK_THROWS_AS(pool.map(iota(3)), std::logic_error);
   CHECK_THROWS_AS(pool.apply(1), std::logic_error);
   pool.join();
+  fiber_test::require_no_children();
+}
+
+// Python's Pool contract (CPython test_pool_worker_lifetime_early_close):
+// close() stops submissions; join() returns once every task already
+// submitted has its result and the workers have exited. Right after
+// construction the workers are still starting: nothing may be dropped.
+TEST_CASE("close + join right after construction delivers every task (apply_async, map_async, imap)", "[pool][close]") {
+  const unsigned processes = GENERATE(1u, 3u, 16u);
+  const unsigned maxtasks = GENERATE(0u, 1u);
+  CAPTURE(processes, maxtasks);
+  fiber::Pool pool{fiber::target<&sqr_pause>, {.processes = processes, .maxtasksperchild = maxtasks}};
+  // imap's feeder stays this far ahead of its consumer; read past it.
+  const int window = int(processes) * 4 + 2, n_imap = 2 * window + 3;
+  std::vector<fiber::async_result<int>> applied;
+  for (int i = 0; i < 6; ++i) applied.push_back(pool.apply_async(i));
+  auto mapped = pool.map_async(iota(6));
+  auto lazy = pool.imap(iota(n_imap));
+  pool.close();
+  pool.join();
+  for (int i = 0; i < 6; ++i) {
+    REQUIRE(applied[std::size_t(i)].ready());
+    CHECK(applied[std::size_t(i)].get() == i * i);
+  }
+  REQUIRE(mapped.ready());
+  CHECK(mapped.get() == std::vector<int>{0, 1, 4, 9, 16, 25});
+  int k = 0;
+  for (int v : lazy) {
+    CHECK(v == k * k);
+    ++k;
+  }
+  CHECK(k == n_imap);
+  fiber_test::require_no_children();
+}
+
+TEST_CASE("close + join while workers die, retire and start: every task delivered once", "[pool][close]") {
+  const auto dir = temp_dir();
+  fiber::Pool pool{fiber::target<&die_once>, {.processes = 2, .maxtasksperchild = 2}};
+  std::vector<fiber::async_result<int>> rs;
+  for (int i = 0; i < 30; ++i) rs.push_back(pool.apply_async(std::pair{dir, i}));
+  pool.close();
+  pool.resize(3); // a closing Pool with work left may still grow
+  pool.join();
+  for (int i = 0; i < 30; ++i) {
+    REQUIRE(rs[std::size_t(i)].ready());
+    CHECK(rs[std::size_t(i)].get() == 2 * i);
+  }
+  fiber_test::require_no_children();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("terminate right after submitting: every pending result is an error, none stays pending", "[pool][close]") {
+  fiber::Pool pool{fiber::target<&sqr_wait>, {.processes = 3}};
+  std::vector<fiber::async_result<int>> rs;
+  for (int i = 0; i < 6; ++i) rs.push_back(pool.apply_async(i, 5.0));
+  auto mapped = pool.starmap_async(std::vector<std::tuple<int, double>>{{1, 5.0}, {2, 5.0}});
+  pool.terminate();
+  pool.join();
+  for (auto& r : rs) {
+    REQUIRE(r.ready());
+    CHECK_THROWS_AS(r.get(), fiber::error);
+  }
+  REQUIRE(mapped.ready());
+  CHECK_THROWS_AS(mapped.get(), fiber::error);
   fiber_test::require_no_children();
 }
 

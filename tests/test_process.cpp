@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <fiber/process.hpp>
+#include <fiber/queue.hpp>
 
 #include <fiber/pipe.hpp>
 #include <fiber/wait.hpp>
@@ -14,6 +15,8 @@
 #include <csignal>
 #include <cstdio>
 #include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <filesystem>
 #include <fstream>
 #include <cstdlib>
@@ -81,6 +84,18 @@ void exit_with_children(std::string dir) {
 
 // Echoes one item back, then returns.
 void echo_once(fiber::Connection<int> c) { c.send(c.recv() * 2); }
+
+void report_pid_and_sleep(fiber::Queue<int> pids) {
+  pids.put(int(::getpid()));
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+}
+
+// Starts a Process of its own (a grandchild of the test), which reports its pid.
+void start_grandchild(fiber::Queue<int> pids) {
+  fiber::Process g{fiber::target<&report_pid_and_sleep>, pids};
+  g.start();
+  g.join();
+}
 
 // 0 when parent_process() names this process's parent, else which check failed.
 void check_parent(std::int64_t expected_pid) {
@@ -289,6 +304,68 @@ TEST_CASE("fiber::wait on a Connection and a Process, and on a sentinel", "[proc
   auto ended = fiber::wait({p.sentinel()}, std::chrono::seconds(10));
   REQUIRE(ended.size() == 1);
   CHECK(ended[0] == fiber::waitable(p));
+  fiber_test::require_no_children();
+}
+
+// multiprocessing.connection.wait returns every ready object (CPython
+// TestWait.test_wait_integer), not only the first one seen.
+TEST_CASE("fiber::wait returns every ready object, in the order given", "[process][wait]") {
+  auto [a, b] = fiber::Pipe<int>();
+  auto [c, d] = fiber::Pipe<int>();
+  fiber::Queue<int> q;
+  fiber::Queue<int> empty_q;
+  fiber::Process p{fiber::target<&sleep_ms>, 300};
+  fiber::Process still{fiber::target<&sleep_ms>, 60000};
+  p.start();
+  still.start();
+  auto ended = fiber::wait({a, p, b}, std::chrono::seconds(30));
+  REQUIRE(ended.size() == 1);
+  CHECK(ended[0] == fiber::waitable(p));
+  a.send(0); // b now has data
+  c.send(1); // d too
+  q.put(7);  // q has an item
+  REQUIRE(fiber_test::eventually([&] { return b.poll() && d.poll() && !q.empty(); }));
+  auto ready = fiber::wait({a, p, still, b, empty_q, c, q, d}, std::chrono::seconds(2));
+  REQUIRE(ready.size() == 4);
+  CHECK(ready[0] == fiber::waitable(p));
+  CHECK(ready[1] == fiber::waitable(b));
+  CHECK(ready[2] == fiber::waitable(q));
+  CHECK(ready[3] == fiber::waitable(d));
+  CHECK(b.recv() == 0);
+  CHECK(q.get() == 7);
+  // Only the Process is left ready; a Queue alone waits like a Connection.
+  auto only = fiber::wait({b, q, p, d}, std::chrono::seconds(2));
+  REQUIRE(only.size() == 2);
+  CHECK(only[0] == fiber::waitable(p));
+  CHECK(only[1] == fiber::waitable(d));
+  CHECK(fiber::wait({empty_q, b}, std::chrono::milliseconds(50)).empty());
+  still.terminate();
+  still.join();
+  p.join();
+  fiber_test::require_no_children();
+}
+
+// A grandchild's master is its parent Process: fiber's model (workers end
+// with their master) ends it with its parent, where Python's lives on.
+// Locally the kernel kills it with its parent (PR_SET_PDEATHSIG).
+TEST_CASE("a grandchild Process ends when its parent is terminated", "[process][grandchild]") {
+  // Adopt orphans for this test only, so the grandchild's status can be read.
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  fiber::Queue<int> pids;
+  fiber::Process parent{fiber::target<&start_grandchild>, pids};
+  parent.start();
+  const int grandchild = fiber_test::next(pids);
+  CHECK(grandchild != parent.pid().value_or(-1));
+  parent.terminate();
+  parent.join();
+  // The grandchild, now ours, ends at once.
+  int status = 0, r = 0;
+  REQUIRE(fiber_test::eventually([&] { return (r = ::waitpid(grandchild, &status, WNOHANG)) != 0; }));
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  REQUIRE(r == grandchild);
+  INFO("wait status " << status);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
   fiber_test::require_no_children();
 }
 

@@ -175,6 +175,11 @@ public:
     c.require(c.readable_, "wait on", "a send-only end");
     return detail::watch_readable(c.ref_, c.end_, std::move(ready));
   }
+  /// fiber::wait's hook: calls `done` with whether recv() would not block now.
+  friend void fiber_probe(Connection& c, std::function<void(bool)> done) {
+    c.require(c.readable_, "wait on", "a send-only end");
+    detail::probe_readable(c.ref_, c.end_, std::move(done));
+  }
 
   /// True after close(), after being moved from, and when default-constructed.
   bool closed() const noexcept { return !attached_; }

@@ -301,13 +301,21 @@ public:
 
   // ---- lifecycle --------------------------------------------------------------
 
-  /// No more submissions; workers exit once the queued work is done.
+  /// No more submissions; workers exit once the work already submitted is
+  /// done. Workers still starting, dying or retiring (maxtasksperchild) are
+  /// replaced until then. An imap's input is read to its end at once (as
+  /// Python's imap submits every task): join() waits for all of it.
   void close() {
-    std::lock_guard lk(m_);
-    closed_ = true;
+    {
+      std::lock_guard lk(m_);
+      closed_ = true;
+    }
+    if (core_) core_->release_feeders();
   }
 
-  /// Wait for the workers to exit. Requires close() or terminate() first.
+  /// Waits until every task submitted has its result or error and the
+  /// workers have exited; afterwards every async_result of this Pool is
+  /// ready. Requires close() or terminate() first.
   void join() {
     {
       std::lock_guard lk(m_);

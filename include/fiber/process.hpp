@@ -243,6 +243,8 @@ public:
     p.require_started("sentinel");
     return p.st_->watch(std::move(ready));
   }
+  /// For fiber::wait: calls `done` with whether the process has ended.
+  friend void fiber_probe(basic_process& p, std::function<void(bool)> done) { done(!p.is_alive()); }
 
 private:
   void check_open(const char* what) const {

@@ -199,6 +199,18 @@ public:
         token, std::move(payload));
   }
 
+  /// fiber::wait's hook: a queue is ready when get() would not block (an
+  /// item waits, or its broker is unreachable: get() then reports that).
+  friend std::function<void()> fiber_watch(Queue& q, std::function<void()> ready) {
+    q.st_->check_open("fiber::wait on a Queue");
+    return detail::watch_readable(q.st_->ref(), 0, std::move(ready));
+  }
+  /// fiber::wait's hook: calls `done` with whether get() would not block now.
+  friend void fiber_probe(Queue& q, std::function<void(bool)> done) {
+    q.st_->check_open("fiber::wait on a Queue");
+    detail::probe_readable(q.st_->ref(), 0, std::move(done));
+  }
+
   /// True if both handles name the same queue.
   friend bool operator==(const Queue& a, const Queue& b) {
     return a.st_ == b.st_ || detail::service_state::same(a.st_->svc, b.st_->svc);

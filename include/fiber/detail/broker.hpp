@@ -302,6 +302,7 @@ public:
       return ch_->put(peer, h, {rest.begin(), rest.end()}, std::move(reply));
     }
     case queue_op::get: return ch_->get(peer, h, std::move(reply));
+    case queue_op::poll: return ch_->poll(peer, h, std::move(reply));
     case queue_op::cancel: ch_->cancel(peer, h.wait); return reply(wire_status::ok, {});
     case queue_op::ack: ch_->ack(peer, h.wait); return reply(wire_status::ok, {});
     case queue_op::task_done: return ch_->task_done(std::move(reply));

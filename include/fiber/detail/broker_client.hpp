@@ -168,6 +168,16 @@ inline std::function<void()> watch_readable(const broker_ref& r, std::uint8_t en
   return [r, end, wait] { send_cancel(r, end, wait); };
 }
 
+/// Calls `done(readable)` with whether end `end` of broker `r` is readable
+/// now (an unreachable broker counts as readable, as in watch_readable).
+/// `done` runs on fiber's runtime thread. For fiber::wait.
+inline void probe_readable(const broker_ref& r, std::uint8_t end, std::function<void(bool)> done) {
+  runtime::instance().request(r.url, r.id, queue_op::poll, op_header{next_wait_id(), 0, end}.bytes(),
+                              [done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
+                                done(e || (p.size() == 1 && p[0] != std::byte{0}));
+                              });
+}
+
 /// Run `start(callback)` and wait on the calling thread for the callback.
 /// Blocking on the runtime thread would deadlock it: that is a logic_error.
 /// The callback hands its exception over by move and the caller takes it out

@@ -9,6 +9,8 @@
 #include <fiber/detail/pool_core.hpp>
 #include <fiber/serialize.hpp>
 
+#include <asio/post.hpp>
+
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -97,7 +99,16 @@ private:
     }
 
     void start() {
+      core->feed_begin(st);
       feeder = std::jthread([this](std::stop_token stop) {
+        // However the feeder ends, a closing Pool stops waiting for it after
+        // its last submission (posted after them, so handled after them).
+        struct fed {
+          std::shared_ptr<pool_core> core;
+          ~fed() {
+            asio::post(runtime::instance().executor(), [c = std::move(core)] { c->feed_end(); });
+          }
+        } guard{core};
         std::uint64_t seq = 0;
         chunk_builder b(target, chunksize);
         // False once no more chunks are wanted: the consumer is gone, or
@@ -106,8 +117,11 @@ private:
           if (!b.count()) return true;
           {
             std::unique_lock lk(st->m);
-            // Back-pressure: don't run ahead of the consumer unboundedly.
-            st->cv.wait(lk, [&] { return stop.stop_requested() || st->expected - consumed < window; });
+            // Back-pressure: don't run ahead of the consumer unboundedly,
+            // unless the Pool is closed (its join waits for every task).
+            st->cv.wait(lk, [&] {
+              return stop.stop_requested() || core->feeders_released() || st->expected - consumed < window;
+            });
             if (stop.stop_requested()) return false;
             st->counts.push_back(b.count());
             ++st->expected;

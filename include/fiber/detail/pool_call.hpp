@@ -4,6 +4,7 @@
 /// One call on a Pool (map, apply, imap, ...) as the caller sees it: its
 /// chunks as they are built and submitted, and its results as they arrive.
 
+#include <fiber/detail/call_sync.hpp>
 #include <fiber/detail/pool_core.hpp>
 #include <fiber/detail/pool_wire.hpp>
 #include <fiber/detail/runtime.hpp>
@@ -30,29 +31,6 @@
 #include <vector>
 
 namespace fiber::detail {
-
-/// What waiting for a call needs, whatever its result type: filled on the
-/// runtime thread, read by the caller under `m`.
-struct call_sync {
-  std::mutex m;
-  std::condition_variable cv;
-  std::size_t expected = 0;      // chunks submitted
-  std::size_t finished = 0;      // chunks finished (result or failure stored)
-  std::size_t chunk_waiters = 0; // imap consumers waiting for the next chunk (others wait for completion)
-  bool input_done = false;
-  std::function<void()> on_complete; // runtime thread, once
-
-  bool complete() const { return input_done && finished == expected; }
-  void wait() {
-    std::unique_lock lk(m);
-    cv.wait(lk, [&] { return complete(); });
-  }
-  template <class Rep, class Period>
-  bool wait_for(std::chrono::duration<Rep, Period> timeout) {
-    std::unique_lock lk(m);
-    return cv.wait_for(lk, timeout, [&] { return complete(); });
-  }
-};
 
 /// Results of one submitted call, filled on the runtime thread, read by the
 /// caller. Create with make_call().

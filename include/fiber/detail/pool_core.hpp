@@ -10,6 +10,7 @@
 /// delivered exactly once whatever dies, hangs or resumes.
 /// Follows Uber's Fiber (arXiv 2003.11164, section 3.3, "Error handling").
 
+#include <fiber/detail/call_sync.hpp>
 #include <fiber/detail/link_drain.hpp>
 #include <fiber/detail/pool_wire.hpp>
 #include <fiber/detail/runtime.hpp>
@@ -20,6 +21,7 @@
 #include <cassert>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -66,11 +68,16 @@ public:
     grow();
   }
 
-  /// Runtime thread. Queue chunks of a job.
+  /// Runtime thread. Queue chunks of a job. A closed Pool still takes the
+  /// chunks of calls submitted before close() (and of imap feeders), and
+  /// starts workers for them if its own have retired; once its shutdown has
+  /// finished, chunks fail.
   void submit(std::shared_ptr<pool_job> job, std::vector<chunk_input> chunks) {
-    if (terminated_ || failed_) {
+    if (terminated_ || failed_ || finished_) {
       // After fail_all (no worker can start), later calls fail the same way instead of waiting.
-      auto e = failed_ ? failed_ : std::make_exception_ptr(error("fiber::Pool: terminated"));
+      auto e = failed_ ? failed_
+                       : std::make_exception_ptr(error(terminated_ ? "fiber::Pool: terminated"
+                                                                   : "fiber::Pool: joined; no worker is left"));
       for (auto& c : chunks) job->on_chunk_failed(c.seq, e);
       return;
     }
@@ -78,26 +85,30 @@ public:
       c.msg.target_id = job->target_id;
       pending_.push_back(add_chunk(job, c.seq, std::move(c.msg), std::move(c.ends), 0, nullptr, 0));
     }
+    if (closing_) grow_or_fail(); // its workers may have been retired already
     dispatch();
   }
 
   /// Runtime thread. Change the number of workers while running.
   void resize(unsigned n) {
     s_.processes = n;
-    if (closing_ || terminated_) return;
+    if (!wants_workers()) return;
     grow();
     shrink();
   }
 
-  /// Runtime thread. Stop workers once the queue has drained (join) or now
-  /// (terminate). `done` runs when every worker job has ended.
+  /// Runtime thread. Stop workers once every chunk submitted has its result
+  /// or error and every imap feeder has submitted its input (join), or now
+  /// (terminate: every chunk fails). Until then a closing Pool keeps its
+  /// workers and replaces those that die, retire or are still starting.
+  /// `done` runs when every worker job has ended.
   void shutdown(bool now, std::function<void()> done) {
     closing_ = true;
-    sup_->close();
     on_all_exited_ = std::move(done);
     if (now) {
       terminated_ = true;
       stopped_.store(true, std::memory_order_relaxed);
+      sup_->close();
       auto e = std::make_exception_ptr(error("fiber::Pool: terminated"));
       auto chunks = std::move(chunks_);
       chunks_.clear();
@@ -107,6 +118,40 @@ public:
     }
     maybe_finish();
   }
+
+  /// Any thread. An imap feeder of call `st` starts: until feed_end() the
+  /// Pool's join waits for it, and release_feeders() wakes it.
+  void feed_begin(std::weak_ptr<call_sync> st) {
+    std::lock_guard lk(feeders_m_);
+    ++feeding_;
+    feeders_.push_back(std::move(st));
+  }
+  /// Runtime thread, posted by the feeder after its last submission.
+  void feed_end() {
+    {
+      std::lock_guard lk(feeders_m_);
+      --feeding_;
+    }
+    maybe_finish();
+  }
+  /// Any thread. The Pool was closed: imap feeders read the rest of their
+  /// input at once instead of waiting for their consumer (Python's imap
+  /// submits every task; join waits for them).
+  void release_feeders() {
+    std::vector<std::weak_ptr<call_sync>> f;
+    {
+      std::lock_guard lk(feeders_m_);
+      released_.store(true);
+      f = feeders_;
+    }
+    for (auto& w : f)
+      if (auto s = w.lock()) {
+        { std::lock_guard lk(s->m); } // a feeder between its predicate and its wait sees the flag
+        s->cv.notify_all();
+      }
+  }
+  /// Any thread: release_feeders() was called.
+  bool feeders_released() const noexcept { return released_.load(); }
 
   /// Any thread: terminated (submissions fail at once).
   bool terminated() const noexcept { return stopped_.load(std::memory_order_relaxed); }
@@ -270,7 +315,7 @@ private:
       auto s = weak.lock();
       if (ec || !s) return;
       s->stagger_timer_.reset();
-      if (s->closing_ || s->terminated_) return;
+      if (!s->wants_workers()) return;
       if (!std::exchange(s->connected_since_stagger_, false)) s->start_extra_ += s->start_window_;
       s->grow_or_fail();
       s->maybe_finish();
@@ -321,7 +366,7 @@ private:
     w.link = l;
     w.ready = !s_.initializer; // else once its initializer has run
     connected_since_stagger_ = true;
-    if (!closing_ && !terminated_) {
+    if (wants_workers()) {
       if (starting() == 0) start_extra_ = 0;
       grow_or_fail(); // the next workers, if they were held back
     }
@@ -335,7 +380,7 @@ private:
         [weak, id](const std::string& reason) {
           if (auto s = weak.lock()) s->on_link_lost(id, reason);
         });
-    if (w.retiring || closing_) {
+    if (w.retiring || !wants_workers()) {
       l->send(frame(frame_kind::shutdown));
       return;
     }
@@ -398,7 +443,7 @@ private:
       auto& w = wit->second;
       if (spent(w) && !w.retiring) { // maxtasksperchild: it exits, another takes its place
         retire(wid);
-        if (!closing_) grow_or_fail();
+        if (wants_workers()) grow_or_fail();
       } else if (w.retiring) {
         w.link->send(frame(frame_kind::shutdown));
       }
@@ -472,7 +517,7 @@ private:
     if (w.drain_timer) return end_job(id); // its job ended first: every frame it sent is read now
     if (!w.exited) {
       if (!terminated_ && (!w.retiring || !w.held.empty()))
-        log(log_level::warning, w.name, ": ", reason, closing_ ? "" : "; rerunning its tasks");
+        log(log_level::warning, w.name, ": ", reason, w.held.empty() ? "" : "; rerunning its tasks");
       sup_->cancel(id, 9); // a hung worker must not come back with late results
       // When this death fails a task, its error should name the cause the
       // backend reports (OOMKilled, a lost node), which may trail the link's
@@ -548,7 +593,7 @@ private:
       fail_all(sup_->start_failure());
       return maybe_finish();
     }
-    if (!closing_) grow_or_fail();
+    if (wants_workers()) grow_or_fail();
     dispatch();
     maybe_finish();
   }
@@ -631,13 +676,31 @@ private:
     sup_->cancel_all(9);
   }
 
+  // Whether work may still come or wait: every chunk submitted has not
+  // finished, or an imap feeder is still reading its input.
+  bool work_left() const {
+    if (!chunks_.empty()) return true;
+    std::lock_guard lk(feeders_m_);
+    return feeding_ > 0;
+  }
+
+  // Whether the Pool should keep, start and replace workers: it runs, or it
+  // is closing with work left (join waits for that work, not for the
+  // workers connected now).
+  bool wants_workers() const { return !terminated_ && !failed_ && (!closing_ || work_left()); }
+
   void maybe_finish() {
-    if (!closing_) return;
-    if (!terminated_ && chunks_.empty()) {
-      for (auto& [id, w] : workers_)
-        if (!w.retiring) retire(id);
+    if (!closing_ || finished_) return;
+    if (!terminated_ && !failed_ && work_left()) return; // terminated or failed: what is left fails
+    // Only now do workers that end before connecting stop counting as
+    // failed starts: while work was left they had to start.
+    sup_->close();
+    for (auto& [id, w] : workers_)
+      if (!w.retiring) retire(id);
+    if (workers_.empty() && on_all_exited_) {
+      finished_ = true;
+      std::exchange(on_all_exited_, nullptr)();
     }
-    if (workers_.empty() && on_all_exited_) std::exchange(on_all_exited_, nullptr)();
   }
 
   pool_settings s_;
@@ -655,8 +718,13 @@ private:
   std::unique_ptr<asio::steady_timer> stagger_timer_;
   unsigned failed_inits_ = 0; // initializers that failed in a row
   bool closing_ = false, terminated_ = false;
+  bool finished_ = false;            // closing ended: every worker exited, on_all_exited_ ran
   std::atomic<bool> stopped_{false}; // terminated_, for other threads
-  std::exception_ptr failed_;        // why fail_all ended the pool
+  mutable std::mutex feeders_m_;     // the imap feeders, shared with their threads
+  std::size_t feeding_ = 0;          // feeders that have not posted feed_end()
+  std::vector<std::weak_ptr<call_sync>> feeders_;
+  std::atomic<bool> released_{false};
+  std::exception_ptr failed_; // why fail_all ended the pool
   std::function<void()> on_all_exited_;
 };
 
