@@ -414,6 +414,8 @@ TEST_CASE("slurm: a failed submission ends only its own jobs", "[slurm][rig]") {
   CHECK(r->exits[2]->start_failed);
   CHECK(r->exits[2]->reason.find("Invalid generic resource") != std::string::npos);
   CHECK(l->slurm_id(r->jobs[1]) == base_id(l->slurm_id(r->jobs[0])) + "_1"); // the good ones share an array
+  REQUIRE(run_until(
+      ctx, [&] { return l->state(r->jobs[0]) == "RUNNING" && l->state(r->jobs[1]) == "RUNNING"; }, 30s));
   for (int i = 0; i < 2; ++i) l->cancel(r->jobs[i], 15);
   REQUIRE(run_until(
       ctx, [&] { return r->all_done(); }, 30s));

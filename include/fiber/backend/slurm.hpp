@@ -279,9 +279,6 @@ public:
   /// Number of jobs not yet reported ended.
   std::size_t live_jobs() const noexcept { return jobs_.size(); }
 
-  /// The reaper's pid (-1: not started: no batch job submitted yet).
-  pid_t reaper_pid() const noexcept { return reaper_.pid(); }
-
   const slurm_options& options() const noexcept { return opts_; }
 
 private:
@@ -442,7 +439,7 @@ private:
   void start_reaper() {
     if (reaper_.armed() || reaper_tried_) return;
     reaper_tried_ = true;
-    if (!reaper_.arm(slurm_impl::reaper_argv(opts_)))
+    if (!reaper_.arm(slurm_impl::reaper_argv(opts_), true))
       warn("slurm: cannot start the reaper (awk): jobs of a master that dies are not cancelled");
   }
 

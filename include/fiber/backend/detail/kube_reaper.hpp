@@ -9,7 +9,7 @@
 /// and a Job's TTL does not apply to bare pods); a master in a pod gives its
 /// workers an ownerReference instead, and the cluster's garbage collector
 /// removes them. Outside the cluster, the launcher starts this child: it
-/// blocks reading a pipe whose only writer is the master; when the master
+/// blocks reading a socket whose other end only the master holds; when the master
 /// ends the read returns — "done" if the launcher cleaned up itself, EOF if
 /// the master died — and on EOF it runs `kubectl delete pods,secrets -l
 /// fiber.run=<run>` with the master's kubeconfig and context. It runs in a
