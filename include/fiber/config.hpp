@@ -30,7 +30,7 @@
 #include <toml++/toml.h>
 #endif
 
-extern char** environ;
+extern "C" char** environ; // as <unistd.h> declares it
 
 namespace fiber {
 

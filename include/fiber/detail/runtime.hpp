@@ -217,6 +217,14 @@ public:
     if (!l) l = Policy::make(executor());
     return l;
   }
+  /// launcher<Policy>(), prepared (launcher::prepare: it may block) on the
+  /// calling thread. Any thread; call it off the runtime thread.
+  template <class Policy>
+  std::shared_ptr<backend::launcher> prepared_launcher() {
+    auto l = sync([&] { return launcher<Policy>(); });
+    l->prepare();
+    return l;
+  }
 
   // ---- services --------------------------------------------------------
 
