@@ -187,7 +187,8 @@ std::string here() {
 fiber_test::fake_kube& shared_fake() {
   struct holder {
     fiber_test::fake_kube k{{"--node-cpu", "64", "--node-memory", "256Gi", "--pass-env", "ASAN_*", "--pass-env",
-                             "UBSAN_*", "--pass-env", "LSAN_*", "--pass-env", "LD_LIBRARY_PATH", "--no-events"}};
+                             "UBSAN_*", "--pass-env", "LSAN_*", "--pass-env", "LD_LIBRARY_PATH", "--sa-dir-env",
+                             "FIBER_K8S_SERVICE_ACCOUNT_DIR", "--restart-backoff", "1", "--no-events"}};
     ~holder() { fiber::detail::runtime::instance().stop(); }
   };
   static holder h;
@@ -414,6 +415,77 @@ TEST_CASE("kubernetes: a SIGKILLed master with k8s.api_server leaves no pod or S
   if (!pods_gone) // leave nothing behind
     k.api("DELETE", "/api/v1/namespaces/default/pods?labelSelector=fiber.run%3D" + run + "&gracePeriodSeconds=0");
   check_clean_kube();
+}
+
+// Run in a pod of the fake by the next test: a master that crashes once
+// (its container restarts) after writing its run id to FIBER_TEST_MARKER.
+TEST_CASE("kubernetes (child): a master in a pod whose container restarts", "[.][faults-kube-in-pod]") {
+  const std::string marker = std::getenv("FIBER_TEST_MARKER");
+  const bool first = !fs::exists(marker);
+  fiber::Pool pool{fiber::target<&twice>, pool_opts(2, "in-pod")};
+  REQUIRE(pool.map(std::vector{1, 2}) == std::vector{2, 4});
+  auto& rt = fiber::detail::runtime::instance();
+  auto run = rt.sync([&] {
+    return std::dynamic_pointer_cast<fiber::detail::kube_launcher>(rt.launcher<fiber::backend::from_env>())->run_id();
+  });
+  std::printf("READY %s %s\n", first ? "first" : "again", run.c_str());
+  std::fflush(stdout);
+  if (first) {
+    std::ofstream(marker) << run << "\n";
+    std::_Exit(1); // restartPolicy OnFailure: a new master in the same pod
+  }
+  std::this_thread::sleep_for(300s); // until its pod is deleted
+}
+
+TEST_CASE("kubernetes: a master whose container restarts in its pod deletes what the earlier run left",
+          "[kube][faults][cleanup]") {
+  auto& k = fake();
+  char tmpl[] = "/tmp/fiber-faults-marker-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  ::chmod(tmpl, 0777);
+  const std::string dir = tmpl, marker = dir + "/run";
+  const std::string name = "master-" + std::to_string(::getpid());
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", name}}},
+              {"spec",
+               {{"restartPolicy", "OnFailure"},
+                {"containers",
+                 {{{"name", "master"},
+                   {"image", "fiber-test:1"},
+                   {"command", {fs::read_symlink("/proc/self/exe").string()}},
+                   {"args", {"[faults-kube-in-pod]"}},
+                   {"env",
+                    {{{"name", "FIBER_BACKEND"}, {"value", "kubernetes"}},
+                     {{"name", "FIBER_TEST_MARKER"}, {"value", marker}}}}}}}}}};
+  REQUIRE(k.api("POST", "/api/v1/namespaces/default/pods", pod).first == 201);
+  const std::string log_path = "/api/v1/namespaces/default/pods/" + name + "/log";
+  std::string logs;
+  bool again = poll_until(
+      [&] {
+        logs = k.api_text("GET", log_path).second;
+        return logs.find("READY again") != std::string::npos;
+      },
+      60s);
+  INFO("master's log: " << logs);
+  CHECK(again);
+  const auto first_run = trim(read_file(marker));
+  REQUIRE_FALSE(first_run.empty());
+  const auto secrets = "/api/v1/namespaces/default/secrets?labelSelector=fiber.run%3D" + first_run;
+  auto t0 = clk::now();
+  CHECK(poll_until(
+      [&] {
+        auto [st, l] = k.api("GET", secrets);
+        return k.pods("fiber.run=" + first_run).empty() && st == 200 && l["items"].empty();
+      },
+      20s));
+  std::printf("kubernetes: the earlier run's pods and Secret gone %.2f s after the new master's READY\n",
+              seconds_since(t0));
+  // The master's pod goes: the garbage collector takes the rest (the earlier run's too, should the check fail).
+  CHECK(k.api("DELETE", "/api/v1/namespaces/default/pods/" + name, {{"gracePeriodSeconds", 0}}).first == 200);
+  check_clean_kube();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 // ===========================================================================

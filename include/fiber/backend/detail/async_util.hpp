@@ -4,8 +4,9 @@
 /// Small pieces the HTTP-driven backends share: a move-only std::function
 /// (Asio 1.22 has no any_completion_handler) and the glue that turns an Asio
 /// completion handler into one, completing on the handler's own executor;
-/// the text of an exception_ptr; capped exponential back-off with jitter;
-/// a call whose exception is logged and skipped (odd API documents).
+/// the text of an exception_ptr and the HTTP status of an API error in one;
+/// capped exponential back-off with jitter; a call whose exception is logged
+/// and skipped (odd API documents).
 
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>

@@ -437,6 +437,7 @@ private:
   }
 
   void lose_all(const std::string& why_running, const std::string& why_waiting) {
+    event_failures_ = 0; // a later launch tries afresh
     std::vector<std::string> names;
     for (auto& [name, r] : jobs_)
       if (!r.reported) names.push_back(name);
