@@ -4,6 +4,7 @@
 // reader, odd API documents, a SIGKILLed master. Rigs:
 //   [kube] tests: tests/fake_kube (started here; python3) and, for the
 //          SIGKILLed master, kubectl (`kubectl proxy` gives it k8s.api_server).
+//   [docker-wire] test: nothing.
 //   [docker] tests: a Docker daemon (tests/rigs/docker-up.sh) and the test
 //          image in FIBER_DOCKER_IMAGE (tests/test_faults_backends.cmake builds
 //          it with tests/rigs/docker-image.sh); tests/faults/docker_proxy.py.
@@ -491,6 +492,17 @@ TEST_CASE("kubernetes: a master whose container restarts in its pod deletes what
 // ===========================================================================
 // Docker
 // ===========================================================================
+
+TEST_CASE("docker: an event line with a field of another type is a clear error, which the stream logs and skips",
+          "[docker-wire][faults]") {
+  namespace docker = fiber::detail::docker;
+  CHECK_THROWS_AS(docker::parse_event(R"({"Type":"container","Action":"die","timeNano":"soon"})"),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH(docker::parse_event(R"({"Type":7})"), Catch::Contains("an event of an unexpected shape"));
+  auto e = docker::parse_event(R"({"Type":"container","Action":"die","Actor":{"Attributes":{"exitCode":"3"}}})");
+  REQUIRE(e);
+  CHECK(e->attribute("exitCode") == "3");
+}
 
 TEST_CASE("docker: every connection to the daemon cut for 3 s during a map, one container killed meanwhile: the map "
           "completes, only that one is replaced",

@@ -597,25 +597,25 @@ private:
   // Containers of fiber runs whose master is gone (killed before it could
   // remove them; created but never started): removed. Background, best effort.
   void sweep() {
-    api_.async_list({std::string(docker_impl::managed_by_label) + "=fiber"}, true,
-                    guarded([](docker_launcher& self, std::exception_ptr e, nlohmann::json list) {
-                      if (e || !list.is_array()) return;
-                      std::size_t n = 0;
-                      for (auto& c : list) {
-                        std::map<std::string, std::string> labels;
-                        if (auto l = c.find("Labels"); l != c.end() && l->is_object())
-                          for (auto& [k, v] : l->items())
-                            if (v.is_string()) labels[k] = v.get<std::string>();
-                        if (labels[std::string(docker_impl::label_run)] == self.run_id_) continue;
-                        if (docker_impl::master_gone(labels, self.me_).value_or(false)) {
-                          ++n;
-                          self.api_.async_remove(c.value("Id", ""), true, [](std::exception_ptr, nlohmann::json) {});
-                        }
-                      }
-                      if (n)
-                        log(log_level::info, "docker: removing ", n,
-                            " container(s) of fiber runs whose master is gone");
-                    }));
+    api_.async_list(
+        {std::string(docker_impl::managed_by_label) + "=fiber"}, true,
+        guarded([](docker_launcher& self, std::exception_ptr e, nlohmann::json list) {
+          if (e || !list.is_array()) return;
+          std::size_t n = 0;
+          for (auto& c : list) {
+            std::map<std::string, std::string> labels;
+            if (auto l = c.find("Labels"); l != c.end() && l->is_object())
+              for (auto& [k, v] : l->items())
+                if (v.is_string()) labels[k] = v.get<std::string>();
+            if (labels[std::string(docker_impl::label_run)] == self.run_id_) continue;
+            const auto& id = c.is_object() && c.contains("Id") ? c["Id"] : nlohmann::json();
+            if (id.is_string() && docker_impl::master_gone(labels, self.me_).value_or(false)) {
+              ++n;
+              self.api_.async_remove(id.get<std::string>(), true, [](std::exception_ptr, nlohmann::json) {});
+            }
+          }
+          if (n) log(log_level::info, "docker: removing ", n, " container(s) of fiber runs whose master is gone");
+        }));
   }
 
   std::string network_gateway() {
@@ -645,7 +645,9 @@ private:
       if (auto ipam = j.find("IPAM"); ipam != j.end() && ipam->is_object())
         if (auto cfg = ipam->find("Config"); cfg != ipam->end() && cfg->is_array())
           for (auto& c : *cfg)
-            if (auto gw = c.value("Gateway", ""); !gw.empty()) return gw;
+            if (auto gw = c.is_object() && c.contains("Gateway") ? c["Gateway"] : nlohmann::json();
+                gw.is_string() && !gw.get<std::string>().empty())
+              return gw.get<std::string>();
     throw backend_error("docker: network " + opts_.network +
                         " has no gateway address for workers to reach the master; set listen_address");
   }

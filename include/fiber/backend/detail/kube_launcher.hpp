@@ -190,7 +190,7 @@ public:
       return;
     }
     if (signal == 15) return delete_pod(r->name, -1);
-    const bool running = r->last.is_object() && r->last["status"].value("phase", "") == "Running";
+    const bool running = kube::wire_impl::text(kube::wire_impl::field(r->last, "status"), "phase") == "Running";
     if (r->memory_mb <= 0 || !running || r->kill_hold) return delete_pod(r->name, 0);
     r->kill_hold = std::make_unique<asio::steady_timer>(ex_, std::chrono::seconds(1));
     r->kill_hold->async_wait(guarded([name = r->name](kube_launcher& self, std::error_code ec) {
