@@ -64,7 +64,8 @@
 /// ## Where workers dial
 /// `listen_url()`: `tcp://127.0.0.1:0` on the host network; on any other
 /// network its gateway address (`GET /networks/<name>`, once, blocking up to
-/// 5 s: the interface asks for the URL synchronously); `listen_address`
+/// 5 s: the interface asks for the URL synchronously; the launcher's
+/// prepare() makes that call on its caller's thread); `listen_address`
 /// beats both. `tls+tcp://` when `tls_cert` is set, with the TLS files
 /// bind-mounted read-only into the containers. Workers get the run's secret
 /// in their environment (visible to whoever may `docker inspect`, i.e. who

@@ -27,6 +27,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -88,23 +89,32 @@ public:
     sweep();
   }
 
+  /// What may block, done on the calling thread: the network's gateway
+  /// (`GET /networks/<name>`, up to 5 s) for listen_url(). Any thread; once
+  /// (a failure is tried again by the next call); throws as listen_url().
+  /// For launcher::prepare(), which the runtime calls off its own thread.
+  void prepare() {
+    std::call_once(listen_once_, [this] {
+      std::string addr = opts_.listen_address;
+      if (addr.empty()) {
+        if (opts_.network == "host") addr = "127.0.0.1";
+        else if (opts_.network == "none")
+          throw backend_error("docker: docker.network is 'none': workers could not reach the master; use host or "
+                              "a bridge network");
+        else addr = network_gateway();
+      }
+      listen_url_ = fiber::detail::tcp_listen_url(addr, opts_.tls);
+    });
+  }
+
   /// "tcp://127.0.0.1:0" on the host network (tls+tcp:// when tls_cert is
-  /// set); on another network its gateway's address (inspected once:
-  /// blocks up to 5 s, the only call that does); `listen_address` beats
-  /// both. Throws fiber::backend_error for network "none" or a network
+  /// set); on another network its gateway's address (inspected once by
+  /// prepare(); blocks up to 5 s when that did not run first); `listen_address`
+  /// beats both. Throws fiber::backend_error for network "none" or a network
   /// without an IPv4/IPv6 gateway.
   std::string listen_url() override {
-    if (listen_url_) return *listen_url_;
-    std::string addr = opts_.listen_address;
-    if (addr.empty()) {
-      if (opts_.network == "host") addr = "127.0.0.1";
-      else if (opts_.network == "none")
-        throw backend_error("docker: docker.network is 'none': workers could not reach the master; use host or a "
-                            "bridge network");
-      else addr = network_gateway();
-    }
-    listen_url_ = fiber::detail::tcp_listen_url(addr, opts_.tls);
-    return *listen_url_;
+    prepare();
+    return listen_url_;
   }
 
   /// One container per spec, created and started in the background; the
@@ -620,10 +630,10 @@ private:
 
   std::string network_gateway() {
     http::request req;
-    // Blocking, once: listen_url() must answer now (see its comment).
+    // Blocking, once (see prepare()), maybe off the runtime thread: only what never changes is read.
     auto& ep = api_.where();
-    std::string version = api_.version().empty() ? std::string(docker::oldest_api_version) : api_.version();
-    req.url = ep.base_url + "/v" + version + "/networks/" + docker::url_encode(opts_.network);
+    req.url = ep.base_url + "/v" + std::string(docker::oldest_api_version) + "/networks/" +
+              docker::url_encode(opts_.network);
     req.unix_socket = ep.unix_socket;
     req.tls = ep.tls;
     std::error_code ec;
@@ -670,7 +680,8 @@ private:
   unsigned dup_ = 0;
   bool shutting_down_ = false;
   bool launched_ = false;
-  std::optional<std::string> listen_url_;
+  std::once_flag listen_once_;
+  std::string listen_url_; // set once, by prepare()
 };
 
 } // namespace fiber::detail
