@@ -103,27 +103,35 @@ public:
   }
 
   /// The getter received the item it was handed: forget the copy.
-  void ack(std::uint64_t peer, std::uint64_t wait) { in_flight_.erase({peer, wait}); }
+  void ack(std::uint64_t peer, std::uint64_t wait) { in_flight_.erase({proc_of(peer), wait}); }
+
+  /// The getter's get `wait` failed with its link: it is withdrawn if it
+  /// still waits, and the item it was handed, if any, goes back in front.
+  void abandon(std::uint64_t peer, std::uint64_t wait) {
+    const auto proc = proc_of(peer);
+    std::erase_if(getters_, [&](const waiter& w) { return proc_of(w.peer) == proc && w.wait == wait; });
+    give_back([&](const in_flight_key& k) { return k == in_flight_key{proc, wait}; });
+  }
 
   std::size_t size() const noexcept { return items_.size(); }
 
-  /// A client link closed: drop its waiters (their replies would go nowhere)
-  /// and put the items it never acknowledged back in front, in order.
+  /// A client link closed: drop its waiters (their replies would go
+  /// nowhere). The items its process has not acknowledged stay reserved for
+  /// it (it may come back and ack them) until it is known dead
+  /// (runtime::when_dead); then they go back in front, in order.
   void peer_gone(std::uint64_t peer) {
     for (auto* l : {&getters_, &putters_, &pollers_, &joiners_})
       std::erase_if(*l, [&](const waiter& w) { return w.peer == peer; });
-    std::vector<std::pair<std::uint64_t, std::vector<std::byte>>> back;
-    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-      if (it->first.first == peer) {
-        back.emplace_back(it->second.first, std::move(it->second.second));
-        it = in_flight_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    std::sort(back.begin(), back.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    for (auto& [seq, item] : back) items_.push_front(std::move(item));
-    if (dead_) items_.clear();
+    const auto proc = proc_of(peer);
+    const bool holds = std::any_of(in_flight_.begin(), in_flight_.end(),
+                                   [&](auto& e) { return e.first.first == proc; });
+    if (proc != 0 && holds && watched_.insert(proc).second)
+      runtime::instance().when_dead(proc, [weak = weak_from_this(), proc](const std::string&) {
+        if (auto self = weak.lock()) {
+          self->watched_.erase(proc);
+          self->give_back([&](const in_flight_key& k) { return k.first == proc; });
+        }
+      });
     pump();
   }
 
@@ -165,6 +173,27 @@ public:
 
 private:
   enum class kind { getter, putter, poller, joiner };
+  using in_flight_key = std::pair<std::uint64_t, std::uint64_t>; // (runtime::process_of, wait id)
+
+  static std::uint64_t proc_of(std::uint64_t peer) { return runtime::instance().process_of(peer); }
+
+  // The unacknowledged items whose key matches go back in front, in order.
+  template <class Match>
+  void give_back(Match match) {
+    std::vector<std::pair<std::uint64_t, std::vector<std::byte>>> back;
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      if (match(it->first)) {
+        back.emplace_back(it->second.first, std::move(it->second.second));
+        it = in_flight_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::sort(back.begin(), back.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    for (auto& [seq, item] : back) items_.push_front(std::move(item));
+    if (dead_) items_.clear();
+    pump();
+  }
 
   struct waiter {
     std::uint64_t peer = 0, wait = 0;
@@ -237,7 +266,7 @@ private:
     p.push_back(std::byte(take_tag::item));
     p.push_back(std::byte(remote ? 1 : 0));
     p.insert(p.end(), item.begin(), item.end());
-    if (remote) in_flight_[{g.peer, g.wait}] = {next_seq_++, std::move(item)};
+    if (remote) in_flight_[{proc_of(g.peer), g.wait}] = {next_seq_++, std::move(item)};
     g.reply(wire_status::ok, std::move(p));
   }
 
@@ -274,8 +303,9 @@ private:
   std::deque<std::vector<std::byte>> items_;
   std::deque<waiter> getters_, putters_, pollers_, joiners_;
   std::uint64_t unfinished_ = 0; // items stored and not yet marked done (JoinableQueue)
-  // (peer, wait) → (delivery order, copy of the item) until the getter acks.
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::uint64_t, std::vector<std::byte>>> in_flight_;
+  // (process, wait) → (delivery order, copy of the item) until the getter acks.
+  std::map<in_flight_key, std::pair<std::uint64_t, std::vector<std::byte>>> in_flight_;
+  std::set<std::uint64_t> watched_; // getter processes whose death is awaited
   std::uint64_t next_seq_ = 0;
   bool eof_ = false, dead_ = false;
   wire_status dead_status_ = wire_status::eof; // pipes: broken pipe; a shut-down queue: worker_lost
@@ -305,6 +335,7 @@ public:
     case queue_op::poll: return ch_->poll(peer, h, std::move(reply));
     case queue_op::cancel: ch_->cancel(peer, h.wait); return reply(wire_status::ok, {});
     case queue_op::ack: ch_->ack(peer, h.wait); return reply(wire_status::ok, {});
+    case queue_op::abandon: ch_->abandon(peer, h.wait); return reply(wire_status::ok, {});
     case queue_op::task_done: return ch_->task_done(std::move(reply));
     case queue_op::join: return ch_->join(peer, h, std::move(reply));
     default: return reply_text(reply, wire_status::error, "fiber::Queue: unknown operation " + std::to_string(op));
@@ -359,6 +390,7 @@ public:
       ch_[1]->cancel(peer, h.wait);
       return reply(wire_status::ok, {});
     case queue_op::ack: ch_[e]->ack(peer, h.wait); return reply(wire_status::ok, {});
+    case queue_op::abandon: ch_[e]->abandon(peer, h.wait); return reply(wire_status::ok, {});
     default: return reply_text(reply, wire_status::error, "fiber::Connection: unknown operation " + std::to_string(op));
     }
   }
