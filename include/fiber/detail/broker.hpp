@@ -351,11 +351,13 @@ private:
 
 /// The service behind a fiber::Pipe: `ch_[e]` holds what end `e` will
 /// receive. It counts the holders of each end — attached Connection objects,
-/// per client link (0: this process) — and the transfers in flight
-/// (serialized, not yet deserialized ends). An end with neither is gone: its
-/// peer reads EOF once drained, and sends to it fail. When both ends are
-/// gone the broker removes itself. Runtime thread only.
-class pipe_broker : public service {
+/// per client process (runtime::process_of; 0: this process), which keep
+/// them across a lost link until they are known dead (runtime::when_dead) —
+/// and the transfers in flight (serialized, not yet deserialized ends). An
+/// end with neither is gone: its peer reads EOF once drained, and sends to
+/// it fail. When both ends are gone the broker removes itself. Runtime
+/// thread only.
+class pipe_broker : public service, public std::enable_shared_from_this<pipe_broker> {
 public:
   explicit pipe_broker(asio::any_io_executor ex)
       : ch_{std::make_shared<channel>(ex, 0), std::make_shared<channel>(ex, 0)} {
@@ -398,15 +400,23 @@ public:
   void peer_gone(std::uint64_t peer) override {
     ch_[0]->peer_gone(peer);
     ch_[1]->peer_gone(peer);
-    for (int e : {0, 1}) {
-      ends_[e].holders.erase(peer);
-      check_gone(e);
-    }
+    const auto proc = runtime::instance().process_of(peer);
+    if (proc == 0 || (!ends_[0].holders.count(proc) && !ends_[1].holders.count(proc))) return;
+    if (watched_.insert(proc).second)
+      runtime::instance().when_dead(proc, [weak = weak_from_this(), proc](const std::string&) {
+        auto self = weak.lock();
+        if (!self) return;
+        self->watched_.erase(proc);
+        for (int e : {0, 1}) {
+          self->ends_[e].holders.erase(proc);
+          self->check_gone(e);
+        }
+      });
   }
 
 private:
   struct end_state {
-    std::map<std::uint64_t, std::size_t> holders; // client link → attached Connections
+    std::map<std::uint64_t, std::size_t> holders; // client process → attached Connections
     std::set<std::uint64_t> transfers;            // tokens serialized, not yet claimed
     bool gone = false;
   };
@@ -417,14 +427,14 @@ private:
   }
 
   void attach(std::uint64_t peer, int e, std::uint64_t token) {
-    ++ends_[e].holders[peer];
+    ++ends_[e].holders[runtime::instance().process_of(peer)];
     // A claim may overtake its transfer (they travel on different links).
     if (token != 0 && ends_[e].transfers.erase(token) == 0) early_claims_.insert(token);
   }
 
   void detach(std::uint64_t peer, int e) {
     auto& h = ends_[e].holders;
-    if (auto it = h.find(peer); it != h.end() && --it->second == 0) h.erase(it);
+    if (auto it = h.find(runtime::instance().process_of(peer)); it != h.end() && --it->second == 0) h.erase(it);
     check_gone(e);
   }
 
@@ -444,6 +454,7 @@ private:
   std::shared_ptr<channel> ch_[2];
   end_state ends_[2];
   std::set<std::uint64_t> early_claims_;
+  std::set<std::uint64_t> watched_; // holder processes whose death is awaited
   std::uint64_t id_ = 0;
 };
 
