@@ -526,6 +526,11 @@ TEST_CASE("the broker never loses an item to a vanished client, nor hands it out
     rt.sync([&] { rt.attach_link(9, seven); });
     call(9, d::queue_op::abandon, header(1, 0));
     CHECK(item_of((*call(0, d::queue_op::get, header(2, 0)))[0].second) == 1);
+    put(2);
+    auto late = call(9, d::queue_op::get, header(1, -1)); // the abandoned get, arriving late: refused
+    REQUIRE(late->size() == 1);
+    CHECK((*late)[0].second == std::vector<std::byte>{std::byte(d::take_tag::cancelled)});
+    CHECK(item_of((*call(0, d::queue_op::get, header(3, 0)))[0].second) == 2);
     vanish(9);
   }
   SECTION("a vanished client's waiting get is dropped, not served") {

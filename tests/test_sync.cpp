@@ -769,6 +769,7 @@ TEST_CASE("permit service: a vanished link's waits are dropped; its lock waits f
   // An acquire whose grant was lost with its link is abandoned: the grant is given back.
   CHECK(*acquire(9, 8) == std::vector{d::wait_tag::done});
   CHECK(*call(lock, 9, d::sync_op::abandon, d::sync_payload(8, 0)) == std::vector{d::wait_tag::done});
+  CHECK(*acquire(9, 8) == std::vector{d::wait_tag::cancelled}); // the abandoned request, arriving late
   CHECK(*acquire(8, 5) == std::vector{d::wait_tag::done});
   rt.sync([&] {
     rt.detach_link(8);

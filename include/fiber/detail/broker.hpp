@@ -62,6 +62,7 @@ public:
 
   void get(std::uint64_t peer, const op_header& h, reply_fn reply) {
     if (dead_) return reply_text(reply, dead_status_, dead_why_); // nothing will come any more
+    if (abandoned_.count({proc_of(peer), h.wait})) return reply_byte(reply, std::uint8_t(take_tag::cancelled));
     if (items_.empty() && !eof_ && h.timeout_ms == 0) return reply_byte(reply, std::uint8_t(take_tag::empty));
     getters_.push_back(waiter{peer, h.wait, std::move(reply), nullptr, {}});
     wait_then_pump(getters_, kind::getter, peer, h);
@@ -106,9 +107,11 @@ public:
   void ack(std::uint64_t peer, std::uint64_t wait) { in_flight_.erase({proc_of(peer), wait}); }
 
   /// The getter's get `wait` failed with its link: it is withdrawn if it
-  /// still waits, and the item it was handed, if any, goes back in front.
+  /// still waits, the item it was handed, if any, goes back in front, and
+  /// the get is refused should it arrive later (over the old link).
   void abandon(std::uint64_t peer, std::uint64_t wait) {
     const auto proc = proc_of(peer);
+    abandoned_.insert({proc, wait});
     std::erase_if(getters_, [&](const waiter& w) { return proc_of(w.peer) == proc && w.wait == wait; });
     give_back([&](const in_flight_key& k) { return k == in_flight_key{proc, wait}; });
   }
@@ -305,7 +308,8 @@ private:
   std::uint64_t unfinished_ = 0; // items stored and not yet marked done (JoinableQueue)
   // (process, wait) → (delivery order, copy of the item) until the getter acks.
   std::map<in_flight_key, std::pair<std::uint64_t, std::vector<std::byte>>> in_flight_;
-  std::set<std::uint64_t> watched_; // getter processes whose death is awaited
+  std::set<std::uint64_t> watched_;   // getter processes whose death is awaited
+  std::set<in_flight_key> abandoned_; // gets abandoned by their getters
   std::uint64_t next_seq_ = 0;
   bool eof_ = false, dead_ = false;
   wire_status dead_status_ = wire_status::eof; // pipes: broken pipe; a shut-down queue: worker_lost

@@ -75,10 +75,14 @@ public:
     if (dead_) return reply_text(reply, wire_status::worker_lost, why_);
     if ((op == sync_op::release || op == sync_op::cond_wait || op == sync_op::notify) && fenced(peer, reply)) return;
     switch (op) {
-    case sync_op::acquire: return acquire(peer, q, std::move(reply));
+    case sync_op::acquire:
+      if (abandoned_.count({proc_of(peer), q.h.wait})) return reply_wait(reply, wait_tag::cancelled);
+      return acquire(peer, q, std::move(reply));
     case sync_op::release: return release(peer, q, reply);
     case sync_op::get_value: return reply_wait(reply, wait_tag::done, std::uint64_t(value_));
-    case sync_op::cond_wait: return cond_wait(peer, q, r.read<std::uint64_t>(), std::move(reply));
+    case sync_op::cond_wait:
+      if (abandoned_.count({proc_of(peer), q.h.wait})) return reply_wait(reply, wait_tag::cancelled);
+      return cond_wait(peer, q, r.read<std::uint64_t>(), std::move(reply));
     case sync_op::notify: {
       auto cond = r.read<std::uint64_t>();
       return notify(peer, q, cond, r.read<std::uint64_t>(), reply);
@@ -164,9 +168,11 @@ private:
   }
 
   // The caller's request `q.h.wait` failed with its link: if it still waits
-  // it is withdrawn; if it was granted, the grant is given back.
+  // it is withdrawn; if it was granted, the grant is given back; if it
+  // arrives later (over the old link), it is refused.
   void abandon(std::uint64_t peer, const sync_header& q) {
     const auto proc = proc_of(peer);
+    abandoned_.insert({proc, q.h.wait});
     auto mine = [&](const waiter& w) { return proc_of(w.peer) == proc && w.wait == q.h.wait; };
     std::erase_if(acquirers_, mine);
     for (auto it = conds_.begin(); it != conds_.end();) {
@@ -350,9 +356,10 @@ private:
   std::uint64_t grant_wait_ = 0; // lock kinds: the wait id of the request granted last
   bool reentered_ = false;       // ... and whether it re-entered an RLock (one level)
   std::map<std::uint64_t, std::vector<std::uint64_t>>
-      held_;                                   // semaphores: process → wait ids of its grants not released
-  std::set<std::uint64_t> watched_;            // processes whose death is awaited (when_dead)
-  std::set<std::uint64_t> revoked_;            // fenced processes
+      held_;                        // semaphores: process → wait ids of its grants not released
+  std::set<std::uint64_t> watched_; // processes whose death is awaited (when_dead)
+  std::set<std::uint64_t> revoked_; // fenced processes
+  std::set<std::pair<std::uint64_t, std::uint64_t>> abandoned_; // (process, wait id) of abandoned requests
   waiter_list acquirers_;                      // FIFO: acquires, and condition waiters queueing for the lock again
   std::map<std::uint64_t, waiter_list> conds_; // condition token → its waiters
   bool dead_ = false;
