@@ -26,11 +26,11 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h> // environ
+
 #if defined(FIBER_HAS_TOMLPLUSPLUS)
 #include <toml++/toml.h>
 #endif
-
-extern "C" char** environ; // as <unistd.h> declares it
 
 namespace fiber {
 

@@ -49,6 +49,8 @@ inline void (*&children_exit_hook())() {
 [[noreturn]] inline void worker_exit(int code);
 [[noreturn]] inline void worker_finish(int code) {
   if (auto h = children_exit_hook(); h && !runtime::instance().on_runtime_thread()) h();
+  if (!runtime::instance().on_runtime_thread())
+    (void)runtime::instance().deliveries().wait_for(std::chrono::seconds(10));
   worker_exit(code);
 }
 
