@@ -179,7 +179,7 @@ public:
       jobs.push_back(backend::job{name, -1, ""});
     }
     for (auto& j : jobs) waiting_.push_back(j.id);
-    prepare();
+    create_waiting();
     return jobs;
   }
 
@@ -307,7 +307,7 @@ private:
                           self.pull_secrets_ = ps;
                         self.sweep_earlier_runs();
                       }
-                      self.prepare();
+                      self.create_waiting();
                     }));
   }
 
@@ -341,7 +341,7 @@ private:
 
   // Pods are created once the Secret their env and files refer to exists
   // (else the kubelet reports CreateContainerConfigError) and the owner is known.
-  void prepare() {
+  void create_waiting() {
     if (waiting_.empty() || owner_state_ == step::running || secret_state_ == step::running) return;
     if (!fatal_.empty()) return fail_waiting(fatal_);
     if (secret_state_ == step::idle) return create_secret();
@@ -359,13 +359,13 @@ private:
       if (text.empty()) {
         secret_state_ = step::failed;
         secret_error_ = "kubernetes: cannot read the TLS file " + tls_files()[i] + " the workers need";
-        return prepare();
+        return create_waiting();
       }
       data["tls-" + std::to_string(i)] = text;
     }
     if (data.empty()) {
       secret_state_ = step::done;
-      return prepare();
+      return create_waiting();
     }
     secret_state_ = step::running;
     has_secret_ = true;
@@ -391,7 +391,7 @@ private:
                       }
                       self.secret_state_ = e ? step::failed : step::done;
                       if (e) self.secret_error_ = what(e);
-                      self.prepare();
+                      self.create_waiting();
                     }));
   }
 
