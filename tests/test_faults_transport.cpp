@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: BSL-1.0
 // Transport faults (issue 27, items 2-5): large frames and liveness,
 // oversized messages, client-side waits on an owner that does not answer,
-// pre-authentication slots. Every test here runs on the local backend and
-// needs no rig (no root, no Slurm, no Docker): test_faults_transport.cmake.
+// pre-authentication slots. Every visible test here runs on the local
+// backend and needs no rig (no root, no Slurm, no Docker). The hidden [netns]
+// case needs root and the Slurm rig in its three-host shape
+// (`bash tests/rigs/slurm-up.sh --nodes 3 --netns`): CTest runs it as
+// test_faults_transport_netns (test_faults_transport.cmake).
 
 #include <fiber/pool.hpp>
 #include <fiber/process.hpp>
@@ -13,6 +16,9 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <cstdint>
 #include <future>
 #include <string>
@@ -232,4 +238,63 @@ TEST_CASE("64 silent sockets on the master's port during Pool start: the map com
   for (int i = 0; i < 100; ++i) CHECK(out[std::size_t(i)] == i * i);
   pool.close();
   pool.join();
+}
+
+namespace {
+
+std::string run(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    ::pclose(p);
+  }
+  return out;
+}
+
+// Shapes both directions of every rig host's link to `rate` with a token
+// bucket, and takes the qdiscs away again however the test ends.
+struct shaped_links {
+  explicit shaped_links(const std::string& rate) {
+    for (int i = 1; i <= 3; ++i) {
+      const auto h = std::to_string(i), tbf = " root tbf rate " + rate + " burst 1mb latency 100ms";
+      devs.push_back("tc qdisc del dev rigv" + h + " root");
+      REQUIRE(std::system(("tc qdisc replace dev rigv" + h + tbf).c_str()) == 0);
+      devs.push_back("ip netns exec righost" + h + " tc qdisc del dev eth0 root");
+      REQUIRE(std::system(("ip netns exec righost" + h + " tc qdisc replace dev eth0" + tbf).c_str()) == 0);
+    }
+  }
+  ~shaped_links() {
+    for (auto& d : devs) (void)std::system((d + " 2>/dev/null").c_str());
+  }
+  std::vector<std::string> devs;
+};
+
+bool no_faults_jobs() { return run("squeue -h -o %j 2>/dev/null").find("fiberit-faults") == std::string::npos; }
+
+} // namespace
+
+TEST_CASE("netns: a 512 MiB argument and result over links shaped to 800 Mbit/s, heartbeat_timeout_ms=150",
+          "[.][netns][faults][transport][large]") {
+  if (run("sinfo -h -N -o %N 2>/dev/null").empty() || !std::filesystem::exists("/run/netns/righost3"))
+    FAIL("needs root and the three-host rig: bash tests/rigs/slurm-up.sh --nodes 3 --netns");
+  config_scope cfg{{"heartbeat_interval_ms", "40"}, {"heartbeat_timeout_ms", "150"}, {"slurm.poll_interval_ms", "200"}};
+  constexpr std::uint64_t big = 512ull << 20;
+  {
+    shaped_links links("800mbit");
+    fiber::Pool<&size_of, fiber::backend::slurm> pool{fiber::target<&size_of>,
+                                                      {.processes = 1, .name = "fiberit-faults-arg"}};
+    {
+      std::string arg(big, 'a');
+      CHECK(pool.apply(std::move(arg)) == big);
+    }
+    fiber::Pool<&make_string, fiber::backend::slurm> maker{fiber::target<&make_string>,
+                                                           {.processes = 1, .name = "fiberit-faults-result"}};
+    CHECK(maker.apply(big).size() == big);
+    pool.close();
+    pool.join();
+    maker.close();
+    maker.join();
+  }
+  CHECK(fiber_test::eventually(no_faults_jobs, std::chrono::seconds(20)));
 }
