@@ -8,7 +8,6 @@
 /// itself (see worker_main). A vanished or silent master ends the
 /// process at once (std::_Exit: nothing of the user's must outlive it).
 
-#include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/runtime.hpp>
 
 #include <condition_variable>
