@@ -294,12 +294,12 @@ public:
 
   /// Dial `url`, authenticate as `r`, and hand back the link (runtime thread).
   /// Each dial and handshake is bounded by connect_timeout_ms. A worker
-  /// retries a dial that is refused, closed or silent before authentication
-  /// (a master still binding, its pre-authentication slots full) after a
-  /// growing, jittered pause, for up to start_timeout_s; a client retries a
-  /// full backlog (NNG_EAGAIN) or a connection closed before authentication
-  /// within connect_timeout_ms in all. A refusal by the master
-  /// (handshake_error) is final.
+  /// retries a dial that is refused (but on ipc://: no listener, its master
+  /// ended), closed or silent before authentication (pre-authentication
+  /// slots full, a master too busy to answer) after a
+  /// growing, jittered pause, for up to start_timeout_s; a client retries
+  /// only a full backlog (NNG_EAGAIN), within connect_timeout_ms in all. A
+  /// refusal by the master (handshake_error) is final.
   void connect(const std::string& url, role r, std::uint64_t worker_id, connect_done done) {
     std::chrono::milliseconds per_try;
     try {
@@ -393,10 +393,13 @@ private:
                       a->over = true;
                       a->timer.cancel();
                       const bool busy = ec == std::error_code(NNG_EAGAIN, nng_category()); // a full backlog
+                      // An ipc:// socket that refuses or is gone has no listener: its process ended.
+                      const bool gone = j->url.starts_with("ipc://") &&
+                                        (ec == asio::error::connection_refused || ec == make_nng_error(NNG_ENOENT));
                       return dial_failed(j,
                                          std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url +
                                                                              ": " + ec.message())),
-                                         busy || j->r == role::worker);
+                                         busy || (j->r == role::worker && !gone));
                     }
                     std::optional<nonce_t> issued;
                     if (j->r == role::worker) issued = std::exchange(own_nonce_, std::nullopt); // the first link only
@@ -407,7 +410,8 @@ private:
                           if (a->over) return;
                           a->over = true;
                           a->timer.cancel();
-                          if (e) return dial_failed(j, e, !is_refusal(e)); // closed before authentication
+                          if (e) // closed before authentication: a worker tries again
+                            return dial_failed(j, e, j->r == role::worker && !is_refusal(e));
                           j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}), std::move(cfg));
                         });
                   }));
