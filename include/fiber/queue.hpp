@@ -54,7 +54,12 @@ namespace fiber {
 /// exits gives one answer), later ones fiber::error (no such queue).
 ///
 /// **Delivery.** A blocking `get` waits at the broker; a timed get's timeout
-/// is the broker's, so an item is never taken and then dropped. An item
+/// is the broker's, so an item is never taken and then dropped. While the
+/// link to the broker's process is still being set up (a first call to an
+/// owner that is stopped or hung), a timed call returns at its own timeout
+/// (its request withdrawn unsent) and an untimed one fails with
+/// fiber::worker_lost after connect_timeout_ms. An item larger than
+/// max_message_size_mb fails its put with fiber::error; the link stays. An item
 /// handed to a getter in another process is kept until that process
 /// confirms receipt; if its connection dies first, the item is put back at
 /// the front. Waiting getters and putters are served first come, first served.
