@@ -7,6 +7,7 @@
 // (`bash tests/rigs/slurm-up.sh --nodes 3 --netns`): CTest runs it as
 // test_faults_transport_netns (test_faults_transport.cmake).
 
+#include <fiber/manager.hpp>
 #include <fiber/pool.hpp>
 #include <fiber/process.hpp>
 #include <fiber/queue.hpp>
@@ -47,6 +48,14 @@ struct config_scope {
     for (auto& [k, v] : old) fiber::set_config(k, v);
   }
 };
+
+// A remote object whose method returns as many bytes as asked, or takes them.
+struct Blob {
+  std::string make(std::uint64_t n) const { return std::string(n, 'o'); }
+  std::uint64_t take(std::string s) const { return s.size(); }
+  std::int64_t pid() const { return ::getpid(); }
+};
+BOOST_DESCRIBE_STRUCT(Blob, (), (make, take, pid))
 
 std::uint64_t size_of(std::string s) { return s.size(); }
 std::string make_string(std::uint64_t n) { return std::string(n, 'r'); }
@@ -136,6 +145,17 @@ TEST_CASE("max_message_size_mb=1: a 2 MiB argument, result and Queue item each f
     pool.join();
     maker.close();
     maker.join();
+  }
+
+  SECTION("remote object: a call's argument and its return value, the manager process survives") {
+    fiber::RemoteManager<Blob> m{{.processes = 1}};
+    auto b = m.make();
+    const auto pid = b.call<&Blob::pid>();
+    CHECK_THAT(error_of([&] { (void)b.call<&Blob::take>(std::string(two_mib, 'a')); }),
+               Catch::Contains("max_message_size_mb = 1"));
+    CHECK_THAT(error_of([&] { (void)b.call<&Blob::make>(two_mib); }), Catch::Contains("max_message_size_mb = 1"));
+    CHECK(b.call<&Blob::make>(3) == "ooo");
+    CHECK(b.call<&Blob::pid>() == pid);
   }
 
   SECTION("Queue item: a clear error for the put, the putter's link and its Lock stay") {
