@@ -11,7 +11,6 @@
 /// Follows Uber's Fiber (arXiv 2003.11164, section 3.3, "Error handling").
 
 #include <fiber/detail/call_sync.hpp>
-#include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/link_drain.hpp>
 #include <fiber/detail/pool_wire.hpp>
 #include <fiber/detail/runtime.hpp>
@@ -83,12 +82,6 @@ public:
       return;
     }
     for (auto& c : chunks) {
-      if (!fits_in_frame(c.msg.args.size())) { // fails this call, not the worker it would be sent to
-        const auto what = c.msg.count == 1 ? std::string("a task's arguments")
-                                           : "the arguments of a chunk of " + std::to_string(c.msg.count) + " tasks";
-        job->on_chunk_failed(c.seq, std::make_exception_ptr(error(oversize_message(what, c.msg.args.size()))));
-        continue;
-      }
       c.msg.target_id = job->target_id;
       pending_.push_back(add_chunk(job, c.seq, std::move(c.msg), std::move(c.ends), 0, nullptr, 0));
     }
