@@ -6,7 +6,6 @@
 /// own call with a fiber::error naming its size and the limit; the link stays.
 
 #include <fiber/config.hpp>
-#include <fiber/error.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -35,11 +34,6 @@ inline bool fits_in_frame(std::size_t bytes) {
   if (bytes <= always_fits) return true;
   const auto mb = config_int("max_message_size_mb");
   return mb > 0 && bytes + frame_overhead <= std::min<std::size_t>(static_cast<std::size_t>(mb) << 20, UINT32_MAX);
-}
-
-/// Throws fiber::error (oversize_message) unless a payload of `bytes` fits in one frame.
-inline void check_fits_in_frame(std::string_view what, std::size_t bytes) {
-  if (!fits_in_frame(bytes)) throw error(oversize_message(what, bytes));
 }
 
 } // namespace fiber::detail
