@@ -123,7 +123,7 @@ inline void async_take(const broker_ref& r, std::uint8_t end, std::uint64_t wait
             out.bytes = std::move(p);
           }
         }
-        done(e, std::move(out));
+        done(std::move(e), std::move(out)); // the waiter holds the only reference
       },
       expiry_of(timeout, std::uint8_t(take_tag::empty)));
 }
@@ -140,7 +140,7 @@ inline void async_give(const broker_ref& r, std::vector<std::byte> payload,
           if (p.size() != 1 || std::to_integer<unsigned>(p[0]) > 2) e = bad_reply();
           else t = give_tag(std::to_integer<unsigned>(p[0]));
         }
-        done(e, t);
+        done(std::move(e), t);
       },
       expiry_of(timeout, std::uint8_t(give_tag::full)));
 }

@@ -378,43 +378,42 @@ private:
       a->cancel.emit(asio::cancellation_type::all);
       if (a->s) a->s->close();
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(limit).count();
-      dial_failed(j,
-                  std::make_exception_ptr(
-                      worker_lost("fiber: connecting to " + j->url + " timed out after " + std::to_string(ms) +
-                                  " ms (connect_timeout_ms = " + std::to_string(j->per_try.count()) +
-                                  "): no answer to the dial or the handshake; is that process "
-                                  "stopped or hung?")),
-                  j->r == role::worker);
+      // Made in a statement of its own: no temporary here outlives the
+      // handover, so the thread that reads the error releases it.
+      auto e = std::make_exception_ptr(
+          worker_lost("fiber: connecting to " + j->url + " timed out after " + std::to_string(ms) +
+                      " ms (connect_timeout_ms = " + std::to_string(j->per_try.count()) +
+                      "): no answer to the dial or the handshake; is that process stopped or hung?"));
+      dial_failed(j, std::move(e), j->r == role::worker);
     });
-    async_connect(executor(), j->url, transport(),
-                  asio::bind_cancellation_slot(a->cancel.slot(), [this, a, j](std::error_code ec, stream s) {
-                    if (a->over) return;
-                    if (ec) {
-                      a->over = true;
-                      a->timer.cancel();
-                      const bool busy = ec == std::error_code(NNG_EAGAIN, nng_category()); // a full backlog
-                      // An ipc:// socket that refuses or is gone has no listener: its process ended.
-                      const bool gone = j->url.starts_with("ipc://") &&
-                                        (ec == asio::error::connection_refused || ec == make_nng_error(NNG_ENOENT));
-                      return dial_failed(j,
-                                         std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url +
-                                                                             ": " + ec.message())),
-                                         busy || (j->r == role::worker && !gone));
-                    }
-                    std::optional<nonce_t> issued;
-                    if (j->r == role::worker) issued = std::exchange(own_nonce_, std::nullopt); // the first link only
-                    a->s = std::make_shared<stream>(std::move(s));
-                    client_handshake(
-                        a->s, identity(), j->r, j->worker_id, transport().max_message_size, issued,
-                        [this, a, j](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
-                          if (a->over) return;
-                          a->over = true;
-                          a->timer.cancel();
-                          if (e) // closed before authentication: a worker tries again
-                            return dial_failed(j, e, j->r == role::worker && !is_refusal(e));
-                          j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}), std::move(cfg));
-                        });
-                  }));
+    async_connect(
+        executor(), j->url, transport(),
+        asio::bind_cancellation_slot(a->cancel.slot(), [this, a, j](std::error_code ec, stream s) {
+          if (a->over) return;
+          if (ec) {
+            a->over = true;
+            a->timer.cancel();
+            const bool busy = ec == std::error_code(NNG_EAGAIN, nng_category()); // a full backlog
+            // An ipc:// socket that refuses or is gone has no listener: its process ended.
+            const bool gone = j->url.starts_with("ipc://") &&
+                              (ec == asio::error::connection_refused || ec == make_nng_error(NNG_ENOENT));
+            auto e = std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url + ": " + ec.message()));
+            return dial_failed(j, std::move(e), busy || (j->r == role::worker && !gone));
+          }
+          std::optional<nonce_t> issued;
+          if (j->r == role::worker) issued = std::exchange(own_nonce_, std::nullopt); // the first link only
+          a->s = std::make_shared<stream>(std::move(s));
+          client_handshake(a->s, identity(), j->r, j->worker_id, transport().max_message_size, issued,
+                           [this, a, j](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
+                             if (a->over) return;
+                             a->over = true;
+                             a->timer.cancel();
+                             if (e) // closed before authentication: a worker tries again
+                               return dial_failed(j, e, j->r == role::worker && !is_refusal(e));
+                             j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}),
+                                     std::move(cfg));
+                           });
+        }));
   }
 
   // Reports `e`, or dials again after a pause if it is `transient` and the
@@ -626,7 +625,7 @@ private:
             [this, url](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string>) {
               auto& c = clients_[url];
               c.connecting = false;
-              if (e) return fail_client(url, e);
+              if (e) return fail_client(url, std::move(e));
               c.link = l;
               l->start(
                   [this, url](frame_kind k, std::span<const std::byte> body, message&) {
@@ -657,7 +656,13 @@ private:
     clients_.erase(url);
     for (auto& u : c.queued)
       if (u.expiry) u.expiry->cancel();
-    for (auto& [id, done] : c.pending) done(e, {});
+    // The last waiter gets `e` itself: with one waiter, the thread that reads
+    // the error releases it (libstdc++'s exception refcount is invisible to TSan).
+    std::size_t left = c.pending.size();
+    for (auto& [id, done] : c.pending) {
+      if (--left) done(e, {});
+      else done(std::move(e), {});
+    }
   }
 
   asio::io_context ctx_{1};
