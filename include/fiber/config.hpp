@@ -56,6 +56,8 @@ worker_output_dir [] if set, each worker's stdout/stderr go to <dir>/<name>.{out
 heartbeat_interval_ms [500] heartbeat period, both directions
 heartbeat_timeout_ms [2000] a peer silent this long is dead (hung worker, lost link, vanished master)
 start_timeout_s [120] a job that has not connected back after this long counts as lost
+connect_timeout_ms [10000] bound on one dial and handshake with another fiber process, 10..3600000 (a worker dials
+    again within start_timeout_s; a timed call returns within its own timeout)
 max_message_size_mb [1024] largest accepted frame (MiB)
 local_transport [ipc] how local workers dial back: ipc (a socket in the 0700 run dir) | tcp | tls (127.0.0.1 only;
     tls needs tls_cert)

@@ -126,11 +126,13 @@ public:
     require(readable_, "poll", "a send-only end");
     detail::op_header h{detail::next_wait_id(), detail::timeout_ms(timeout), end_};
     return detail::wait_on_runtime<bool>("fiber::Connection::poll", [&](auto cb) {
-      detail::runtime::instance().request(ref_.url, ref_.id, detail::queue_op::poll, h.bytes(),
-                                          [cb](std::exception_ptr e, std::vector<std::byte> p) {
-                                            if (!e && p.size() != 1) e = detail::bad_reply();
-                                            cb(e, !e && p[0] != std::byte{0});
-                                          });
+      detail::runtime::instance().request(
+          ref_.url, ref_.id, detail::queue_op::poll, h.bytes(),
+          [cb](std::exception_ptr e, std::vector<std::byte> p) {
+            if (!e && p.size() != 1) e = detail::bad_reply();
+            cb(e, !e && p[0] != std::byte{0});
+          },
+          detail::expiry_of(h.timeout_ms, 0));
     });
   }
 

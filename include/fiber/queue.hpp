@@ -54,7 +54,12 @@ namespace fiber {
 /// exits gives one answer), later ones fiber::error (no such queue).
 ///
 /// **Delivery.** A blocking `get` waits at the broker; a timed get's timeout
-/// is the broker's, so an item is never taken and then dropped. An item
+/// is the broker's, so an item is never taken and then dropped. While the
+/// link to the broker's process is still being set up (a first call to an
+/// owner that is stopped or hung), a timed call returns at its own timeout
+/// (its request withdrawn unsent) and an untimed one fails with
+/// fiber::worker_lost after connect_timeout_ms. An item larger than
+/// max_message_size_mb fails its put with fiber::error; the link stays. An item
 /// handed to a getter in another process is kept until that process
 /// confirms receipt; if its connection dies first, the item is put back at
 /// the front. Waiting getters and putters are served first come, first served.
@@ -103,8 +108,9 @@ public:
   bool put(const T& v, std::chrono::duration<Rep, Period> timeout) {
     st_->check_open("fiber::Queue::put");
     auto wait = detail::next_wait_id();
-    auto payload = detail::put_payload(detail::op_header{wait, detail::timeout_ms(timeout), 0}, v);
-    return give("fiber::Queue::put", std::move(payload)) == detail::give_tag::stored;
+    const auto ms = detail::timeout_ms(timeout);
+    auto payload = detail::put_payload(detail::op_header{wait, ms, 0}, v);
+    return give("fiber::Queue::put", std::move(payload), ms) == detail::give_tag::stored;
   }
 
   /// Stores `v` if there is room now; false otherwise.
@@ -232,11 +238,12 @@ public:
   }
 
 protected:
-  /// A blocking put of an encoded item (header + bytes).
-  detail::give_tag give(const char* what, std::vector<std::byte> payload) {
+  /// A blocking put of an encoded item (header + bytes) whose header holds `timeout` (ms, -1: none).
+  detail::give_tag give(const char* what, std::vector<std::byte> payload, std::int64_t timeout = -1) {
     const auto& r = st_->ref();
-    return detail::wait_on_runtime<detail::give_tag>(what,
-                                                     [&](auto cb) { detail::async_give(r, std::move(payload), cb); });
+    return detail::wait_on_runtime<detail::give_tag>(what, [&](auto cb) {
+      detail::async_give(r, std::move(payload), cb, timeout);
+    });
   }
 
   /// A blocking get (-1: forever, 0: now); nullopt if none came.

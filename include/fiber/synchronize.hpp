@@ -26,7 +26,9 @@
 ///
 /// **Waiting.** Every wait happens at the service, first come first served;
 /// a timeout is the service's, so a permit is never granted and then
-/// dropped. Every blocking call has a timeout overload returning false on
+/// dropped (while the link to the service's process is still being set up,
+/// a timed acquire or wait returns false at its own timeout, its request
+/// withdrawn unsent). Every blocking call has a timeout overload returning false on
 /// timeout (Barrier: the timeout breaks it) and an `async_` form taking an
 /// Asio completion token: its handler runs on its associated executor
 /// (default: fiber's runtime executor); per-operation cancellation (any

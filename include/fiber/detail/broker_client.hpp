@@ -82,6 +82,16 @@ std::int64_t timeout_ms(std::chrono::duration<Rep, Period> d) {
   return std::max<std::int64_t>(1, std::chrono::ceil<std::chrono::milliseconds>(d).count());
 }
 
+/// The expiry (runtime's request_expiry) of a request waiting at most
+/// `timeout` ms (-1: no bound) whose answer to a timeout is the byte `tag`.
+/// A poll (0) still gives a link being set up min_expiry.
+inline request_expiry expiry_of(std::int64_t timeout, std::uint8_t tag) {
+  constexpr std::int64_t min_expiry = 50; // ms
+  if (timeout < 0) return {};
+  return {std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout, min_expiry)),
+          {std::byte{tag}}};
+}
+
 /// A get reply: [tag], or for an item [tag][ack?][item bytes].
 struct take_reply {
   take_tag tag = take_tag::empty;
@@ -138,37 +148,41 @@ inline std::exception_ptr bad_reply() {
 inline void async_take(const broker_ref& r, std::uint8_t end, std::uint64_t wait, std::int64_t timeout,
                        std::function<void(std::exception_ptr, take_reply)> done) {
   op_header h{wait, timeout, end};
-  runtime::instance().request(r.url, r.id, queue_op::get, h.bytes(),
-                              [r, h, done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
-                                take_reply out;
-                                if (is_worker_lost(e)) deliver_request(r, queue_op::abandon, h.bytes());
-                                if (!e) {
-                                  auto tag = p.empty() ? 255u : std::to_integer<unsigned>(p[0]);
-                                  if (tag > 2 || (tag == unsigned(take_tag::item) && p.size() < 2)) {
-                                    e = bad_reply();
-                                  } else {
-                                    out.tag = take_tag(tag);
-                                    if (out.tag == take_tag::item && p[1] != std::byte{0})
-                                      deliver_request(r, queue_op::ack, h.bytes());
-                                    out.bytes = std::move(p);
-                                  }
-                                }
-                                done(e, std::move(out));
-                              });
+  runtime::instance().request(
+      r.url, r.id, queue_op::get, h.bytes(),
+      [r, h, done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
+        take_reply out;
+        if (is_worker_lost(e)) deliver_request(r, queue_op::abandon, h.bytes());
+        if (!e) {
+          auto tag = p.empty() ? 255u : std::to_integer<unsigned>(p[0]);
+          if (tag > 2 || (tag == unsigned(take_tag::item) && p.size() < 2)) {
+            e = bad_reply();
+          } else {
+            out.tag = take_tag(tag);
+            if (out.tag == take_tag::item && p[1] != std::byte{0}) deliver_request(r, queue_op::ack, h.bytes());
+            out.bytes = std::move(p);
+          }
+        }
+        done(std::move(e), std::move(out)); // the waiter holds the only reference
+      },
+      expiry_of(timeout, std::uint8_t(take_tag::empty)));
 }
 
-/// Send a put whose payload (header + item) is already built.
+/// Send a put whose payload (header + item) is already built; `timeout` is
+/// the header's (ms, -1: none).
 inline void async_give(const broker_ref& r, std::vector<std::byte> payload,
-                       std::function<void(std::exception_ptr, give_tag)> done) {
-  runtime::instance().request(r.url, r.id, queue_op::put, std::move(payload),
-                              [done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
-                                give_tag t = give_tag::full;
-                                if (!e) {
-                                  if (p.size() != 1 || std::to_integer<unsigned>(p[0]) > 2) e = bad_reply();
-                                  else t = give_tag(std::to_integer<unsigned>(p[0]));
-                                }
-                                done(e, t);
-                              });
+                       std::function<void(std::exception_ptr, give_tag)> done, std::int64_t timeout = -1) {
+  runtime::instance().request(
+      r.url, r.id, queue_op::put, std::move(payload),
+      [done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
+        give_tag t = give_tag::full;
+        if (!e) {
+          if (p.size() != 1 || std::to_integer<unsigned>(p[0]) > 2) e = bad_reply();
+          else t = give_tag(std::to_integer<unsigned>(p[0]));
+        }
+        done(std::move(e), t);
+      },
+      expiry_of(timeout, std::uint8_t(give_tag::full)));
 }
 
 /// Header + encoded value, in one buffer.

@@ -10,6 +10,7 @@
 
 #include <nng/nng.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -30,12 +31,15 @@ struct frame_header {
 /// Holds what was read but not yet delivered. Many small frames arriving
 /// together cost one read; a frame that does not fit is read straight into
 /// its own message, allocated only once a receiver consumes (parse() with no
-/// read in flight). Memory is bounded by the buffer plus one frame of at most
-/// the stream's limit. Not thread-safe: used by whoever holds the read side
-/// (the stream's executor, or the thread it lent it to).
+/// read in flight) and grown as its bytes arrive (big_step at a time), so no
+/// read waits for the whole frame's memory to be cleared. Memory is bounded
+/// by the buffer plus one frame of at most the stream's limit. Not
+/// thread-safe: used by whoever holds the read side (the stream's executor,
+/// or the thread it lent it to).
 class frame_buffer {
 public:
   static constexpr std::size_t capacity = 64 * 1024; ///< one read fills up to this
+  static constexpr std::size_t big_step = 4u << 20;  ///< a big frame's message grows by this much at a time
 
   enum class parsed { frame, more, too_big };
 
@@ -45,7 +49,7 @@ public:
   /// may only be consumed, never moved.
   parsed parse(message& m, std::size_t max, bool read_in_flight) {
     if (big_) {
-      if (big_fill_ < big_->size()) return parsed::more;
+      if (big_fill_ < big_len_) return parsed::more;
       m = std::move(*big_);
       big_.reset();
       return parsed::frame;
@@ -63,8 +67,11 @@ public:
     }
     if (frame_header_size + len > capacity && !read_in_flight) {
       big_.emplace(buffer_cache::instance().take(len)); // bounded by max above
-      big_->resize(len);
+      big_->clear();
+      big_->reserve(len); // never moves while it grows
+      big_len_ = len;
       big_fill_ = avail - frame_header_size;
+      big_->resize(big_fill_);
       std::memcpy(big_->data(), p + frame_header_size, big_fill_);
       rpos_ = rend_ = 0;
     }
@@ -73,12 +80,13 @@ public:
 
   /// Whether a read should be started: a big frame is incomplete, or the
   /// buffer has room (else it stays full until a receiver consumes).
-  bool wants_read() const noexcept { return big_ ? big_fill_ < big_->size() : rend_ - rpos_ < capacity; }
+  bool wants_read() const noexcept { return big_ ? big_fill_ < big_len_ : rend_ - rpos_ < capacity; }
 
   /// Where the next read lands: the rest of a big frame, or the buffer's free tail.
   nng_iov next_read() {
     if (big_) {
       read_big_ = true;
+      if (big_->size() == big_fill_) big_->resize(std::min(big_len_, big_fill_ + big_step));
       return {big_->data() + big_fill_, big_->size() - big_fill_};
     }
     // Not zero-filled: a memset would fault in all 16 pages per connection
@@ -102,7 +110,7 @@ private:
   std::unique_ptr<std::byte[]> rbuf_;
   std::size_t rpos_ = 0, rend_ = 0;
   std::optional<message> big_;
-  std::size_t big_fill_ = 0;
+  std::size_t big_len_ = 0, big_fill_ = 0; // the big frame's length, and its bytes read so far
   bool read_big_ = false;
 };
 

@@ -165,7 +165,8 @@ inline void await_auth_ok(std::shared_ptr<stream> s, const handshake_identity& m
 /// given a one-time nonce at spawn (`issued`) proves itself at once instead,
 /// which saves the wait for the challenge. Until the server has proven
 /// itself frames are bounded by max_handshake_reply; afterwards by
-/// `max_message_size`.
+/// `max_message_size`. No timer of its own: the caller bounds the wait
+/// (runtime::dial, connect_timeout_ms) by closing `s`.
 inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity& me, role r, std::uint64_t worker_id,
                              std::size_t max_message_size, std::optional<nonce_t> issued, client_handshake_done done) {
   s->set_max_message_size(max_handshake_reply); // the server is not authenticated yet

@@ -5,6 +5,7 @@
 /// and is the relay service every Remote handle sends its calls to.
 
 #include <fiber/backend/launcher.hpp>
+#include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/object_wire.hpp>
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/protocol.hpp>
@@ -65,6 +66,9 @@ public:
   void make(std::uint64_t ctor, std::vector<std::byte> args, make_done done) {
     if (shut_) return done(std::make_exception_ptr(error("fiber::RemoteManager " + s_.name + ": shut down")), 0);
     if (fatal_) return done(fatal_, 0);
+    if (!fits_in_frame(args.size()))
+      return done(
+          std::make_exception_ptr(error(oversize_message("a remote object's constructor arguments", args.size()))), 0);
     proc* best = nullptr;
     std::uint64_t best_id = 0;
     for (auto& [wid, p] : procs_) {

@@ -6,6 +6,7 @@
 /// answered with an `object_reply`.
 
 #include <fiber/detail/actor.hpp>
+#include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/object_registry.hpp>
 #include <fiber/detail/object_wire.hpp>
 #include <fiber/detail/peer_link.hpp>
@@ -76,6 +77,10 @@ private:
   static void reply(const reply_to& to, std::uint64_t call_id, wire_status status, std::vector<std::byte> payload,
                     bool direct = false) {
     if (call_id == 0) return;
+    if (!fits_in_frame(payload.size())) { // the call fails, not the link
+      payload = failure_payload(oversize_message("a remote object's reply", payload.size()));
+      status = wire_status::error;
+    }
     auto f = frame(frame_kind::object_reply, reply_msg{call_id, status, std::move(payload)});
     auto& rt = runtime::instance();
     if (direct && !rt.on_runtime_thread() && to.direct.try_send(f)) return;

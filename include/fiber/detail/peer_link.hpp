@@ -2,8 +2,8 @@
 #pragma once
 /// @file detail/peer_link.hpp
 /// An authenticated connection to another fiber process: framed sends and
-/// receives on the runtime thread, heartbeats both ways, and a peer that stays
-/// silent for heartbeat_timeout_ms is closed.
+/// receives on the runtime thread, heartbeats both ways, and a peer from which
+/// no byte arrived for heartbeat_timeout_ms is closed.
 
 #include <fiber/config.hpp>
 #include <fiber/detail/buffer_cache.hpp>
@@ -17,7 +17,9 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -33,7 +35,9 @@ using clock = std::chrono::steady_clock;
 
 /// An authenticated connection. Runtime thread only. Sends are queued by the
 /// transport (and coalesced into one write while one is in flight); receives
-/// loop until close. A peer silent for heartbeat_timeout_ms is closed.
+/// loop until close. A peer from which no byte arrived for
+/// heartbeat_timeout_ms is closed: a long frame still arriving keeps it alive.
+/// A frame over the link's limit is dropped (logged); the link stays.
 class peer_link : public std::enable_shared_from_this<peer_link> {
 public:
   /// (kind, body, frame): `body` lies in `frame`, which the handler may move
@@ -52,13 +56,14 @@ public:
     on_close_ = std::move(on_close);
     interval_ = std::chrono::milliseconds(config_int("heartbeat_interval_ms"));
     timeout_ = std::chrono::milliseconds(config_int("heartbeat_timeout_ms"));
-    last_recv_ = last_send_ = clock::now();
+    silent_since_ = last_send_ = clock::now();
     read();
     tick();
   }
 
   /// `on_sent` (optional) runs once the frame is written to the connection
-  /// or could not be (link closed).
+  /// or could not be (link closed, or the frame is over max_message_size():
+  /// callers check that first, see frame_limit.hpp).
   void send(std::vector<std::byte> f, std::function<void()> on_sent = {}) {
     send(std::move(f), shared_bytes{}, std::move(on_sent));
   }
@@ -69,11 +74,13 @@ public:
       return;
     }
     last_send_ = clock::now();
-    stream_.async_send(std::move(f), std::move(tail),
-                       [self = shared_from_this(), on_sent = std::move(on_sent)](std::error_code ec) {
-                         if (ec) self->close("send failed: " + ec.message());
-                         if (on_sent) on_sent();
-                       });
+    stream_.async_send(
+        std::move(f), std::move(tail), [self = shared_from_this(), on_sent = std::move(on_sent)](std::error_code ec) {
+          if (ec == asio::error::message_size) // refused before a byte was written
+            log(log_level::warning, "dropped a frame to ", self->peer_.name, ": over max_message_size_mb");
+          else if (ec) self->close("send failed: " + ec.message());
+          if (on_sent) on_sent();
+        });
   }
 
   /// Idempotent. The close handler runs once, after this returns.
@@ -90,15 +97,13 @@ public:
 
   /// Lends the link's read side to a thread that blocks on it (a worker's
   /// main thread waiting for work; see transport's lent_reader). `granted`
-  /// runs on the executor. The borrower calls note_received() for every
-  /// frame, hands the frames it does not handle to deliver(), and gives the
+  /// runs on the executor. The bytes the borrower reads count for liveness;
+  /// it hands the frames it does not handle to deliver(), and gives the
   /// reader back before it blocks elsewhere for long; while it is busy (not
   /// in recv), the heartbeat tick takes the read side back. Executor only.
   void lend_reader(std::function<void(lent_reader)> granted) {
     if (!closed_) stream_.lend_reader(std::move(granted));
   }
-  /// Any thread: a frame arrived (for the heartbeat timeout).
-  void note_received() noexcept { last_recv_.store(clock::now(), std::memory_order_relaxed); }
   /// Any thread: handle `m` (a whole frame) on the executor as if read there.
   void deliver(message m) {
     asio::post(stream_.get_executor(), [self = shared_from_this(), m = std::move(m)]() mutable {
@@ -109,6 +114,8 @@ public:
   /// For synchronous sends from other threads while the link has nothing
   /// queued (see transport's direct_writer); heartbeats go on as before.
   direct_writer direct() const noexcept { return stream_.direct(); }
+  /// The largest frame this link sends or accepts, in bytes.
+  std::size_t max_message_size() const noexcept { return stream_.max_message_size(); }
   const peer_identity& peer() const noexcept { return peer_; }
   std::uint64_t id() const noexcept { return id_; }
   asio::any_io_executor get_executor() { return stream_.get_executor(); }
@@ -118,7 +125,6 @@ private:
     stream_.async_recv([self = shared_from_this()](std::error_code ec, message m) {
       if (self->closed_) return;
       if (ec) return self->close(ec == asio::error::eof ? "connection closed" : "receive failed: " + ec.message());
-      self->note_received();
       self->handle(m);
       if (!self->closed_) self->read();
     });
@@ -141,8 +147,8 @@ private:
       auto now = clock::now();
       // A borrower busy elsewhere reads nothing: read here again, and count
       // silence from now on.
-      if (self->stream_.take_back_reader()) self->note_received();
-      if (now - self->last_recv_.load(std::memory_order_relaxed) > self->timeout_)
+      if (self->stream_.take_back_reader()) self->silent_since_ = now;
+      if (now - std::max(self->silent_since_, self->stream_.last_received()) > self->timeout_)
         return self->close("heartbeat missed");
       if (now - self->last_send_ >= self->interval_) self->send(frame(frame_kind::heartbeat));
       self->tick();
@@ -156,7 +162,7 @@ private:
   message_handler on_message_;
   close_handler on_close_;
   clock::duration interval_{}, timeout_{};
-  std::atomic<clock::time_point> last_recv_;
+  clock::time_point silent_since_; // silence is counted from here at the earliest
   clock::time_point last_send_;
   bool closed_ = false;
 };

@@ -215,10 +215,21 @@ void write_arg(writer& w, A&& a) {
   }
 }
 
-/// Hands `chunks` of call `st` to the Pool's scheduler (runtime thread).
+/// Hands `chunks` of call `st` to the Pool's scheduler (runtime thread). A
+/// chunk whose arguments do not fit in a frame (frame_limit.hpp) fails here,
+/// on the caller's thread, so no worker is involved and the caller holds the
+/// last reference to its error.
 template <class State>
 void submit_chunks(const std::shared_ptr<pool_core>& core, const std::shared_ptr<State>& st,
                    std::vector<chunk_input> chunks) {
+  std::erase_if(chunks, [&](const chunk_input& c) {
+    if (fits_in_frame(c.msg.args.size())) return false;
+    const auto what = c.msg.count == 1 ? std::string("a task's arguments")
+                                       : "the arguments of a chunk of " + std::to_string(c.msg.count) + " tasks";
+    st->on_chunk_failed(c.seq, std::make_exception_ptr(error(oversize_message(what, c.msg.args.size()))));
+    return true;
+  });
+  if (chunks.empty()) return;
   asio::post(runtime::instance().executor(),
              [core, st, chunks = std::move(chunks)]() mutable { core->submit(st, std::move(chunks)); });
 }

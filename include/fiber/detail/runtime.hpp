@@ -7,9 +7,11 @@
 /// relays) other processes send requests to. User-facing blocking calls wait
 /// on it; async calls complete on the caller's executor.
 
+#include <fiber/backend/detail/async_util.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/detail/build_id.hpp>
+#include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/handshake_session.hpp>
 #include <fiber/detail/host_name.hpp>
 #include <fiber/detail/liveness.hpp>
@@ -25,12 +27,15 @@
 #include <fiber/target.hpp>
 
 #include <asio/any_io_executor.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -54,6 +59,15 @@
 #include <vector>
 
 namespace fiber::detail {
+
+/// Bounds a timed request while the link to its service's process is being
+/// set up: a request still unsent at `at` is withdrawn and completes with
+/// `reply`, the service's own answer to a timeout. A request already sent
+/// waits for the service (the link's heartbeats bound that).
+struct request_expiry {
+  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::time_point::max();
+  std::vector<std::byte> reply;
+};
 
 class runtime {
 public:
@@ -249,18 +263,26 @@ public:
 
   /// Send a request to service `service_id` in the process listening at
   /// `url` (this process: called directly). `done` runs on the runtime
-  /// thread. Any thread.
+  /// thread. A payload that does not fit in a frame fails `done` with
+  /// fiber::error (frame_limit.hpp) and nothing is sent. `expiry` bounds a
+  /// timed request while the link to `url` is being set up (request_expiry).
+  /// Any thread.
   void request(const std::string& to, std::uint64_t service_id, std::uint32_t op, std::vector<std::byte> payload,
-               request_done done) {
+               request_done done, request_expiry expiry = {}) {
     const std::string& url = !master_alias_.first.empty() && to == master_alias_.first ? master_alias_.second : to;
-    asio::dispatch(ctx_, [this, url, service_id, op, payload = std::move(payload), done = std::move(done)]() mutable {
+    if (!fits_in_frame(payload.size())) {
+      auto e = std::make_exception_ptr(error(oversize_message("a request", payload.size())));
+      return asio::post(ctx_, [e, done = std::move(done)] { done(e, {}); });
+    }
+    asio::dispatch(ctx_, [this, url, service_id, op, payload = std::move(payload), done = std::move(done),
+                          expiry = std::move(expiry)]() mutable {
       if (is_local(url)) return local_request(service_id, op, std::move(payload), std::move(done));
       auto& c = clients_[url];
       auto id = next_request_id_++;
       c.pending[id] = std::move(done);
       auto f = frame(frame_kind::request, request_msg{id, service_id, op, std::move(payload)});
       if (c.link) return c.link->send(std::move(f));
-      c.queued.push_back(std::move(f));
+      c.queued.push_back({id, std::move(f), expire_unsent(url, id, std::move(expiry))});
       if (!c.connecting) connect_client(url);
     });
   }
@@ -319,12 +341,33 @@ public:
       std::function<void(std::exception_ptr, std::shared_ptr<peer_link>, std::map<std::string, std::string>)>;
 
   /// Dial `url`, authenticate as `r`, and hand back the link (runtime thread).
-  /// A listener whose backlog is full (NNG_EAGAIN: hundreds of workers
-  /// dialling at once) is dialled again after a short, growing, jittered
-  /// pause, for up to start_timeout_s.
+  /// Each dial and handshake is bounded by connect_timeout_ms. A worker
+  /// retries a dial that is refused (but on ipc://: no listener, its master
+  /// ended), closed or silent before authentication (pre-authentication
+  /// slots full, a master too busy to answer) after a
+  /// growing, jittered pause, for up to start_timeout_s; a client retries
+  /// only a full backlog (NNG_EAGAIN), within connect_timeout_ms in all. A
+  /// refusal by the master (handshake_error) is final.
   void connect(const std::string& url, role r, std::uint64_t worker_id, connect_done done) {
-    auto give_up = clock::now() + std::chrono::seconds(config_int("start_timeout_s"));
-    dial(url, r, worker_id, std::move(done), give_up, std::chrono::milliseconds(2));
+    std::chrono::milliseconds per_try;
+    try {
+      per_try = connect_timeout();
+    } catch (...) {
+      return done(std::current_exception(), nullptr, {});
+    }
+    const auto budget = r == role::worker ? std::chrono::milliseconds(config_int("start_timeout_s") * 1000) : per_try;
+    dial(std::make_shared<dial_job>(dial_job{url, r, worker_id, std::move(done), clock::now() + budget, per_try,
+                                             std::chrono::milliseconds(2)}));
+  }
+
+  /// connect_timeout_ms, checked: fiber::config_error outside its range.
+  static std::chrono::milliseconds connect_timeout() {
+    constexpr long long lo = 10, hi = 3600000;
+    const auto v = config_int("connect_timeout_ms");
+    if (v < lo || v > hi)
+      throw config_error("fiber: configuration key 'connect_timeout_ms' must lie in [" + std::to_string(lo) + ", " +
+                         std::to_string(hi) + "], got " + std::to_string(v));
+    return std::chrono::milliseconds(v);
   }
 
 private:
@@ -360,33 +403,96 @@ private:
     fates_ = std::make_unique<peer_fates>(executor(), *liveness_);
   }
 
-  void dial(const std::string& url, role r, std::uint64_t worker_id, connect_done done, clock::time_point give_up,
-            std::chrono::milliseconds pause) {
+  // A connect in progress: what it reports to, its budget and next pause.
+  struct dial_job {
+    std::string url;
+    role r;
+    std::uint64_t worker_id;
+    connect_done done;
+    clock::time_point give_up;
+    std::chrono::milliseconds per_try, pause; // connect_timeout_ms; the next pause between tries
+  };
+
+  // One dial and handshake, bounded by connect_timeout_ms and by the job's
+  // budget; the first of the dial, the handshake and the timer to finish decides.
+  void dial(std::shared_ptr<dial_job> j) {
+    struct attempt {
+      explicit attempt(asio::any_io_executor ex) : timer(std::move(ex)) {}
+      asio::steady_timer timer;
+      asio::cancellation_signal cancel; // the dial
+      std::shared_ptr<stream> s;        // the handshake
+      bool over = false;
+    };
+    auto a = std::make_shared<attempt>(executor());
+    const auto limit = std::max<clock::duration>(std::min<clock::duration>(j->per_try, j->give_up - clock::now()),
+                                                 std::chrono::milliseconds(1));
+    a->timer.expires_after(limit);
+    a->timer.async_wait([this, a, j, limit](std::error_code ec) {
+      if (ec || a->over) return;
+      a->over = true;
+      a->cancel.emit(asio::cancellation_type::all);
+      if (a->s) a->s->close();
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(limit).count();
+      // Made in a statement of its own: no temporary here outlives the
+      // handover, so the thread that reads the error releases it.
+      auto e = std::make_exception_ptr(
+          worker_lost("fiber: connecting to " + j->url + " timed out after " + std::to_string(ms) +
+                      " ms (connect_timeout_ms = " + std::to_string(j->per_try.count()) +
+                      "): no answer to the dial or the handshake; is that process stopped or hung?"));
+      dial_failed(j, std::move(e), j->r == role::worker);
+    });
     async_connect(
-        executor(), url, transport(),
-        [this, url, r, worker_id, done = std::move(done), give_up, pause](std::error_code ec, stream s) mutable {
-          if (ec == std::error_code(NNG_EAGAIN, nng_category()) && clock::now() < give_up) {
-            auto t = std::make_shared<asio::steady_timer>(executor());
-            std::uniform_int_distribution<int> jitter(0, int(pause.count()));
-            t->expires_after(pause + std::chrono::milliseconds(jitter(retry_rng_)));
-            t->async_wait([this, t, url, r, worker_id, done = std::move(done), give_up,
-                           pause](std::error_code) mutable {
-              dial(url, r, worker_id, std::move(done), give_up, std::min(pause * 2, std::chrono::milliseconds(200)));
-            });
-            return;
+        executor(), j->url, transport(),
+        asio::bind_cancellation_slot(a->cancel.slot(), [this, a, j](std::error_code ec, stream s) {
+          if (a->over) return;
+          if (ec) {
+            a->over = true;
+            a->timer.cancel();
+            const bool busy = ec == std::error_code(NNG_EAGAIN, nng_category()); // a full backlog
+            // An ipc:// socket that refuses or is gone has no listener: its process ended.
+            const bool gone = j->url.starts_with("ipc://") &&
+                              (ec == asio::error::connection_refused || ec == make_nng_error(NNG_ENOENT));
+            auto e = std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url + ": " + ec.message()));
+            return dial_failed(j, std::move(e), busy || (j->r == role::worker && !gone));
           }
-          if (ec)
-            return done(std::make_exception_ptr(worker_lost("fiber: cannot connect to " + url + ": " + ec.message())),
-                        nullptr, {});
           std::optional<nonce_t> issued;
-          if (r == role::worker) issued = std::exchange(own_nonce_, std::nullopt); // the first link only
-          client_handshake(
-              std::make_shared<stream>(std::move(s)), identity(), r, worker_id, transport().max_message_size, issued,
-              [done = std::move(done)](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
-                if (e) return done(e, nullptr, {});
-                done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}), std::move(cfg));
-              });
-        });
+          if (j->r == role::worker) issued = std::exchange(own_nonce_, std::nullopt); // the first link only
+          a->s = std::make_shared<stream>(std::move(s));
+          client_handshake(a->s, identity(), j->r, j->worker_id, transport().max_message_size, issued,
+                           [this, a, j](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
+                             if (a->over) return;
+                             a->over = true;
+                             a->timer.cancel();
+                             if (e) // closed before authentication: a worker tries again
+                               return dial_failed(j, e, j->r == role::worker && !is_refusal(e));
+                             j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}),
+                                     std::move(cfg));
+                           });
+        }));
+  }
+
+  // Reports `e`, or dials again after a pause if it is `transient` and the
+  // budget allows.
+  void dial_failed(std::shared_ptr<dial_job> j, std::exception_ptr e, bool transient) {
+    if (!transient || clock::now() + j->pause >= j->give_up) return j->done(std::move(e), nullptr, {});
+    log(log_level::info, "dialing ", j->url, " failed (", exception_text(e, "unknown error"), "): trying again");
+    auto t = std::make_shared<asio::steady_timer>(executor());
+    std::uniform_int_distribution<int> jitter(0, int(j->pause.count()));
+    t->expires_after(j->pause + std::chrono::milliseconds(jitter(retry_rng_)));
+    j->pause = std::min(j->pause * 2, max_dial_pause);
+    t->async_wait([this, t, j](std::error_code) { dial(j); });
+  }
+
+  // A refusal by the other end (another binary, a failed proof), as opposed
+  // to a connection lost before authentication.
+  static bool is_refusal(const std::exception_ptr& e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const handshake_error&) {
+      return true;
+    } catch (...) {
+      return false;
+    }
   }
 
   static std::string self_exe_path() {
@@ -491,8 +597,13 @@ private:
           auto req = deserialize<request_msg>(body);
           dispatch_request(l->id(), std::move(req),
                            [weak, id = req.request_id](wire_status st, std::vector<std::byte> p) {
-                             if (auto l = weak.lock())
-                               l->send(frame(frame_kind::reply, reply_msg{id, st, std::move(p)}));
+                             auto l = weak.lock();
+                             if (!l) return;
+                             if (!fits_in_frame(p.size())) { // the reply fails, not the link
+                               p = failure_payload(oversize_message("a reply", p.size()));
+                               st = wire_status::error;
+                             }
+                             l->send(frame(frame_kind::reply, reply_msg{id, st, std::move(p)}));
                            });
         },
         [this, id = l->id()](const std::string&) {
@@ -530,12 +641,40 @@ private:
 
   // ---- services: client side ----------------------------------------------
 
+  // A request waiting for its link: its id, its frame, and the timer of its
+  // expiry (if it has one).
+  struct unsent_request {
+    std::uint64_t id;
+    std::vector<std::byte> frame;
+    std::shared_ptr<asio::steady_timer> expiry;
+  };
+
   struct client_conn {
     std::shared_ptr<peer_link> link;
     bool connecting = false;
-    std::vector<std::vector<std::byte>> queued;
+    std::vector<unsent_request> queued;
     std::unordered_map<std::uint64_t, request_done> pending;
   };
+
+  // Request `id` to `url`, not sent yet: at the expiry's time, if it still
+  // waits for its link, it is withdrawn and completes with the expiry's reply.
+  std::shared_ptr<asio::steady_timer> expire_unsent(const std::string& url, std::uint64_t id, request_expiry ex) {
+    if (ex.at == clock::time_point::max()) return nullptr;
+    auto t = std::make_shared<asio::steady_timer>(executor(), ex.at);
+    t->async_wait([this, url, id, reply = std::move(ex.reply)](std::error_code ec) mutable {
+      auto c = clients_.find(url);
+      if (ec || c == clients_.end()) return;
+      auto& q = c->second.queued;
+      auto it = std::find_if(q.begin(), q.end(), [id](const unsent_request& u) { return u.id == id; });
+      auto p = c->second.pending.find(id);
+      if (it == q.end() || p == c->second.pending.end()) return; // sent, or failed already
+      q.erase(it);
+      auto done = std::move(p->second);
+      c->second.pending.erase(p);
+      done(nullptr, std::move(reply));
+    });
+    return t;
+  }
 
   void connect_client(const std::string& url) {
     clients_[url].connecting = true;
@@ -543,7 +682,7 @@ private:
             [this, url](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string>) {
               auto& c = clients_[url];
               c.connecting = false;
-              if (e) return fail_client(url, e);
+              if (e) return fail_client(url, std::move(e));
               c.link = l;
               l->start(
                   [this, url](frame_kind k, std::span<const std::byte> body, message&) {
@@ -561,7 +700,10 @@ private:
                     fail_client(url, std::make_exception_ptr(worker_lost("fiber: lost the connection to " + url + " (" +
                                                                          reason + ")")));
                   });
-              for (auto& f : c.queued) l->send(std::move(f));
+              for (auto& u : c.queued) {
+                if (u.expiry) u.expiry->cancel();
+                l->send(std::move(u.frame));
+              }
               c.queued.clear();
             });
   }
@@ -569,7 +711,15 @@ private:
   void fail_client(const std::string& url, std::exception_ptr e) {
     auto c = std::move(clients_[url]);
     clients_.erase(url);
-    for (auto& [id, done] : c.pending) done(e, {});
+    for (auto& u : c.queued)
+      if (u.expiry) u.expiry->cancel();
+    // The last waiter gets `e` itself: with one waiter, the thread that reads
+    // the error releases it (libstdc++'s exception refcount is invisible to TSan).
+    std::size_t left = c.pending.size();
+    for (auto& [id, done] : c.pending) {
+      if (--left) done(e, {});
+      else done(std::move(e), {});
+    }
   }
 
   asio::io_context ctx_{1};
@@ -596,6 +746,7 @@ private:
   std::unique_ptr<peer_fates> fates_;  // the processes behind the client links served
   pending_count deliveries_;
   std::unordered_map<std::type_index, std::shared_ptr<backend::launcher>> launchers_;
+  static constexpr std::chrono::milliseconds max_dial_pause{500};                      // dial retries (see connect)
   std::minstd_rand retry_rng_{static_cast<std::minstd_rand::result_type>(::getpid())}; // runtime thread
 
 public:

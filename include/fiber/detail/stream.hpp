@@ -14,6 +14,8 @@
 
 #include <nng/nng.h>
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <span>
@@ -142,6 +144,13 @@ public:
   void set_max_message_size(std::size_t n) noexcept {
     if (core_) core_->set_max_message_size(n);
   }
+  /// When bytes last arrived (a frame still in progress counts; also bytes
+  /// a lent_reader read), or when the stream was made. Any thread.
+  std::chrono::steady_clock::time_point last_received() const noexcept {
+    return core_ ? core_->last_received() : std::chrono::steady_clock::time_point{};
+  }
+  /// The current frame limit (set_max_message_size), in bytes; 0 for an empty stream.
+  std::size_t max_message_size() const noexcept { return core_ ? core_->max_message_size() : 0; }
   /// Counters since the stream was created (zero for an empty stream).
   stream_stats stats() const noexcept { return core_ ? core_->stats() : stream_stats{}; }
 };

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -60,7 +61,8 @@ public:
   static constexpr std::size_t tls_coalesce_limit = 256 * 1024; // direct TLS frames up to this: one buffer
 
   stream_core(asio::any_io_executor ex, stream_ptr s, const transport_options& opt)
-      : ex_(std::move(ex)),
+      : last_rx_(std::chrono::steady_clock::now()),
+        ex_(std::move(ex)),
         s_(std::move(s)),
         max_(std::min<std::size_t>(opt.max_message_size, UINT32_MAX)),
         saio_(make_aio(&stream_core::on_send_cb, this)),
@@ -169,6 +171,13 @@ public:
     nng_aio_stop(raio_.get());
   }
   bool is_open() const noexcept { return !dead_; }
+  /// Any thread: when bytes last arrived (a frame in progress counts), or
+  /// when the stream was made.
+  std::chrono::steady_clock::time_point last_received() const noexcept {
+    return last_rx_.load(std::memory_order_relaxed);
+  }
+  /// The largest frame accepted (either way), in bytes.
+  std::size_t max_message_size() const noexcept { return max_.load(std::memory_order_relaxed); }
   void set_max_message_size(std::size_t n) noexcept { max_ = std::min<std::size_t>(n, UINT32_MAX); }
 
   std::string peer_address() const {
@@ -453,8 +462,10 @@ private:
 
   void on_recv(int rv, std::size_t n) {
     reading_ = false;
-    if (rv == 0 && n > 0) rbuf_.commit(n);
-    else if (!(rv == NNG_ECANCELED && lend_to_)) // cancelled to lend the read side: no error
+    if (rv == 0 && n > 0) {
+      rbuf_.commit(n);
+      note_progress();
+    } else if (!(rv == NNG_ECANCELED && lend_to_)) // cancelled to lend the read side: no error
       shutdown(rv == 0 ? std::error_code(asio::error::eof) : make_nng_error(rv), via::dispatch);
     pump_recv(via::dispatch);
   }
@@ -525,6 +536,7 @@ public:
         break;
       }
       rbuf_.commit(n);
+      note_progress();
     }
     std::lock_guard lk(lend_mu_);
     lend_state_ = lend_state::lent_idle;
@@ -562,6 +574,10 @@ public:
 
 private:
 
+  // Bytes arrived: one relaxed store per completed read (liveness).
+  void note_progress() noexcept { last_rx_.store(std::chrono::steady_clock::now(), std::memory_order_relaxed); }
+
+  std::atomic<std::chrono::steady_clock::time_point> last_rx_;
   asio::any_io_executor ex_;
   stream_ptr s_; // declared before the aios: freed after they are stopped
   std::atomic<std::size_t> max_;

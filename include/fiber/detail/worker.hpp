@@ -105,12 +105,19 @@ private:
   std::deque<std::function<void()>> q_;
 };
 
-/// Runs one chunk: per item, status byte then the result or the error.
+/// Runs one chunk: per item, status byte then the result or the error. A
+/// result that cannot be sent (over max_message_size_mb) becomes that
+/// task's fiber::error; if the chunk's results together cannot, each task's.
 inline chunk_result_msg run_chunk(const chunk_view& c) {
   chunk_result_msg out{c.chunk_id, {}};
   writer w(buffer_cache::instance().take(c.args.size() + c.count));
   const target_info* t = registry::instance().find(c.target_id);
   reader in(c.args);
+  auto fail_item = [&](std::size_t mark, std::string_view why) {
+    w.buffer().resize(mark);
+    w.write(wire_status::error);
+    write_failure(w, why);
+  };
   for (std::uint32_t i = 0; i < c.count; ++i) {
     auto mark = w.size();
     write_item_ok(w);
@@ -121,6 +128,12 @@ inline chunk_result_msg run_chunk(const chunk_view& c) {
       w.buffer().resize(mark);
       write_item_current_exception(w);
     }
+    if (!fits_in_frame(w.size() - mark)) fail_item(mark, oversize_message("a task's result", w.size() - mark));
+  }
+  if (!fits_in_frame(w.size())) {
+    const auto why = oversize_message("the results of a chunk of " + std::to_string(c.count) + " tasks", w.size());
+    w.buffer().clear();
+    for (std::uint32_t i = 0; i < c.count; ++i) fail_item(w.size(), why);
   }
   out.results = w.release();
   return out;
@@ -320,8 +333,7 @@ private:
         if (ec != asio::error::already_started) r.give_back(ec); // the link closes: exit follows
         return;                                                  // else taken back: ask again
       }
-      l->note_received();
-      try { // as peer_link's own reads do
+      try { // as peer_link's own reads do (the bytes read count for liveness: stream_core)
         auto [k, body] = unframe(m);
         on_frame(k, body, m, &r);
       } catch (const std::exception& e) {
