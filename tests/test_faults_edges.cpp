@@ -217,7 +217,7 @@ TEST_CASE("edges (child): 250 Processes under RLIMIT_NOFILE 200", "[.][edges-fd-
   CHECK(error.find("needs about") != std::string::npos);
   REQUIRE(procs.size() >= 5);
   for (std::size_t i = 0; i < procs.size(); ++i) REQUIRE(started.get(60s));
-  CHECK(cpu_during(1000ms) < 0.3);
+  CHECK(cpu_during(1000ms) < 0.2);
 
   // Out of descriptors with a connection waiting: accept fails until one is
   // free; the runtime thread must not spin on it.
@@ -236,7 +236,7 @@ TEST_CASE("edges (child): 250 Processes under RLIMIT_NOFILE 200", "[.][edges-fd-
   const double cpu = cpu_during(1000ms);
   for (int fd : filler) ::close(fd);
   ::close(client);
-  CHECK(cpu < 0.3); // a spinning accept loop uses the whole second
+  CHECK(cpu < 0.2); // a spinning accept loop used 0.48 s here (0.02 s without it)
 }
 
 TEST_CASE("edges: RLIMIT_NOFILE 200 and 250 Processes: a clear error, and no spinning", "[faults][edges]") {
