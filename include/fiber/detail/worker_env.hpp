@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 extern char** environ;
 
 namespace fiber::detail {
