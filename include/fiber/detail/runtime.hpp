@@ -129,9 +129,9 @@ public:
     name_ = std::move(name);
     secret_ = std::move(secret);
     if (nonce_t v{}; !env.worker_nonce.empty() && from_hex(env.worker_nonce, v)) own_nonce_ = v;
-    if (masters_dir) {
+    if (masters_dir && !env.run_dir.empty()) {
       run_dir_ = env.run_dir;
-      secret_file_ = env.secret_file;
+      secret_file_ = env.secret_file.empty() ? run_dir_ + "/secret" : env.secret_file;
     }
     // A job-backed worker (another machine, maybe) reaches the services its
     // master named by its ipc:// URL through the URL it dialled (worker_spec).
