@@ -7,6 +7,7 @@
 //  - RLIMIT_NOFILE 200 and 250 Processes: a clear error, and a master out of
 //    descriptors does not spin on its accept
 //  - the run directory removed mid-map: replacements still start
+//  - what a job leaves in its process group is killed before the job is reaped
 //  - FIBER_HEARTBEAT_INTERVAL_MS=0 (and other values out of range): config_error
 
 #include <fiber/init.hpp>
@@ -79,6 +80,11 @@ int square(int x) { return x * x; }
 void report_and_block(fiber::Queue<int> q) {
   q.put(int(::getpid()));
   for (;;) ::pause();
+}
+
+/// Leaves a command running in the job's process group, reports its pid and returns.
+void leave_straggler(fiber::Queue<int> q) {
+  q.put(std::atoi(run("sleep 300 >/dev/null 2>&1 & echo $!").first.c_str()));
 }
 
 /// Records fiber's log lines while it lives.
@@ -268,6 +274,34 @@ TEST_CASE("edges: the run directory removed mid-map; replacements still start", 
   auto after = pool.worker_pids();
   CHECK(std::none_of(after.begin(), after.end(), [&](auto p) { return before.count(p) > 0; }));
   CHECK(fs::exists(rt.run_dir() + "/secret"));
+}
+
+// Not a fault of the base commit (it killed the group after reaping the
+// job): that the group is still killed, now before the job is reaped.
+TEST_CASE("edges: what a job leaves in its process group ends with the job", "[faults][edges]") {
+  fiber::Queue<int> q;
+  fiber::Process p{fiber::target<&leave_straggler>, q};
+  p.start();
+  const int straggler = fiber_test::next(q);
+  REQUIRE(straggler > 0);
+  struct kill_guard {
+    int pid;
+    ~kill_guard() {
+      if (pid > 0) ::kill(pid, SIGKILL); // the test failed: leave nothing behind
+    }
+  } guard{straggler};
+  p.join();
+  CHECK(p.exitcode() == 0);
+  // Killed: gone, or a zombie until whoever adopted it reaps it.
+  auto dead = [&] {
+    std::ifstream stat("/proc/" + std::to_string(straggler) + "/stat");
+    std::string all((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    auto close = all.rfind(')');
+    return all.empty() || (close != std::string::npos && all.substr(close + 2, 1) == "Z");
+  };
+  const bool gone = fiber_test::eventually(dead, 10s);
+  if (gone) guard.pid = 0; // its pid may be another's now
+  CHECK(gone);
 }
 
 TEST_CASE("edges (child): FIBER_HEARTBEAT_INTERVAL_MS=0 reaches main", "[.][edges-config-child]") {
