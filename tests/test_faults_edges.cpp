@@ -68,6 +68,19 @@ std::string lines_with(const std::string& text, const std::string& what) {
 /// The FIBER_INTERNAL_ lines of what `env` prints in a subprocess of a worker.
 std::string internal_env_of_subprocess() { return lines_with(run("env").first, "FIBER_INTERNAL_"); }
 
+/// What a grandchild sees: its subprocess's fiber variables and its parent.
+void report_env_and_parent(fiber::Queue<std::string> q) {
+  auto parent = fiber::parent_process();
+  q.put(internal_env_of_subprocess() + "parent=" + (parent ? parent->name : "none"));
+}
+
+/// In a worker: a Process of its own (fresh variables from this worker).
+void start_reporting_child(fiber::Queue<std::string> q) {
+  fiber::Process p{fiber::target<&report_env_and_parent>, q};
+  p.start();
+  p.join();
+}
+
 /// What a fiber program run by a target prints, and how it ended.
 std::string run_program(std::string path) {
   auto [out, status] = run("timeout -s KILL 60 " + path);
@@ -169,6 +182,16 @@ TEST_CASE("edges: a target's subprocess sees no FIBER_INTERNAL_* variable", "[fa
   proc.start();
   proc.join();
   CHECK(proc.exitcode() == 0);
+}
+
+TEST_CASE("edges: a Process started in a worker gets fresh variables from it, and keeps none", "[faults][edges]") {
+  fiber::Queue<std::string> q;
+  fiber::Process p{fiber::target<&start_reporting_child>, q};
+  p.set_name("edges-parent");
+  p.start();
+  CHECK(fiber_test::next(q) == "parent=edges-parent");
+  p.join();
+  CHECK(p.exitcode() == 0);
 }
 
 TEST_CASE("edges (child): fiber's variables are gone before main", "[.][edges-env-child]") {
