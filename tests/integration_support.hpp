@@ -4,6 +4,11 @@
 // fake, Slurm): shell commands for inspection, bounded polling of external
 // state, and the worker processes a test may have left behind.
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -25,6 +30,23 @@
 extern "C" char** environ;
 
 namespace fiber_test {
+
+/// The first IPv4 address of an up, non-loopback interface of this network
+/// namespace ("" if none): in the Slurm rig's --netns mode, the host's eth0
+/// address.
+inline std::string host_address() {
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) return {};
+  std::string out;
+  for (auto* i = ifs; i && out.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
+      continue;
+    char buf[INET_ADDRSTRLEN];
+    if (::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf)) out = buf;
+  }
+  ::freeifaddrs(ifs);
+  return out;
+}
 
 /// The whole file at `p` ("" if it cannot be read).
 inline std::string read_file(const std::string& p) {

@@ -453,11 +453,23 @@ TEST_CASE("a blocking call on the runtime thread is a logic_error, not a deadloc
 }
 
 // White box: the broker's view of a client process that vanishes (link ids
-// 7 and 8 stand for two other processes' connections).
-TEST_CASE("the broker never loses an item to a vanished client", "[queue][broker]") {
+// 7 and 8 stand for two other processes' connections, which no master
+// knows; 9 is the first one's again after a reconnect).
+TEST_CASE("the broker never loses an item to a vanished client, nor hands it out twice", "[queue][broker]") {
   namespace d = fiber::detail;
   auto& rt = d::runtime::instance();
   auto b = std::make_shared<d::queue_broker>(rt.executor(), 0);
+  const d::peer_identity seven{d::role::client, 0, 999981, "fencing-test-host", "seven"};
+  rt.sync([&] {
+    rt.attach_link(7, seven);
+    rt.attach_link(8, {d::role::client, 0, 999982, "fencing-test-host", "eight"});
+  });
+  auto vanish = [&](std::uint64_t link) {
+    rt.sync([&] {
+      b->peer_gone(link);
+      rt.detach_link(link);
+    });
+  };
   auto call = [&](std::uint64_t peer, std::uint32_t op, std::vector<std::byte> payload) {
     auto out = std::make_shared<std::vector<std::pair<d::wire_status, std::vector<std::byte>>>>();
     rt.sync([&] {
@@ -476,37 +488,63 @@ TEST_CASE("the broker never loses an item to a vanished client", "[queue][broker
     return fiber::deserialize<int>(std::span<const std::byte>(p).subspan(2));
   };
 
-  SECTION("an item handed out but not acknowledged goes back in front") {
+  using reply_list = std::shared_ptr<std::vector<std::pair<d::wire_status, std::vector<std::byte>>>>;
+  auto is_empty = [](const reply_list& r) {
+    return r->size() == 1 && (*r)[0].second == std::vector<std::byte>{std::byte(d::take_tag::empty)};
+  };
+
+  SECTION("an item not acknowledged stays its getter's until the getter is dead, then goes back in front") {
     put(1);
     put(2);
     auto got = call(7, d::queue_op::get, header(1, -1));
     REQUIRE(got->size() == 1);
     CHECK((*got)[0].second[1] == std::byte{1}); // remote: ack requested
     CHECK(item_of((*got)[0].second) == 1);
-    rt.sync([&] { b->peer_gone(7); }); // died before acking
-    auto again = call(0, d::queue_op::get, header(2, 0));
-    REQUIRE(again->size() == 1);
+    vanish(7);                                                                 // its link is lost before the ack
+    CHECK(item_of((*call(0, d::queue_op::get, header(2, 0)))[0].second) == 2); // 1 stays reserved
+    CHECK(is_empty(call(0, d::queue_op::get, header(3, 0))));
+    // Nobody knows the process and it has no link: dead after the grace period.
+    reply_list again;
+    REQUIRE(fiber_test::eventually([&] { return !is_empty(again = call(0, d::queue_op::get, header(4, 0))); }));
     CHECK(item_of((*again)[0].second) == 1);
-    CHECK(item_of((*call(0, d::queue_op::get, header(3, 0)))[0].second) == 2);
   }
-  SECTION("an acknowledged item is gone for good") {
+  SECTION("an item acknowledged over a new link after a lost one is gone for good") {
     put(1);
     auto got = call(7, d::queue_op::get, header(1, -1));
     CHECK(item_of((*got)[0].second) == 1);
-    call(7, d::queue_op::ack, header(1, 0));
-    rt.sync([&] { b->peer_gone(7); });
-    auto none = call(0, d::queue_op::get, header(2, 0));
-    REQUIRE(none->size() == 1);
-    CHECK((*none)[0].second == std::vector<std::byte>{std::byte(d::take_tag::empty)});
+    vanish(7);
+    rt.sync([&] { rt.attach_link(9, seven); });
+    call(9, d::queue_op::ack, header(1, 0)); // the same process, reconnected
+    vanish(9);
+    CHECK(is_empty(call(0, d::queue_op::get, header(2, 0))));
+  }
+  SECTION("a get abandoned after a lost link gives its item back at once") {
+    put(1);
+    auto got = call(7, d::queue_op::get, header(1, -1));
+    CHECK(item_of((*got)[0].second) == 1);
+    vanish(7); // the reply was lost with the link: the getter abandons the get
+    rt.sync([&] { rt.attach_link(9, seven); });
+    call(9, d::queue_op::abandon, header(1, 0));
+    CHECK(item_of((*call(0, d::queue_op::get, header(2, 0)))[0].second) == 1);
+    put(2);
+    auto late = call(9, d::queue_op::get, header(1, -1)); // the abandoned get, arriving late: refused
+    REQUIRE(late->size() == 1);
+    CHECK((*late)[0].second == std::vector<std::byte>{std::byte(d::take_tag::cancelled)});
+    CHECK(item_of((*call(0, d::queue_op::get, header(3, 0)))[0].second) == 2);
+    vanish(9);
   }
   SECTION("a vanished client's waiting get is dropped, not served") {
     auto dead = call(7, d::queue_op::get, header(1, -1));
     auto alive = call(8, d::queue_op::get, header(1, -1));
-    rt.sync([&] { b->peer_gone(7); });
+    vanish(7);
     put(5);
     CHECK(dead->empty());
     REQUIRE(alive->size() == 1);
     CHECK(item_of((*alive)[0].second) == 5);
   }
-  rt.sync([&] { b->shutdown("test over"); });
+  rt.sync([&] {
+    rt.detach_link(7);
+    rt.detach_link(8);
+    b->shutdown("test over");
+  });
 }

@@ -33,12 +33,8 @@
 #include <thread>
 #include <vector>
 
-#include <arpa/inet.h>
 #include <csignal>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include "backend_scenarios.hpp"
@@ -52,6 +48,7 @@ using clk = std::chrono::steady_clock;
 namespace {
 
 using fiber_test::exit_with;
+using fiber_test::host_address;
 using fiber_test::lines;
 using fiber_test::parent_of;
 using fiber_test::poll_until;
@@ -72,22 +69,6 @@ using fiber_test::trim;
 std::string env_or_empty(const char* k) {
   const char* v = std::getenv(k);
   return v ? v : "";
-}
-
-/// The first IPv4 address of an up, non-loopback interface of this network
-/// namespace ("" if none): in the rig's --netns mode, the host's eth0 address.
-std::string host_address() {
-  ifaddrs* ifs = nullptr;
-  if (::getifaddrs(&ifs) != 0) return {};
-  std::string out;
-  for (auto* i = ifs; i && out.empty(); i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
-      continue;
-    char buf[INET_ADDRSTRLEN];
-    if (::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf)) out = buf;
-  }
-  ::freeifaddrs(ifs);
-  return out;
 }
 
 struct task_in {

@@ -141,9 +141,14 @@ std::shared_ptr<launched> launch(slurm_launcher& l, const std::vector<job_spec>&
   return r;
 }
 
-std::vector<std::string> ids_of(const launched& r) {
+/// The Slurm ids of `r`'s jobs, once sbatch answered (launch returns before).
+std::vector<std::string> ids_of(asio::io_context& ctx, slurm_launcher& l, const launched& r) {
+  REQUIRE(run_until(
+      ctx,
+      [&] { return std::all_of(r.jobs.begin(), r.jobs.end(), [&](const job& j) { return !l.slurm_id(j).empty(); }); },
+      30s));
   std::vector<std::string> v;
-  for (auto& j : r.jobs) v.push_back(j.id);
+  for (auto& j : r.jobs) v.push_back(l.slurm_id(j));
   return v;
 }
 
@@ -332,7 +337,7 @@ TEST_CASE("slurm: exit code of a batch job", "[slurm][rig]") {
   auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options());
   auto r = launch(*l, {sh_spec("fiber-test-exit3", "exit 3")});
   REQUIRE(r->jobs.size() == 1);
-  CHECK(si::parse_job_id(r->jobs[0].id));
+  CHECK(si::parse_job_id(ids_of(ctx, *l, *r)[0]));
   REQUIRE(run_until(
       ctx, [&] { return r->all_done(); }, 30s));
   CHECK(r->exits[0]->how == job_exit::kind::exited);
@@ -350,6 +355,7 @@ TEST_CASE("slurm: cancel a running job: TERM and KILL", "[slurm][rig]") {
   asio::io_context ctx;
   auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options());
   auto r = launch(*l, {sh_spec("fiber-test-term", "exec sleep 60"), sh_spec("fiber-test-kill", "exec sleep 60")});
+  auto ids = ids_of(ctx, *l, *r);
   REQUIRE(run_until(
       ctx, [&] { return l->state(r->jobs[0]) == "RUNNING" && l->state(r->jobs[1]) == "RUNNING"; }, 30s));
   CHECK_FALSE(l->node(r->jobs[0]).empty());
@@ -362,7 +368,7 @@ TEST_CASE("slurm: cancel a running job: TERM and KILL", "[slurm][rig]") {
   CHECK(r->exits[1]->exitcode() == -9);
   CHECK(r->calls == std::vector<int>{1, 1});
   l->cancel(r->jobs[0], 15); // ended: ignored
-  CHECK(poll_until([&] { return !any_listed(ids_of(*r)); }, 15s));
+  CHECK(poll_until([&] { return !any_listed(ids); }, 15s));
 }
 
 TEST_CASE("slurm: job cancelled by someone else counts as signalled", "[slurm][rig]") {
@@ -372,51 +378,83 @@ TEST_CASE("slurm: job cancelled by someone else counts as signalled", "[slurm][r
   auto r = launch(*l, {sh_spec("fiber-test-ext", "exec sleep 60")});
   REQUIRE(run_until(
       ctx, [&] { return l->state(r->jobs[0]) == "RUNNING"; }, 30s));
-  shell("scancel " + r->jobs[0].id);
+  shell("scancel " + l->slurm_id(r->jobs[0]));
   REQUIRE(run_until(
       ctx, [&] { return r->all_done(); }, 30s));
   CHECK(r->exits[0]->how == job_exit::kind::signalled);
   CHECK(r->exits[0]->reason.find("CANCELLED") != std::string::npos);
 }
 
-TEST_CASE("slurm: bad partition raises backend_error with Slurm's message", "[slurm][rig]") {
+TEST_CASE("slurm: a bad partition ends the job as a failed start with Slurm's message", "[slurm][rig]") {
   require_rig();
   asio::io_context ctx;
   auto o = test_options();
   o.partition = "no-such-partition";
   auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), o);
-  try {
-    launch(*l, {sh_spec("fiber-test-badpart", "true")});
-    FAIL("expected fiber::backend_error");
-  } catch (const fiber::backend_error& e) {
-    std::string m = e.what();
-    CHECK(m.find("slurm") != std::string::npos);
-    CHECK(m.find("Invalid partition name specified") != std::string::npos);
-  }
+  auto r = launch(*l, {sh_spec("fiber-test-badpart", "true")}); // returns before sbatch answers
+  REQUIRE(run_until(
+      ctx, [&] { return r->all_done(); }, 30s));
+  CHECK(r->exits[0]->start_failed);
+  CHECK(r->exits[0]->how == job_exit::kind::lost);
+  CHECK(r->exits[0]->reason.find("slurm") != std::string::npos);
+  CHECK(r->exits[0]->reason.find("Invalid partition name specified") != std::string::npos);
   CHECK(l->live_jobs() == 0);
 }
 
-TEST_CASE("slurm: a failure in a later array submission cancels the earlier ones", "[slurm][rig]") {
+TEST_CASE("slurm: a failed submission ends only its own jobs", "[slurm][rig]") {
   require_rig();
   asio::io_context ctx;
   auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options(slurm_options::mode::array));
   auto good = sh_spec("fiber-test-good", "exec sleep 60");
   auto bad = sh_spec("fiber-test-bad", "exec sleep 60");
   bad.resources.gpu = 1; // the rig has no GPUs: sbatch refuses the gres
-  CHECK_THROWS_WITH(launch(*l, {good, good, bad}), Catch::Contains("Invalid generic resource"));
+  auto r = launch(*l, {good, good, bad});
+  REQUIRE(run_until(
+      ctx, [&] { return r->exits[2] && !l->slurm_id(r->jobs[0]).empty() && !l->slurm_id(r->jobs[1]).empty(); }, 30s));
+  CHECK(r->exits[2]->start_failed);
+  CHECK(r->exits[2]->reason.find("Invalid generic resource") != std::string::npos);
+  CHECK(l->slurm_id(r->jobs[1]) == base_id(l->slurm_id(r->jobs[0])) + "_1"); // the good ones share an array
+  REQUIRE(run_until(
+      ctx, [&] { return l->state(r->jobs[0]) == "RUNNING" && l->state(r->jobs[1]) == "RUNNING"; }, 30s));
+  for (int i = 0; i < 2; ++i) l->cancel(r->jobs[i], 15);
+  REQUIRE(run_until(
+      ctx, [&] { return r->all_done(); }, 30s));
+  CHECK(r->exits[0]->exitcode() == -15);
   CHECK(l->live_jobs() == 0);
   CHECK(poll_until([&] { return fiber::detail::trim(shell("squeue -h -n fiber-test-good -o %i")).empty(); }, 15s));
 }
 
-TEST_CASE("slurm: sbatch missing or controller down raise backend_error", "[slurm][rig]") {
+TEST_CASE("slurm: a job cancelled before its submission answered never runs", "[slurm][rig]") {
+  require_rig();
+  asio::io_context ctx;
+  auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options());
+  auto r = launch(*l, {sh_spec("fiber-test-early1", "exec sleep 60")});
+  l->cancel(r->jobs[0], 15); // not submitted yet: ends at once
+  auto r2 = launch(*l, {sh_spec("fiber-test-early2", "exec sleep 60")});
+  REQUIRE(run_until(
+      ctx, [&] { return r->all_done(); }, 10s));
+  CHECK(r->exits[0]->exitcode() == -15);
+  ctx.poll(); // the posted submission starts: cancel while sbatch runs
+  l->cancel(r2->jobs[0], 9);
+  REQUIRE(run_until(
+      ctx, [&] { return r2->all_done(); }, 30s));
+  CHECK(r2->exits[0]->exitcode() == -9);
+  CHECK(fiber::detail::trim(shell("squeue -h -n fiber-test-early1,fiber-test-early2 -o %i")).empty());
+}
+
+TEST_CASE("slurm: sbatch missing or controller down end the job as a failed start", "[slurm][rig]") {
   require_rig();
   asio::io_context ctx;
   {
     auto o = test_options();
     o.bin_dir = "/nonexistent-slurm-bin";
     auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), o);
-    CHECK_THROWS_WITH(launch(*l, {sh_spec("x", "true")}),
-                      Catch::Contains("slurm") && Catch::Contains("sbatch") && Catch::Contains("No such file"));
+    auto r = launch(*l, {sh_spec("x", "true")});
+    REQUIRE(run_until(
+        ctx, [&] { return r->all_done(); }, 10s));
+    CHECK(r->exits[0]->start_failed);
+    CHECK_THAT(r->exits[0]->reason,
+               Catch::Contains("slurm") && Catch::Contains("sbatch") && Catch::Contains("No such file"));
   }
   {
     // sbatch honours SLURM_CONF from the spec's environment: point it at a
@@ -436,8 +474,11 @@ TEST_CASE("slurm: sbatch missing or controller down raise backend_error", "[slur
     auto spec = sh_spec("fiber-test-noctld", "true");
     spec.env = {{"SLURM_CONF", dir / "slurm.conf"}};
     auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options());
-    CHECK_THROWS_WITH(launch(*l, {spec}),
-                      Catch::Contains("slurm") && Catch::Contains("Unable to contact slurm controller"));
+    auto r = launch(*l, {spec});
+    REQUIRE(run_until(
+        ctx, [&] { return r->all_done(); }, 60s));
+    CHECK(r->exits[0]->start_failed);
+    CHECK_THAT(r->exits[0]->reason, Catch::Contains("slurm") && Catch::Contains("Unable to contact slurm controller"));
   }
 }
 
@@ -460,7 +501,8 @@ TEST_CASE("slurm: job array of 4: each task gets its own identity", "[slurm][rig
   }
   auto r = launch(*l, specs);
   REQUIRE(r->jobs.size() == 4);
-  for (int i = 0; i < 4; ++i) CHECK(r->jobs[i].id == base_id(r->jobs[0].id) + "_" + std::to_string(i));
+  auto ids = ids_of(ctx, *l, *r);
+  for (int i = 0; i < 4; ++i) CHECK(ids[i] == base_id(ids[0]) + "_" + std::to_string(i));
   REQUIRE(run_until(
       ctx, [&] { return r->all_done(); }, 30s));
   std::set<std::string> seen;
@@ -503,7 +545,7 @@ TEST_CASE("slurm: the secret is in no command line, job record or script", "[slu
   CHECK(slurp(dir / "seen1") == common + " " + w1);
   CHECK(slurp(dir / "one") == common);
   // ...and nobody else can read them from Slurm or ps.
-  std::string arr = base_id(r->jobs[0].id), one = r1->jobs[0].id;
+  std::string arr = base_id(ids_of(ctx, *l, *r)[0]), one = ids_of(ctx, *l, *r1)[0];
   std::string seen = shell("scontrol show job -dd " + arr + " " + one + " 2>&1; scontrol show job -dd " + one +
                            " 2>&1; scontrol show step " + one + " 2>&1; squeue -h -j " + arr + "," + one +
                            " -o %all 2>&1; scontrol write batch_script " + arr +
@@ -523,8 +565,8 @@ TEST_CASE("slurm: destroying the launcher cancels its live jobs", "[slurm][rig]"
     auto l = std::make_shared<slurm_launcher>(ctx.get_executor(), test_options(slurm_options::mode::array));
     auto a = launch(*l, {sh_spec("fiber-test-dtor", "exec sleep 60"), sh_spec("fiber-test-dtor", "exec sleep 60")});
     auto b = launch(*l, {sh_spec("fiber-test-dtor1", "exec sleep 60")});
-    ids = ids_of(*a);
-    ids.push_back(b->jobs[0].id);
+    ids = ids_of(ctx, *l, *a);
+    ids.push_back(ids_of(ctx, *l, *b)[0]);
     REQUIRE(run_until(
         ctx, [&] { return l->state(b->jobs[0]) == "RUNNING"; }, 30s));
     CHECK(any_listed(ids));

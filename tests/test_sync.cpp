@@ -718,7 +718,8 @@ TEST_CASE("a blocking call on the runtime thread is a logic_error, not a deadloc
 
 // ---- the service's bookkeeping (white box: links 7 and 8 stand for two other processes) ----
 
-TEST_CASE("permit service: a vanished link's lock and waits are dropped", "[sync][service]") {
+TEST_CASE("permit service: a vanished link's waits are dropped; its lock waits for its process's death, then fences it",
+          "[sync][service]") {
   namespace d = fiber::detail;
   auto& rt = d::runtime::instance();
   auto call = [&](auto& svc, std::uint64_t peer, std::uint32_t op, std::vector<std::byte> payload) {
@@ -731,6 +732,14 @@ TEST_CASE("permit service: a vanished link's lock and waits are dropped", "[sync
     });
     return out;
   };
+  // Links 7 and 8 stand for two other processes, which no master knows;
+  // link 9 is the first one's again after a reconnect.
+  const d::peer_identity a{d::role::client, 0, 999991, "fencing-test-host", "a"};
+  const d::peer_identity b{d::role::client, 0, 999992, "fencing-test-host", "b"};
+  rt.sync([&] {
+    rt.attach_link(7, a);
+    rt.attach_link(8, b);
+  });
   auto lock = std::make_shared<d::permit_service>(rt.executor(), d::permit_kind::lock, 1);
   auto acquire = [&](std::uint64_t peer, std::uint64_t wait) {
     return call(lock, peer, d::sync_op::acquire, d::sync_payload(wait, -1));
@@ -739,10 +748,32 @@ TEST_CASE("permit service: a vanished link's lock and waits are dropped", "[sync
   auto dead_wait = acquire(7, 2); // 7 waits on itself (not re-entrant)
   auto live_wait = acquire(8, 1);
   CHECK(live_wait->empty());
-  rt.sync([&] { lock->peer_gone(7); });
+  rt.sync([&] {
+    lock->peer_gone(7);
+    rt.detach_link(7);
+  });
   CHECK(dead_wait->empty()); // never answered: nobody is there
+  CHECK(live_wait->empty()); // a lost link is not a death: the lock stays a's
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(fiber_test::eventually([&] { return rt.sync([&] { return !live_wait->empty(); }); }));
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(500)); // after the grace period
   CHECK(*live_wait == std::vector{d::wait_tag::done});
+  // a comes back (judged dead, it was not): its release is refused, b keeps the lock.
+  rt.sync([&] { rt.attach_link(9, a); });
+  CHECK(*call(lock, 9, d::sync_op::release, d::sync_payload(5, -1)) == std::vector{d::wait_tag::revoked});
   CHECK(*call(lock, 8, d::sync_op::release, d::sync_payload(3, -1)) == std::vector{d::wait_tag::done});
   CHECK(*call(lock, 8, d::sync_op::release, d::sync_payload(4, -1)) == std::vector{d::wait_tag::misuse});
-  rt.sync([&] { lock->shutdown("test over"); });
+  // Granted again, a is no longer fenced.
+  CHECK(*acquire(9, 6) == std::vector{d::wait_tag::done});
+  CHECK(*call(lock, 9, d::sync_op::release, d::sync_payload(7, -1)) == std::vector{d::wait_tag::done});
+  // An acquire whose grant was lost with its link is abandoned: the grant is given back.
+  CHECK(*acquire(9, 8) == std::vector{d::wait_tag::done});
+  CHECK(*call(lock, 9, d::sync_op::abandon, d::sync_payload(8, 0)) == std::vector{d::wait_tag::done});
+  CHECK(*acquire(9, 8) == std::vector{d::wait_tag::cancelled}); // the abandoned request, arriving late
+  CHECK(*acquire(8, 5) == std::vector{d::wait_tag::done});
+  rt.sync([&] {
+    rt.detach_link(8);
+    rt.detach_link(9);
+    lock->shutdown("test over");
+  });
 }

@@ -339,4 +339,94 @@ private:
   std::vector<joint_ref> joint_;
 };
 
+// ---------------------------------------------------------------------------
+// Arm reaching (a cheap MuJoCo model)
+
+/// Default location of DeepMind's 2-link, 6-muscle arm in Debian's libmujoco-samples.
+inline const std::string default_arm_model = "/usr/share/mujoco/model/tendon_arm/arm26.xml";
+
+/// Reaching with a muscle-driven arm: a cheap MuJoCo environment (a few
+/// microseconds a step, against the humanoid's ~0.1 ms), for measuring what
+/// stepping costs besides the physics.
+///
+/// Model: `tendon_arm/arm26.xml` of Debian's libmujoco-samples (2 hinge
+/// joints, 6 muscles on spatial tendons, timestep 5 ms). Task, in the manner
+/// of Gym's Reacher: a target drawn uniformly in the arm's reach at reset;
+/// reward = − distance (m) from the forearm's tip to the target − 0.01 Σ
+/// ctrl²; 2 substeps (10 ms) per step; truncated after 200 steps; never
+/// terminated. Observation (14): qpos, qvel, the 6 muscle activations, tip
+/// (x, y), target (x, y). Actions: the 6 muscle excitations ∈ [0, 1].
+class arm_reach {
+public:
+  static constexpr int frame_skip = 2;
+
+  explicit arm_reach(const std::string& model_path = default_arm_model, int max_steps = 200)
+      : model_{load_model(model_path)}, data_{mj_makeData(model_.get())}, max_steps_{max_steps} {
+    if (!data_) throw std::runtime_error("mj_makeData failed for " + model_path);
+    const mjModel* m = model_.get();
+    if (m->nq != 2 || m->nu != 6 || m->na != 6)
+      throw std::runtime_error("expected the 2-link, 6-muscle arm (nq 2, nu 6, na 6) in " + model_path);
+  }
+  arm_reach(const arm_reach&) = delete;
+  arm_reach& operator=(const arm_reach&) = delete;
+  ~arm_reach() { mj_deleteData(data_); }
+
+  int obs_dim() const { return 14; }
+  int act_dim() const { return 6; }
+  int max_steps() const { return max_steps_; }
+  std::vector<float> act_low() const { return std::vector<float>(6, 0.f); }
+  std::vector<float> act_high() const { return std::vector<float>(6, 1.f); }
+
+  void reset(std::uint64_t seed, float* obs) {
+    const mjModel* m = model_.get();
+    mj_resetData(m, data_);
+    rng r{seed};
+    for (int i = 0; i < m->nq; ++i) data_->qpos[i] = r.uniform(0.1, 1.9); // inside the joints' 0..120°
+    const double reach = r.uniform(0.3, 0.95), angle = r.uniform(0.0, M_PI);
+    target_ = {reach * std::cos(angle), reach * std::sin(angle)};
+    mj_forward(m, data_);
+    observe(obs);
+  }
+
+  step_result step(float* act, float* obs) {
+    const mjModel* m = model_.get();
+    double ctrl_sq = 0;
+    for (int i = 0; i < m->nu; ++i) {
+      act[i] = std::fmin(std::fmax(act[i], 0.f), 1.f);
+      data_->ctrl[i] = act[i];
+      ctrl_sq += double(act[i]) * act[i];
+    }
+    for (int k = 0; k < frame_skip; ++k) mj_step(m, data_);
+    observe(obs);
+    const auto [x, y] = tip();
+    return {-std::hypot(x - target_[0], y - target_[1]) - 0.01 * ctrl_sq, false};
+  }
+
+private:
+  // The forearm's tip: 0.5 m along the last body's x axis.
+  std::array<double, 2> tip() const {
+    const int b = model_->nbody - 1;
+    const mjtNum* p = data_->xpos + 3 * b;
+    const mjtNum* r = data_->xmat + 9 * b;
+    return {p[0] + 0.5 * r[0], p[1] + 0.5 * r[3]};
+  }
+  void observe(float* obs) const {
+    const mjModel* m = model_.get();
+    float* o = obs;
+    for (int i = 0; i < m->nq; ++i) *o++ = float(data_->qpos[i]);
+    for (int i = 0; i < m->nv; ++i) *o++ = float(data_->qvel[i]);
+    for (int i = 0; i < m->na; ++i) *o++ = float(data_->act[i]);
+    const auto [x, y] = tip();
+    *o++ = float(x);
+    *o++ = float(y);
+    *o++ = float(target_[0]);
+    *o++ = float(target_[1]);
+  }
+
+  std::shared_ptr<const mjModel> model_;
+  mjData* data_;
+  int max_steps_;
+  std::array<double, 2> target_{};
+};
+
 } // namespace es

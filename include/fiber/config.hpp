@@ -27,11 +27,11 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h> // environ
+
 #if defined(FIBER_HAS_TOMLPLUSPLUS)
 #include <toml++/toml.h>
 #endif
-
-extern char** environ;
 
 namespace fiber {
 

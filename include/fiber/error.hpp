@@ -82,4 +82,15 @@ public:
   using error::error;
 };
 
+/// A Lock, RLock or Semaphore hold of this process was taken back: the
+/// object's owner lost its link to this process and learned that it was
+/// dead (its job ended, its master lost it) or, for a process no master
+/// knows, did not hear from it for a grace period; the hold went to the
+/// next waiter. Thrown by release(), Condition::wait and notify instead of
+/// releasing another's hold (fencing); the object itself is fine.
+class hold_revoked_error : public error {
+public:
+  using error::error;
+};
+
 } // namespace fiber

@@ -7,8 +7,13 @@
 /// (one file per process, as Uber's Fiber did). Route records into your own
 /// logger with fiber::set_log_sink. Thread-safety: all functions may be called
 /// from any thread; the sink is called under a lock, one record at a time.
+/// The default sink never blocks its caller: a thread of its own writes the
+/// lines; past 1 MiB queued (a stderr pipe nobody reads) records are dropped
+/// and the next line says "fiber: N log records dropped". Queued records are
+/// written at exit (at most ~2 s).
 
 #include <fiber/config.hpp>
+#include <fiber/detail/log_writer.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -76,17 +81,21 @@ public:
       sink_(r);
       return;
     }
-    std::fprintf(stderr, "fiber[%s] %s: %.*s\n", process_.c_str(), level_name(l).data(), int(msg.size()), msg.data());
+    auto line = "fiber[" + process_ + "] " + std::string(level_name(l)) + ": " + std::string(msg) + "\n";
+    std::string file_line;
     if (file_) {
       auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
       char ts[32];
       std::tm tm{};
       localtime_r(&now, &tm);
       std::strftime(ts, sizeof ts, "%F %T", &tm);
-      std::fprintf(file_.get(), "%s %s: %.*s\n", ts, level_name(l).data(), int(msg.size()), msg.data());
-      std::fflush(file_.get());
+      file_line = std::string(ts) + " " + std::string(level_name(l)) + ": " + std::string(msg) + "\n";
     }
+    log_writer::instance().push(std::move(line), std::move(file_line), file_);
   }
+
+  /// Wait until the default sink wrote what was logged, at most `limit`.
+  void flush(std::chrono::milliseconds limit) { log_writer::instance().flush(limit); }
 
   void set_sink(log_sink s) {
     std::lock_guard lk(mutex_);
@@ -109,9 +118,6 @@ public:
   }
 
 private:
-  struct closer {
-    void operator()(std::FILE* f) const { std::fclose(f); }
-  };
   void init_locked() {
     if (inited_) return;
     inited_ = true;
@@ -120,10 +126,11 @@ private:
       level_set_ = true;
       if (auto dir = config_string("log_dir"); !dir.empty()) {
         ::mkdir(dir.c_str(), 0700);
-        file_.reset(std::fopen((dir + "/" + process_ + ".log").c_str(), "a"));
+        if (auto* f = std::fopen((dir + "/" + process_ + ".log").c_str(), "a"))
+          file_ = std::shared_ptr<std::FILE>(f, [](std::FILE* p) { std::fclose(p); });
       }
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "fiber: %s\n", e.what());
+      log_writer::instance().push(std::string("fiber: ") + e.what() + "\n", {}, nullptr);
     }
   }
 
@@ -132,7 +139,7 @@ private:
   log_level level_ = log_level::warning;
   std::string process_ = "master";
   log_sink sink_;
-  std::unique_ptr<std::FILE, closer> file_;
+  std::shared_ptr<std::FILE> file_; // shared with records queued for it
 };
 
 inline void append(std::string& s, std::string_view v) { s += v; }

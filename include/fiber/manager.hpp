@@ -400,8 +400,8 @@ public:
     if (opt_.processes == 0) opt_.processes = cpu_count();
     if (opt_.name.empty()) opt_.name = "manager-" + std::to_string(detail::next_manager_number());
     auto& rt = detail::runtime::instance();
+    auto launcher = rt.template prepared_launcher<Backend>();
     rt.sync([&] {
-      auto launcher = rt.template launcher<Backend>();
       core_ = std::make_shared<detail::manager_core>(
           detail::manager_settings{opt_.name, opt_.processes, opt_.resources, opt_.shutdown_grace}, launcher);
       service_ = rt.add_service(core_);

@@ -364,11 +364,12 @@ private:
     if (opt_.name.empty()) opt_.name = "pool-" + std::to_string(detail::next_pool_number());
     if (opt_.prefetch == 0) opt_.prefetch = 1;
     auto& rt = detail::runtime::instance();
+    auto launcher = rt.template prepared_launcher<Backend>();
     rt.sync([&] {
       core_ = std::make_shared<detail::pool_core>(detail::pool_settings{opt_.name, opt_.processes, opt_.max_retries,
                                                                         opt_.prefetch, opt_.resources,
                                                                         opt_.maxtasksperchild, std::move(initializer)},
-                                                  rt.template launcher<Backend>());
+                                                  launcher);
       core_->start();
     });
     processes_ = opt_.processes;

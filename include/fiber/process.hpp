@@ -84,7 +84,8 @@ public:
     detail::arm_children_at_exit();
     auto st = st_;
     try {
-      rt.sync([&] { st->launch(rt.template launcher<Backend>()); });
+      auto launcher = rt.template prepared_launcher<Backend>();
+      rt.sync([&] { st->launch(launcher); });
     } catch (...) {
       std::lock_guard lk(st_->m);
       st_->started = false;

@@ -39,14 +39,15 @@
 /// to the owning process (~5 µs in it, ~45 µs from another on one machine).
 ///
 /// **A holder that ends.** When a process holding a Lock, an RLock or
-/// Semaphore permits ends for any reason (exit without release, signal, lost
-/// job: its connection to the owning process closes, or misses heartbeats
-/// for heartbeat_timeout_ms), what it held is released, the next waiter
-/// gets it, and the owner logs a warning naming the lost holder. Python's
-/// multiprocessing leaves such a lock locked forever. Semaphore permits are
-/// given back as many as that process acquired and did not release, never
-/// beyond the initial value (a Semaphore used to signal gets nothing back).
-/// A process that dies while waiting on a Barrier breaks it.
+/// Semaphore permits is known dead (its job ended, or the run's master lost
+/// it), what it held is released, the next waiter gets it, and the owner
+/// logs a warning naming the lost holder. Python's multiprocessing leaves
+/// such a lock locked forever. Semaphore permits are given back as many as
+/// that process acquired and did not release, never beyond the initial
+/// value (a Semaphore used to signal gets nothing back). A holder whose link
+/// to the owner is lost but who lives keeps what it holds; one judged dead
+/// wrongly is fenced (fiber::hold_revoked_error). A process that dies while
+/// waiting on a Barrier breaks it.
 ///
 /// **Errors.** std::logic_error: misuse Python refuses (releasing an
 /// unlocked Lock, an RLock not held by the calling thread, a
@@ -54,6 +55,8 @@
 /// whose lock the caller does not hold), and a blocking call on fiber's
 /// runtime thread (e.g. in a completion handler running there; use the
 /// async_ forms). fiber::broken_barrier_error from Barrier waits.
+/// fiber::hold_revoked_error from release, Condition::wait and notify of a
+/// process whose hold was taken back while it was cut off (nothing released).
 /// fiber::worker_lost / fiber::error: the creating process is gone, or
 /// dropped its last handle.
 ///

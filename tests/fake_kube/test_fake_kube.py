@@ -802,6 +802,33 @@ class TestFaults(FakeTest):
         self.assertStatus(out, 503, "ServiceUnavailable")
         self.fake.ok("DELETE", NS + "/pods/throttled?gracePeriodSeconds=0")
 
+    def test_bad_gateway_outage_and_raw_watch_lines(self):
+        self.fake.ctl("POST", "errors", {"verb": "create", "resource": "pods", "code": 502})
+        st, _, out = self.fake.request("POST", NS + "/pods", pod("gw", sleeper()))
+        self.assertEqual(st, 502)
+        w = self.fake.watch(NS + "/pods?watch=1&resourceVersion=0")
+        try:
+            self.fake.ctl("POST", "watch/raw", {"line": '{"type":"MODIFIED","object":"odd"}'})
+            w.expect(lambda e: e.get("object") == "odd")
+            out = self.fake.ctl("POST", "outage", {"seconds": 1.5})
+            self.assertGreaterEqual(out["connections"], 1)  # the watch's
+            end = w.next(timeout=5)
+            while not isinstance(end, str):
+                end = w.next(timeout=5)
+            self.assertEqual(end, "ABORT")
+        finally:
+            w.close()
+        with self.assertRaises(OSError):  # reset before the TLS handshake
+            self.fake.request("GET", NS + "/pods")
+        self.fake.wait_until(self._up, 10, "the outage to end")
+
+    def _up(self):
+        try:
+            self.fake.request("GET", "/version")
+            return True
+        except OSError:
+            return False
+
     def test_stats(self):
         self.fake.ctl("POST", "stats/reset")
         self.create_pod(pod("counted", sleeper()))

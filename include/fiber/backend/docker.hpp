@@ -50,14 +50,22 @@
 /// moment: a 137 under a memory limit waits up to 250 ms for it) → lost with
 /// reason "out of memory: container ... exceeded its memory limit (N MiB)".
 /// A container killed behind fiber's back (`docker kill`) is signalled(9),
-/// and a Pool reruns its tasks. Should the stream drop, it is resumed with
-/// `since` the last event seen (Docker replays what it missed); if that
-/// fails, the run's live jobs are reported lost.
+/// and a Pool reruns its tasks. Should the stream drop (a daemon restart,
+/// with live-restore or not), it is resumed with `since` the last event seen
+/// (Docker replays what it still holds), reconnecting after 0.1 s doubling to
+/// 5 s (jittered), and then reconciled with a fresh list of the run's
+/// containers: those still running are kept, those that ended end with the
+/// status `inspect` gives, those gone without a trace are lost. Only after
+/// 30 s of failed reconnections are the run's live jobs reported lost.
+/// A create or start that gets no answer from a daemon that answered before
+/// (refused, reset), or a 5xx (4 times at most), is retried after 0.1 s
+/// doubling to 3 s (jittered) until start_timeout_s.
 ///
 /// ## Where workers dial
 /// `listen_url()`: `tcp://127.0.0.1:0` on the host network; on any other
 /// network its gateway address (`GET /networks/<name>`, once, blocking up to
-/// 5 s: the interface asks for the URL synchronously); `listen_address`
+/// 5 s: the interface asks for the URL synchronously; the launcher's
+/// prepare() makes that call on its caller's thread); `listen_address`
 /// beats both. `tls+tcp://` when `tls_cert` is set, with the TLS files
 /// bind-mounted read-only into the containers. Workers get the run's secret
 /// in their environment (visible to whoever may `docker inspect`, i.e. who
@@ -68,7 +76,10 @@
 /// starts) and written to the master's stdout/stderr as they come, or to
 /// `<worker_output_dir>/<job>.{out,err}` when that key is set (the master
 /// writes them: the directory need not be mounted). They are also in
-/// `docker logs` while the container exists.
+/// `docker logs` while the container exists. A thread of the launcher's
+/// writes them, from a buffer of 8 MiB: a reader that stalls (a full pipe)
+/// never blocks the runtime thread; past 8 MiB output is dropped, counted
+/// and logged (a warning at the first drop, the total at shutdown).
 ///
 /// ## Nothing left behind
 /// * Destroying the launcher (when the runtime stops) force-removes every

@@ -38,7 +38,9 @@
 /// An API server that cannot be reached, or refuses a call, gives a
 /// fiber::backend_error starting with "kubernetes: " that carries its Status
 /// message; 429/5xx answers are retried (Retry-After), a 401 once with a
-/// fresh credential.
+/// fresh credential. Once the API server has answered, a pod or Secret create
+/// that gets no answer (refused, reset, timed out) or a 429/5xx is retried
+/// after 0.2 s doubling to 5 s (jittered) until start_timeout_s.
 ///
 /// ## The pods
 /// One per job, `fiber-<run id>-<job name>` in `k8s.namespace` (default: the
@@ -72,8 +74,10 @@
 ///
 /// ## Exits
 /// One label-selected list, then a watch from its resourceVersion (re-listed
-/// after `410 Gone`, a dropped stream or an error; resumed after the server's
-/// timeout; never polled). A pod's container terminated with code n: exited
+/// after `410 Gone`, a dropped stream or an error, or 90 s without an event
+/// or bookmark; resumed after the server's timeout; never polled). A pod is
+/// lost only once a fresh list lacks it. An event fiber cannot read is
+/// logged and skipped. A pod's container terminated with code n: exited
 /// (n), or signalled(n-128) for 128 < n <= 192; after cancel(j, s)
 /// signalled(s) (as on every backend: terminate -15, kill -9). Lost, with Kubernetes' words
 /// as the reason: OOMKilled, Evicted, deleted by someone else, disrupted
@@ -91,8 +95,10 @@
 /// * Destroying the launcher (when the runtime stops) deletes the run's pods
 ///   (deletecollection by label, grace 0; one by one without that right) and
 ///   its Secret, blocking up to ~10 s; exit handlers of live jobs are not called.
-/// * A master in a pod: the workers' ownerReference (the garbage collector).
-///   A master outside (kubeconfig credentials): a watchdog child (`sh` +
+/// * A master in a pod: the workers' ownerReference (the garbage collector);
+///   at start it deletes what earlier runs in its pod left (a restarted
+///   container). A master outside (kubeconfig credentials, or
+///   `k8s.api_server`): a watchdog child (`sh` +
 ///   `kubectl delete pods,secrets -l fiber.run=<run>`, kube_reaper.hpp) runs
 ///   when the master dies without cleaning up (SIGKILL).
 /// * Workers whose master vanished exit within heartbeat_timeout_ms.

@@ -85,9 +85,10 @@ struct launcher_traits {
   bool shares_cores = false;
 };
 
-/// A backend instance. Thread-safety: all member functions are called from
-/// the runtime thread only. Errors: launch throws fiber::backend_error with
-/// the backend's own message.
+/// A backend instance. Thread-safety: all member functions but prepare() are
+/// called from the runtime thread only, and must not block it (heartbeats
+/// depend on it). Errors: launch throws fiber::backend_error with the
+/// backend's own message.
 class launcher {
 public:
   virtual ~launcher() = default;
@@ -95,12 +96,20 @@ public:
   virtual std::string_view name() const noexcept = 0;
   /// What its jobs share with the master (see launcher_traits).
   virtual launcher_traits traits() const noexcept { return {}; }
+  /// Do once what may block before the launcher is used on the runtime
+  /// thread (DNS lookups, commands such as `scontrol show config`). Called
+  /// on the thread that creates a Pool, Process or RemoteManager, before the
+  /// runtime needs listen_url(); thread-safe, idempotent. Default: nothing.
+  virtual void prepare() {}
   /// URL scheme/address workers must dial back to, e.g. "ipc:///tmp/x/m" or
-  /// "tcp://10.0.0.5:0" (port 0: the runtime binds an ephemeral port).
+  /// "tcp://10.0.0.5:0" (port 0: the runtime binds an ephemeral port). Must
+  /// not block once prepare() returned.
   virtual std::string listen_url() = 0;
   /// Start jobs; `on_exit[i]` fires exactly once when job i ends (never
-  /// before launch returns). Backends that batch (Slurm job arrays) override;
-  /// throws fiber::backend_error if the jobs cannot be submitted.
+  /// before launch returns). Returns at once: a job the backend refuses
+  /// later ends as lost with job_exit::start_failed. Throws
+  /// fiber::backend_error when the jobs cannot be started at all (e.g. no
+  /// image configured).
   virtual std::vector<job> launch(const std::vector<job_spec>& specs, std::vector<exit_handler> on_exit) = 0;
   /// Ask a job to stop: SIGTERM (15) or SIGKILL (9) locally, scancel elsewhere.
   /// Idempotent; a job that already ended is ignored.

@@ -35,17 +35,25 @@
 /// Steps skip Slurm's scheduling pass and start about 4x faster than batch
 /// jobs; an array only saves submission calls (docs/RATIONALE.md).
 ///
+/// ## Submission never blocks
+/// launch() returns at once; the specs launched in one turn of the executor
+/// are submitted together by asynchronous `sbatch` commands (at most 8 at
+/// once). Job ids are fiber's ("slurm-<n>"); slurm_id() gives Slurm's once
+/// sbatch answered. A failed submission ends its jobs as lost with
+/// job_exit::start_failed and Slurm's message.
+///
+/// ## Reaper
+/// The first submission starts a watchdog (`awk`, backend/detail/reaper.hpp)
+/// told each job id and each end; when the master dies without cleaning up
+/// (SIGKILL), it scancels the jobs still live (docs/backends/slurm.md).
+///
 /// ## The secret never reaches argv or the batch script
 /// The spec's environment (it carries fiber's secret) goes into the
 /// *environment* of sbatch/srun (posix_spawn envp) with `--export=ALL`; never
 /// into `--export=NAME=value`, `--wrap` or the script. The batch script is
 /// fed to sbatch on stdin from an anonymous memfd (no file, no path). Checked
 /// on Slurm 22.05: neither `scontrol show job -dd`, `squeue -o %all`,
-/// `scontrol write batch_script` nor `ps` shows an exported value; the job's
-/// environment is kept only in slurmctld's 0700 state directory and in the
-/// job processes' /proc/PID/environ (owner-only). (Sites with
-/// `AccountingStoreFlags=job_env` keep it in the accounting database too,
-/// readable by the owner and Slurm admins.)
+/// `scontrol write batch_script` nor `ps` shows an exported value.
 ///
 /// ## Watching jobs
 /// One poll loop per launcher, on the runtime's executor, every
@@ -77,8 +85,8 @@
 /// else (3) the local address of the interface that routes to slurmctld
 /// (`scontrol show config`: SlurmctldHost/SlurmctldAddr; found with a UDP
 /// connect + getsockname, nothing is sent) when that is not loopback; else
-/// (4) 127.0.0.1 (a one-host cluster). On the rig's `--nodes 3 --netns` the
-/// hostname resolves to 127.0.0.1, so rule 3 gives 10.200.0.1.
+/// (4) 127.0.0.1 (a one-host cluster). The lookup (DNS, `scontrol`) runs
+/// once, in prepare(), off the runtime thread.
 ///
 /// ## Output
 /// `stdout_path`/`stderr_path` become `--output`/`--error` (or, when they
@@ -89,15 +97,17 @@
 /// `--output`. Jobs run in the master's working directory.
 ///
 /// Thread-safety: as for every launcher, call it from the runtime thread
-/// only; destroy it there or after the executor stopped. Destruction cancels
-/// (scancel) every job it submitted that has not ended and does not call
-/// their exit handlers.
+/// only (prepare(): any thread); destroy it there or after the executor
+/// stopped. Destruction cancels (scancel) every job it submitted that has
+/// not ended and does not call their exit handlers.
 
 #include <fiber/backend/detail/async_command.hpp>
 #include <fiber/backend/detail/child_watch.hpp>
 #include <fiber/backend/detail/command.hpp>
 #include <fiber/backend/detail/environment.hpp>
 #include <fiber/backend/detail/net_address.hpp>
+#include <fiber/backend/detail/slurm_address.hpp>
+#include <fiber/backend/detail/reaper.hpp>
 #include <fiber/backend/detail/shell_words.hpp>
 #include <fiber/backend/detail/slurm_commands.hpp>
 #include <fiber/backend/detail/slurm_options.hpp>
@@ -114,10 +124,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -128,7 +140,6 @@
 #include <utility>
 #include <vector>
 
-#include <netdb.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -147,39 +158,51 @@ public:
 
   /// Cancels every job not yet seen ending (one `scancel` for the batch
   /// jobs; steps are cancelled and their srun reaped, at most ~5 s). Exit
-  /// handlers of those jobs are not called.
+  /// handlers of those jobs are not called. Submissions still running are
+  /// stopped (a job sbatch created meanwhile is not known, see "Reaper").
   ~slurm_launcher() override {
     timer_.cancel();
     for (auto& c : inflight_) c->abort();
     std::vector<std::string> batch_ids;
     std::vector<child_watch*> sruns;
-    for (auto& [id, r] : jobs_) {
+    for (auto& [key, r] : jobs_) {
       if (r.watch) sruns.push_back(r.watch.get());
-      else batch_ids.push_back(id);
+      else if (!r.slurm_id.empty()) batch_ids.push_back(r.slurm_id);
     }
+    bool cleaned = true;
     try {
-      if (!batch_ids.empty()) scancel_blocking(batch_ids, 0);
+      if (!batch_ids.empty()) cleaned = scancel_blocking(batch_ids, 0);
     } catch (const std::exception& e) {
+      cleaned = false;
       warn(std::string("slurm: cancelling jobs at shutdown: ") + e.what());
     }
+    if (cleaned) reaper_.disarm();
+    else reaper_.leave_armed();
     stop_steps(sruns);
   }
 
   std::string_view name() const noexcept override { return "slurm"; }
 
+  /// Finds the listen address (see "Listen address": may resolve the host
+  /// name and run `scontrol show config`, up to ~15 s). Once; any thread.
+  void prepare() override {
+    std::call_once(address_once_, [this] { address_ = slurm_impl::listen_address(opts_); });
+  }
+
   /// "tcp://<address>:0"; see the file comment for how the address is chosen.
-  /// Blocks once for `scontrol show config` when rules 1-2 give nothing.
+  /// Blocks for the lookup when prepare() has not run.
   std::string listen_url() override {
-    if (!listen_url_) listen_url_ = fiber::detail::tcp_listen_url(listen_address(), !config_string("tls_cert").empty());
+    prepare();
+    if (!listen_url_) listen_url_ = fiber::detail::tcp_listen_url(address_, !config_string("tls_cert").empty());
     return *listen_url_;
   }
 
-  /// Submit `specs` (see "Launch modes"); on_exit[i] fires once, on the
-  /// executor, after this returns. Blocks for sbatch (~10 ms per
-  /// submission; bounded by command_timeout). Throws fiber::backend_error
-  /// with Slurm's message when a submission fails (jobs submitted earlier in
-  /// the same call are cancelled first), std::invalid_argument for
-  /// mismatched sizes or an empty argv.
+  /// Start `specs` (see "Launch modes" and "Submission never blocks");
+  /// on_exit[i] fires once, on the executor, after this returns. Never
+  /// blocks: batch jobs are submitted after it returned; srun steps are
+  /// spawned now. Throws std::invalid_argument for mismatched sizes or an
+  /// empty argv, fiber::backend_error for launch_mode=srun outside an
+  /// allocation or when srun cannot be started.
   std::vector<backend::job> launch(const std::vector<backend::job_spec>& specs,
                                    std::vector<backend::exit_handler> on_exit) override {
     if (specs.size() != on_exit.size()) throw std::invalid_argument("slurm: launch: one exit handler per spec");
@@ -188,16 +211,29 @@ public:
     if (weak_from_this().expired()) throw std::logic_error("slurm: the launcher must be owned by a shared_ptr");
     std::vector<backend::job> jobs(specs.size());
     if (specs.empty()) return jobs;
-    auto mode = effective_mode(specs.size());
-    if (mode == slurm_options::mode::srun) launch_steps(specs, on_exit, jobs);
-    else launch_batch(specs, on_exit, jobs, mode == slurm_options::mode::array);
+    if (effective_mode(specs.size()) == slurm_options::mode::srun) {
+      launch_steps(specs, on_exit, jobs);
+      return jobs;
+    }
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      auto key = "slurm-" + std::to_string(++next_key_);
+      jobs_[key].on_exit = std::move(on_exit[i]);
+      queued_.push_back({key, specs[i]});
+      jobs[i] = backend::job{key, -1, {}};
+    }
+    if (!std::exchange(flush_posted_, true))
+      asio::post(ex_, [self = weak_from_this()] {
+        if (auto s = self.lock()) s->submit_queued();
+      });
     return jobs;
   }
 
   /// Stop the job. Batch jobs: 15 -> `scancel` (SIGTERM, SIGKILL after
   /// KillWait), 9 -> `scancel --signal=KILL --full`, other n -> `scancel
-  /// --signal=n --full`. srun steps: `scancel` of the step (found by srun's
-  /// pid through `scontrol show step`), repeated until srun exits (see
+  /// --signal=n --full`; one not submitted yet ends at once as
+  /// signalled(signal), one being submitted is cancelled once sbatch
+  /// answered. srun steps: `scancel` of the step (found by srun's pid
+  /// through `scontrol show step`), repeated until srun exits (see
   /// cancel_step). Asynchronous: never blocks the runtime thread; the end is
   /// reported through on_exit as signalled(signal). Unknown or finished jobs
   /// are ignored; a failing scancel is logged, not thrown.
@@ -206,8 +242,17 @@ public:
     if (it == jobs_.end()) return;
     auto& r = it->second;
     r.asked = signal;
-    if (!r.watch) return async_scancel({j.id}, signal);
-    cancel_step(j.id, signal, 0);
+    if (r.watch) return cancel_step(j.id, signal, 0);
+    if (!r.slurm_id.empty()) return async_scancel({r.slurm_id}, signal);
+    if (!r.submitting) end_job(j.id, {backend::job_exit::kind::signalled, signal, "cancelled before it was submitted"});
+  }
+
+  /// The job's Slurm id ("1234", "1234_5", "srun-<pid>"); empty while its
+  /// submission runs, and once it ended.
+  std::string slurm_id(const backend::job& j) const {
+    auto it = jobs_.find(j.id);
+    if (it == jobs_.end()) return {};
+    return it->second.watch ? j.id : it->second.slurm_id;
   }
 
   /// Why Slurm keeps `j` PENDING (e.g. "Resources", "Priority",
@@ -240,10 +285,18 @@ private:
   struct record {
     backend::exit_handler on_exit;
     int asked = 0;                      // signal asked with cancel()
+    std::string slurm_id;               // batch jobs: "" until sbatch answered
+    bool submitting = false;            // its sbatch runs (or waits for a slot)
     std::string state, reason, nodes;   // last poll
     int missing = 0;                    // polls in a row not listing it
     std::shared_ptr<child_watch> watch; // srun steps only
   };
+
+  struct queued_spec {
+    std::string key;
+    backend::job_spec spec;
+  };
+  using submission = std::vector<queued_spec>; // one sbatch: a plain job, or an array
 
   void warn(const std::string& m) const {
     try {
@@ -264,81 +317,130 @@ private:
     return m;
   }
 
-  // ---- batch jobs and arrays ----------------------------------------------
-
-  void launch_batch(const std::vector<backend::job_spec>& specs, std::vector<backend::exit_handler>& on_exit,
-                    std::vector<backend::job>& jobs, bool arrays) {
-    // Groups: specs sharing argv and resources share an array.
-    std::vector<std::vector<std::size_t>> groups;
-    if (arrays) {
-      std::map<std::tuple<std::vector<std::string>, int, int, int>, std::size_t> index;
-      for (std::size_t i = 0; i < specs.size(); ++i) {
-        auto& r = specs[i].resources;
-        auto [it, fresh] = index.try_emplace({specs[i].argv, r.cpu, r.memory_mb, r.gpu}, groups.size());
-        if (fresh) groups.emplace_back();
-        auto& g = groups[it->second];
-        if (g.size() == max_array_) { // Slurm's default MaxArraySize is 1001
-          it->second = groups.size();
-          groups.emplace_back();
-        }
-        groups[it->second].push_back(i);
-      }
-    } else {
-      for (std::size_t i = 0; i < specs.size(); ++i) groups.push_back({i});
-    }
-
-    std::vector<std::pair<std::size_t, std::string>> ids; // spec index -> job id
-    std::vector<std::string> submitted;
-    try {
-      for (auto& g : groups) {
-        std::vector<const backend::job_spec*> members;
-        for (auto i : g) members.push_back(&specs[i]);
-        if (members.size() > 1 && !slurm_impl::arrayable(members)) {
-          for (auto i : g) {
-            auto id = submit({&specs[i]});
-            submitted.push_back(id);
-            ids.emplace_back(i, id);
-          }
-          continue;
-        }
-        auto id = submit(members);
-        submitted.push_back(id);
-        for (std::size_t k = 0; k < g.size(); ++k)
-          ids.emplace_back(g[k], members.size() > 1 ? id + "_" + std::to_string(k) : id);
-      }
-    } catch (...) {
-      if (!submitted.empty()) {
-        try {
-          scancel_blocking(submitted, 0);
-        } catch (const std::exception& e) {
-          warn(std::string("slurm: cancelling after a failed submission: ") + e.what());
-        }
-      }
-      throw;
-    }
-    for (auto& [i, id] : ids) {
-      jobs[i] = backend::job{id, -1, {}};
-      auto& r = jobs_[id];
-      r.on_exit = std::move(on_exit[i]);
-    }
-    ensure_polling();
+  /// Report the end of job `key` (posted: a handler may re-enter launch).
+  void end_job(const std::string& key, backend::job_exit x) {
+    auto it = jobs_.find(key);
+    if (it == jobs_.end()) return;
+    if (!it->second.slurm_id.empty()) reaper_.note("-" + it->second.slurm_id);
+    if (auto h = std::move(it->second.on_exit)) asio::post(ex_, [h = std::move(h), x = std::move(x)] { h(x); });
+    jobs_.erase(it);
   }
 
-  /// Submit one plain job (one member) or one array; returns the job id.
-  std::string submit(const std::vector<const backend::job_spec*>& members) {
+  // ---- batch jobs and arrays ----------------------------------------------
+
+  /// Everything launched since the last call, as submissions: specs sharing
+  /// argv and resources share an array (array mode, or auto with more than
+  /// one spec), else one job each.
+  void submit_queued() {
+    flush_posted_ = false;
+    auto q = std::exchange(queued_, {});
+    std::erase_if(q, [&](const queued_spec& s) { return !jobs_.count(s.key); }); // cancelled meanwhile
+    if (q.empty()) return;
+    const bool arrays = effective_mode(q.size()) == slurm_options::mode::array;
+    std::map<std::tuple<std::vector<std::string>, int, int, int>, std::size_t> index;
+    std::vector<submission> groups;
+    for (auto& s : q) {
+      jobs_[s.key].submitting = true;
+      auto& r = s.spec.resources;
+      auto [it, fresh] = index.try_emplace({s.spec.argv, r.cpu, r.memory_mb, r.gpu}, groups.size());
+      if (!arrays || fresh || groups[it->second].size() == max_array_) { // Slurm's default MaxArraySize is 1001
+        it->second = groups.size();
+        groups.emplace_back();
+      }
+      groups[it->second].push_back(std::move(s));
+    }
+    for (auto& g : groups) {
+      std::vector<const backend::job_spec*> members;
+      for (auto& m : g) members.push_back(&m.spec);
+      if (g.size() > 1 && !slurm_impl::arrayable(members)) {
+        for (auto& m : g) waiting_.push_back({std::move(m)});
+      } else {
+        waiting_.push_back(std::move(g));
+      }
+    }
+    pump();
+  }
+
+  /// Start waiting submissions while fewer than max_submitting_ run.
+  void pump() {
+    while (submitting_ < max_submitting_ && !waiting_.empty()) {
+      auto g = std::move(waiting_.front());
+      waiting_.pop_front();
+      std::erase_if(g, [&](const queued_spec& s) { // cancelled while it waited: ended already
+        auto it = jobs_.find(s.key);
+        if (it == jobs_.end()) return true;
+        if (!it->second.asked) return false;
+        end_job(s.key, {backend::job_exit::kind::signalled, it->second.asked, "cancelled before it was submitted"});
+        return true;
+      });
+      if (!g.empty()) submit(std::move(g));
+    }
+  }
+
+  /// Run sbatch for one plain job (one member) or one array.
+  void submit(submission g) {
+    std::vector<const backend::job_spec*> members;
+    for (auto& m : g) members.push_back(&m.spec);
     auto plan = slurm_impl::plan_batch(members);
     spawn_request req;
     req.argv = slurm_impl::sbatch_argv(opts_, plan, members.front()->resources);
     req.env = merged_environment(plan.env);
-    auto script = memory_file(plan.script);
-    req.stdin_fd = script.get();
-    auto res = run_blocking(req, "submit '" + plan.name + "'");
+    std::vector<std::string> keys;
+    for (auto& m : g) keys.push_back(m.key);
+    std::erase_if(inflight_, [](auto& c) { return c->finished(); });
+    try {
+      auto script = memory_file(plan.script);
+      req.stdin_fd = script.get();
+      auto self = weak_from_this();
+      inflight_.push_back(async_command::start(
+          ex_, req, opts_.command_timeout, [self, keys, name = plan.name, array = plan.array_size](command_result res) {
+            if (auto s = self.lock()) s->submitted(keys, name, array, res);
+          }));
+      ++submitting_;
+    } catch (const std::system_error& e) {
+      fail_submission(keys, "slurm: cannot run " + req.argv[0] + " to submit '" + plan.name +
+                                "': " + e.code().message() +
+                                (e.code().value() == ENOENT ? " (is Slurm installed and on PATH?)" : ""));
+    }
+  }
+
+  void submitted(const std::vector<std::string>& keys, const std::string& name, std::size_t array,
+                 const command_result& res) {
+    --submitting_;
+    std::optional<std::string> id;
+    if (res.ok()) id = slurm_impl::parse_job_id(res.out);
     if (!res.ok())
-      throw backend_error("slurm: sbatch failed to submit '" + plan.name + "' (" + res.describe() +
-                          "): " + res.message());
-    auto id = slurm_impl::parse_job_id(res.out);
-    if (!id) throw backend_error("slurm: sbatch printed no job id for '" + plan.name + "': " + res.message());
-    return *id;
+      fail_submission(keys, "slurm: sbatch failed to submit '" + name + "' (" + res.describe() + "): " + res.message());
+    else if (!id) fail_submission(keys, "slurm: sbatch printed no job id for '" + name + "': " + res.message());
+    else start_reaper();
+    for (std::size_t k = 0; id && k < keys.size(); ++k) {
+      auto it = jobs_.find(keys[k]);
+      if (it == jobs_.end()) continue;
+      auto& r = it->second;
+      r.submitting = false;
+      r.slurm_id = array ? *id + "_" + std::to_string(k) : *id;
+      reaper_.note(r.slurm_id);
+      if (r.asked) async_scancel({r.slurm_id}, r.asked);
+    }
+    if (id) ensure_polling();
+    pump();
+  }
+
+  void fail_submission(const std::vector<std::string>& keys, const std::string& why) {
+    warn(why);
+    for (auto& key : keys) {
+      backend::job_exit x{backend::job_exit::kind::lost, 0, why};
+      x.start_failed = true;
+      end_job(key, std::move(x));
+    }
+  }
+
+  /// The watchdog that cancels the jobs of a master that died (see "Reaper").
+  void start_reaper() {
+    if (reaper_.armed() || reaper_tried_) return;
+    reaper_tried_ = true;
+    if (!reaper_.arm(slurm_impl::reaper_argv(opts_), true))
+      warn("slurm: cannot start the reaper (awk): jobs of a master that dies are not cancelled");
   }
 
   command_result run_blocking(const spawn_request& req, const std::string& what) {
@@ -454,20 +556,14 @@ private:
 
   // ---- cancellation ---------------------------------------------------------
 
-  std::vector<std::string> scancel_argv(const std::vector<std::string>& ids, int signal) const {
-    std::vector<std::string> a{opts_.bin("scancel")};
-    if (signal == 9) a.insert(a.end(), {"--signal=KILL", "--full"});
-    else if (signal != 0 && signal != 15) a.insert(a.end(), {"--signal=" + std::to_string(signal), "--full"});
-    a.insert(a.end(), ids.begin(), ids.end());
-    return a;
-  }
-
-  void scancel_blocking(const std::vector<std::string>& ids, int signal) {
+  /// Whether every job was cancelled (or had ended already).
+  bool scancel_blocking(const std::vector<std::string>& ids, int signal) {
     spawn_request req;
-    req.argv = scancel_argv(ids, signal);
+    req.argv = slurm_impl::scancel_argv(opts_, ids, signal);
     auto res = run_blocking(req, "cancel jobs");
-    if (!res.ok() && !benign_scancel_error(res.message()))
-      warn("slurm: scancel " + join(ids, " ") + " (" + res.describe() + "): " + res.message());
+    if (res.ok() || benign_scancel_error(res.message())) return true;
+    warn("slurm: scancel " + join(ids, " ") + " (" + res.describe() + "): " + res.message());
+    return false;
   }
 
   static bool benign_scancel_error(const std::string& m) {
@@ -477,7 +573,7 @@ private:
 
   void async_scancel(const std::vector<std::string>& ids, int signal) {
     auto self = weak_from_this();
-    start_async(scancel_argv(ids, signal), [self, ids](command_result res) {
+    start_async(slurm_impl::scancel_argv(opts_, ids, signal), [self, ids](command_result res) {
       auto s = self.lock();
       if (s && !res.ok() && !benign_scancel_error(res.message()))
         s->warn("slurm: scancel " + join(ids, " ") + " (" + res.describe() + "): " + res.message());
@@ -510,34 +606,29 @@ private:
     });
   }
 
-  std::vector<std::string> polled_ids() const {
-    std::vector<std::string> ids;
-    for (auto& [id, r] : jobs_)
-      if (!r.watch) ids.push_back(id);
-    return ids;
+  /// Keys of the batch jobs with a Slurm id.
+  std::vector<std::string> polled_keys() const {
+    std::vector<std::string> keys;
+    for (auto& [key, r] : jobs_)
+      if (!r.watch && !r.slurm_id.empty()) keys.push_back(key);
+    return keys;
   }
 
   void poll() {
-    auto ids = polled_ids();
-    if (ids.empty()) {
+    auto keys = polled_keys();
+    if (keys.empty()) {
       polling_ = false;
       return;
     }
+    std::vector<std::string> ids;
+    for (auto& k : keys) ids.push_back(jobs_[k].slurm_id);
     auto self = weak_from_this();
     std::erase_if(inflight_, [](auto& c) { return c->finished(); });
     spawn_request req;
-    req.argv = {opts_.bin("squeue"),
-                "-h",
-                "-r",
-                "-t",
-                "all",
-                "-j",
-                join(ids, ","),
-                "-O",
-                "JobArrayID:0|,State:0|,exit_code:0|,NodeList:0|,Reason:0"};
+    req.argv = slurm_impl::squeue_argv(opts_, ids);
     try {
-      inflight_.push_back(async_command::start(ex_, req, opts_.command_timeout, [self, ids](command_result res) {
-        if (auto s = self.lock()) s->on_poll(ids, res);
+      inflight_.push_back(async_command::start(ex_, req, opts_.command_timeout, [self, keys](command_result res) {
+        if (auto s = self.lock()) s->on_poll(keys, res);
       }));
     } catch (const std::system_error& e) {
       warn("slurm: cannot run squeue: " + e.code().message());
@@ -545,18 +636,14 @@ private:
     }
   }
 
-  void on_poll(const std::vector<std::string>& ids, const command_result& res) {
-    std::vector<std::pair<backend::exit_handler, backend::job_exit>> ended;
-    auto end_job = [&](const std::string& id, backend::job_exit x) {
-      auto it = jobs_.find(id);
-      if (it == jobs_.end()) return;
-      ended.emplace_back(std::move(it->second.on_exit), std::move(x));
-      jobs_.erase(it);
-    };
+  // Each end is posted (end_job): a handler that throws (out of
+  // io_context::run) must not cost the others their call; a handler may
+  // re-enter launch/cancel.
+  void on_poll(const std::vector<std::string>& keys, const command_result& res) {
     if (!res.ok()) {
       auto m = res.message();
       if (m.find("Invalid job id") != std::string::npos) { // none of them is known any more
-        for (auto& id : ids) end_job(id, {backend::job_exit::kind::lost, 0, "job no longer known to Slurm"});
+        for (auto& k : keys) end_job(k, {backend::job_exit::kind::lost, 0, "job no longer known to Slurm"});
       } else if (++failed_polls_ == 1 || failed_polls_ % 20 == 0) {
         warn("slurm: squeue failed (" + res.describe() + ", " + std::to_string(failed_polls_) + " in a row): " + m +
              "; jobs are still watched by heartbeats");
@@ -564,19 +651,18 @@ private:
     } else {
       failed_polls_ = 0;
       auto q = slurm_impl::parse_queue(res.out);
-      for (auto& id : ids) {
-        auto it = jobs_.find(id);
+      for (auto& k : keys) {
+        auto it = jobs_.find(k);
         if (it == jobs_.end()) continue; // ended meanwhile (cannot happen for batch jobs, but be safe)
-        auto e = q.find(id);
+        auto e = q.find(it->second.slurm_id);
         if (e == q.end()) {
           // Purged (MinJobAge) before we saw it end; allow one odd poll.
-          if (++it->second.missing >= 2)
-            end_job(id, {backend::job_exit::kind::lost, 0, "job no longer known to Slurm"});
+          if (++it->second.missing >= 2) end_job(k, {backend::job_exit::kind::lost, 0, "job no longer known to Slurm"});
           continue;
         }
         it->second.missing = 0;
         if (slurm_impl::is_terminal(e->second.state)) {
-          end_job(id, slurm_impl::to_exit(e->second, it->second.asked));
+          end_job(k, slurm_impl::to_exit(e->second, it->second.asked));
         } else {
           it->second.state = e->second.state;
           it->second.reason = e->second.reason;
@@ -584,54 +670,29 @@ private:
         }
       }
     }
-    if (!polled_ids().empty()) schedule_poll();
+    if (!polled_keys().empty()) schedule_poll();
     else polling_ = false;
-    // One handler each: a handler that throws (out of io_context::run) must
-    // not cost the others their call; a handler may re-enter launch/cancel.
-    for (auto& [h, x] : ended)
-      if (h) asio::post(ex_, [h = std::move(h), x = std::move(x)] { h(x); });
-  }
-
-  // ---- listen address -------------------------------------------------------
-
-  std::string listen_address() {
-    if (opts_.listen_address) return *opts_.listen_address;
-    char host[256] = {};
-    if (::gethostname(host, sizeof host - 1) == 0)
-      if (auto a = resolve(host); !a.empty()) return a.front();
-    try {
-      spawn_request req;
-      req.argv = {opts_.bin("scontrol"), "show", "config"};
-      auto res = run(req, std::chrono::seconds(15));
-      for (auto& h : slurm_impl::controller_hosts(res.out)) {
-        auto src = route_source(h);
-        if (src.empty()) continue;
-        addrinfo hints{};
-        hints.ai_flags = AI_NUMERICHOST;
-        addrinfo* ai = nullptr;
-        auto bare = src.front() == '[' ? src.substr(1, src.size() - 2) : src;
-        bool loop = true;
-        if (::getaddrinfo(bare.c_str(), nullptr, &hints, &ai) == 0) {
-          loop = is_loopback(ai->ai_addr);
-          ::freeaddrinfo(ai);
-        }
-        if (!loop) return src;
-      }
-    } catch (const std::exception&) {
-      // no scontrol: fall through
-    }
-    return "127.0.0.1";
   }
 
   static constexpr std::size_t max_array_ = 1000;
+  static constexpr int max_submitting_ = 8; // sbatch commands at once
 
   asio::any_io_executor ex_;
   slurm_options opts_;
   asio::steady_timer timer_;
   bool polling_ = false;
   int failed_polls_ = 0;
-  std::map<std::string, record> jobs_; // live jobs by id
+  std::map<std::string, record> jobs_; // live jobs by key ("slurm-<n>", "srun-<pid>")
+  std::uint64_t next_key_ = 0;
+  std::vector<queued_spec> queued_; // launched, submitted at the next turn
+  bool flush_posted_ = false;
+  std::deque<submission> waiting_; // grouped, waiting for a free sbatch slot
+  int submitting_ = 0;
   std::vector<std::shared_ptr<async_command>> inflight_;
+  reaper reaper_;
+  bool reaper_tried_ = false;
+  std::once_flag address_once_;
+  std::string address_; // set once by prepare()
   std::optional<std::string> listen_url_;
 };
 

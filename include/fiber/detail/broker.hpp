@@ -62,6 +62,7 @@ public:
 
   void get(std::uint64_t peer, const op_header& h, reply_fn reply) {
     if (dead_) return reply_text(reply, dead_status_, dead_why_); // nothing will come any more
+    if (abandoned_.count({proc_of(peer), h.wait})) return reply_byte(reply, std::uint8_t(take_tag::cancelled));
     if (items_.empty() && !eof_ && h.timeout_ms == 0) return reply_byte(reply, std::uint8_t(take_tag::empty));
     getters_.push_back(waiter{peer, h.wait, std::move(reply), nullptr, {}});
     wait_then_pump(getters_, kind::getter, peer, h);
@@ -103,27 +104,37 @@ public:
   }
 
   /// The getter received the item it was handed: forget the copy.
-  void ack(std::uint64_t peer, std::uint64_t wait) { in_flight_.erase({peer, wait}); }
+  void ack(std::uint64_t peer, std::uint64_t wait) { in_flight_.erase({proc_of(peer), wait}); }
+
+  /// The getter's get `wait` failed with its link: it is withdrawn if it
+  /// still waits, the item it was handed, if any, goes back in front, and
+  /// the get is refused should it arrive later (over the old link).
+  void abandon(std::uint64_t peer, std::uint64_t wait) {
+    const auto proc = proc_of(peer);
+    abandoned_.insert({proc, wait});
+    std::erase_if(getters_, [&](const waiter& w) { return proc_of(w.peer) == proc && w.wait == wait; });
+    give_back([&](const in_flight_key& k) { return k == in_flight_key{proc, wait}; });
+  }
 
   std::size_t size() const noexcept { return items_.size(); }
 
-  /// A client link closed: drop its waiters (their replies would go nowhere)
-  /// and put the items it never acknowledged back in front, in order.
+  /// A client link closed: drop its waiters (their replies would go
+  /// nowhere). The items its process has not acknowledged stay reserved for
+  /// it (it may come back and ack them) until it is known dead
+  /// (runtime::when_dead); then they go back in front, in order.
   void peer_gone(std::uint64_t peer) {
     for (auto* l : {&getters_, &putters_, &pollers_, &joiners_})
       std::erase_if(*l, [&](const waiter& w) { return w.peer == peer; });
-    std::vector<std::pair<std::uint64_t, std::vector<std::byte>>> back;
-    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-      if (it->first.first == peer) {
-        back.emplace_back(it->second.first, std::move(it->second.second));
-        it = in_flight_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    std::sort(back.begin(), back.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    for (auto& [seq, item] : back) items_.push_front(std::move(item));
-    if (dead_) items_.clear();
+    const auto proc = proc_of(peer);
+    const bool holds = std::any_of(in_flight_.begin(), in_flight_.end(),
+                                   [&](auto& e) { return e.first.first == proc; });
+    if (proc != 0 && holds && watched_.insert(proc).second)
+      runtime::instance().when_dead(proc, [weak = weak_from_this(), proc](const std::string&) {
+        if (auto self = weak.lock()) {
+          self->watched_.erase(proc);
+          self->give_back([&](const in_flight_key& k) { return k.first == proc; });
+        }
+      });
     pump();
   }
 
@@ -165,6 +176,27 @@ public:
 
 private:
   enum class kind { getter, putter, poller, joiner };
+  using in_flight_key = std::pair<std::uint64_t, std::uint64_t>; // (runtime::process_of, wait id)
+
+  static std::uint64_t proc_of(std::uint64_t peer) { return runtime::instance().process_of(peer); }
+
+  // The unacknowledged items whose key matches go back in front, in order.
+  template <class Match>
+  void give_back(Match match) {
+    std::vector<std::pair<std::uint64_t, std::vector<std::byte>>> back;
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      if (match(it->first)) {
+        back.emplace_back(it->second.first, std::move(it->second.second));
+        it = in_flight_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::sort(back.begin(), back.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    for (auto& [seq, item] : back) items_.push_front(std::move(item));
+    if (dead_) items_.clear();
+    pump();
+  }
 
   struct waiter {
     std::uint64_t peer = 0, wait = 0;
@@ -237,7 +269,7 @@ private:
     p.push_back(std::byte(take_tag::item));
     p.push_back(std::byte(remote ? 1 : 0));
     p.insert(p.end(), item.begin(), item.end());
-    if (remote) in_flight_[{g.peer, g.wait}] = {next_seq_++, std::move(item)};
+    if (remote) in_flight_[{proc_of(g.peer), g.wait}] = {next_seq_++, std::move(item)};
     g.reply(wire_status::ok, std::move(p));
   }
 
@@ -274,8 +306,10 @@ private:
   std::deque<std::vector<std::byte>> items_;
   std::deque<waiter> getters_, putters_, pollers_, joiners_;
   std::uint64_t unfinished_ = 0; // items stored and not yet marked done (JoinableQueue)
-  // (peer, wait) → (delivery order, copy of the item) until the getter acks.
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::uint64_t, std::vector<std::byte>>> in_flight_;
+  // (process, wait) → (delivery order, copy of the item) until the getter acks.
+  std::map<in_flight_key, std::pair<std::uint64_t, std::vector<std::byte>>> in_flight_;
+  std::set<std::uint64_t> watched_;   // getter processes whose death is awaited
+  std::set<in_flight_key> abandoned_; // gets abandoned by their getters
   std::uint64_t next_seq_ = 0;
   bool eof_ = false, dead_ = false;
   wire_status dead_status_ = wire_status::eof; // pipes: broken pipe; a shut-down queue: worker_lost
@@ -305,6 +339,7 @@ public:
     case queue_op::poll: return ch_->poll(peer, h, std::move(reply));
     case queue_op::cancel: ch_->cancel(peer, h.wait); return reply(wire_status::ok, {});
     case queue_op::ack: ch_->ack(peer, h.wait); return reply(wire_status::ok, {});
+    case queue_op::abandon: ch_->abandon(peer, h.wait); return reply(wire_status::ok, {});
     case queue_op::task_done: return ch_->task_done(std::move(reply));
     case queue_op::join: return ch_->join(peer, h, std::move(reply));
     default: return reply_text(reply, wire_status::error, "fiber::Queue: unknown operation " + std::to_string(op));
@@ -320,11 +355,13 @@ private:
 
 /// The service behind a fiber::Pipe: `ch_[e]` holds what end `e` will
 /// receive. It counts the holders of each end — attached Connection objects,
-/// per client link (0: this process) — and the transfers in flight
-/// (serialized, not yet deserialized ends). An end with neither is gone: its
-/// peer reads EOF once drained, and sends to it fail. When both ends are
-/// gone the broker removes itself. Runtime thread only.
-class pipe_broker : public service {
+/// per client process (runtime::process_of; 0: this process), which keep
+/// them across a lost link until they are known dead (runtime::when_dead) —
+/// and the transfers in flight (serialized, not yet deserialized ends). An
+/// end with neither is gone: its peer reads EOF once drained, and sends to
+/// it fail. When both ends are gone the broker removes itself. Runtime
+/// thread only.
+class pipe_broker : public service, public std::enable_shared_from_this<pipe_broker> {
 public:
   explicit pipe_broker(asio::any_io_executor ex)
       : ch_{std::make_shared<channel>(ex, 0), std::make_shared<channel>(ex, 0)} {
@@ -359,6 +396,7 @@ public:
       ch_[1]->cancel(peer, h.wait);
       return reply(wire_status::ok, {});
     case queue_op::ack: ch_[e]->ack(peer, h.wait); return reply(wire_status::ok, {});
+    case queue_op::abandon: ch_[e]->abandon(peer, h.wait); return reply(wire_status::ok, {});
     default: return reply_text(reply, wire_status::error, "fiber::Connection: unknown operation " + std::to_string(op));
     }
   }
@@ -366,15 +404,23 @@ public:
   void peer_gone(std::uint64_t peer) override {
     ch_[0]->peer_gone(peer);
     ch_[1]->peer_gone(peer);
-    for (int e : {0, 1}) {
-      ends_[e].holders.erase(peer);
-      check_gone(e);
-    }
+    const auto proc = runtime::instance().process_of(peer);
+    if (proc == 0 || (!ends_[0].holders.count(proc) && !ends_[1].holders.count(proc))) return;
+    if (watched_.insert(proc).second)
+      runtime::instance().when_dead(proc, [weak = weak_from_this(), proc](const std::string&) {
+        auto self = weak.lock();
+        if (!self) return;
+        self->watched_.erase(proc);
+        for (int e : {0, 1}) {
+          self->ends_[e].holders.erase(proc);
+          self->check_gone(e);
+        }
+      });
   }
 
 private:
   struct end_state {
-    std::map<std::uint64_t, std::size_t> holders; // client link → attached Connections
+    std::map<std::uint64_t, std::size_t> holders; // client process → attached Connections
     std::set<std::uint64_t> transfers;            // tokens serialized, not yet claimed
     bool gone = false;
   };
@@ -385,14 +431,14 @@ private:
   }
 
   void attach(std::uint64_t peer, int e, std::uint64_t token) {
-    ++ends_[e].holders[peer];
+    ++ends_[e].holders[runtime::instance().process_of(peer)];
     // A claim may overtake its transfer (they travel on different links).
     if (token != 0 && ends_[e].transfers.erase(token) == 0) early_claims_.insert(token);
   }
 
   void detach(std::uint64_t peer, int e) {
     auto& h = ends_[e].holders;
-    if (auto it = h.find(peer); it != h.end() && --it->second == 0) h.erase(it);
+    if (auto it = h.find(runtime::instance().process_of(peer)); it != h.end() && --it->second == 0) h.erase(it);
     check_gone(e);
   }
 
@@ -412,6 +458,7 @@ private:
   std::shared_ptr<channel> ch_[2];
   end_state ends_[2];
   std::set<std::uint64_t> early_claims_;
+  std::set<std::uint64_t> watched_; // holder processes whose death is awaited
   std::uint64_t id_ = 0;
 };
 

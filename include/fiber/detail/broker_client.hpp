@@ -89,18 +89,59 @@ struct take_reply {
   std::span<const std::byte> item() const { return std::span<const std::byte>(bytes).subspan(2); }
 };
 
+/// Sends a request whose effect must reach the service (an ack, an abandon):
+/// one that fails with worker_lost (a lost link; or the owner is gone, and
+/// nothing answers any more) is sent again, after 0.1 s, then twice as long
+/// each time up to 5 s, 20 times at most. Fire and forget; any thread; it
+/// counts as a delivery (runtime::deliveries) until it is done.
+inline void deliver_request(const broker_ref& r, std::uint32_t op, std::vector<std::byte> payload, int tries = 20,
+                            std::chrono::milliseconds pause = std::chrono::milliseconds(100), bool counted = false) {
+  auto& rt = runtime::instance();
+  if (!counted) rt.deliveries().started();
+  rt.request(r.url, r.id, op, payload, [&rt, r, op, payload, tries, pause](std::exception_ptr e, auto) mutable {
+    auto finished = [&rt] { rt.deliveries().done(); };
+    if (!e || tries <= 1) return finished();
+    try {
+      std::rethrow_exception(e);
+    } catch (const worker_lost&) {
+    } catch (...) {
+      return finished();
+    }
+    auto t = std::make_shared<asio::steady_timer>(rt.executor(), pause);
+    t->async_wait([t, r, op, payload = std::move(payload), tries, pause](std::error_code ec) mutable {
+      if (ec) return runtime::instance().deliveries().done();
+      deliver_request(r, op, std::move(payload), tries - 1, std::min(pause * 2, std::chrono::milliseconds(5000)), true);
+    });
+  });
+}
+
+/// Whether `e` is a fiber::worker_lost.
+inline bool is_worker_lost(const std::exception_ptr& e) {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const worker_lost&) {
+    return true;
+  } catch (...) {
+  }
+  return false;
+}
+
 inline std::exception_ptr bad_reply() {
   return std::make_exception_ptr(serialization_error("fiber: malformed reply from a queue broker"));
 }
 
 /// Send a get; `done` runs on the runtime thread. A remote delivery is acked
-/// before `done` runs, so the broker forgets its copy only once the item is here.
+/// before `done` runs, so the broker forgets its copy only once the item is
+/// here; a get that fails with worker_lost (its link was lost: the reply may
+/// have been lost with it) is abandoned, so that the broker puts back what it
+/// handed out. Acks and abandons are delivered through lost links.
 inline void async_take(const broker_ref& r, std::uint8_t end, std::uint64_t wait, std::int64_t timeout,
                        std::function<void(std::exception_ptr, take_reply)> done) {
   op_header h{wait, timeout, end};
   runtime::instance().request(r.url, r.id, queue_op::get, h.bytes(),
                               [r, h, done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
                                 take_reply out;
+                                if (is_worker_lost(e)) deliver_request(r, queue_op::abandon, h.bytes());
                                 if (!e) {
                                   auto tag = p.empty() ? 255u : std::to_integer<unsigned>(p[0]);
                                   if (tag > 2 || (tag == unsigned(take_tag::item) && p.size() < 2)) {
@@ -108,8 +149,7 @@ inline void async_take(const broker_ref& r, std::uint8_t end, std::uint64_t wait
                                   } else {
                                     out.tag = take_tag(tag);
                                     if (out.tag == take_tag::item && p[1] != std::byte{0})
-                                      runtime::instance().request(r.url, r.id, queue_op::ack, h.bytes(),
-                                                                  [](std::exception_ptr, auto) {});
+                                      deliver_request(r, queue_op::ack, h.bytes());
                                     out.bytes = std::move(p);
                                   }
                                 }

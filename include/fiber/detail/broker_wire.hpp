@@ -10,17 +10,22 @@
 ///  - poll:   header             → [u8 0/1]
 ///  - cancel: header             → empty; the waiter (if still waiting) is answered `cancelled`
 ///  - ack:    header             → empty; a remote getter confirms it received the item
+///  - abandon: header            → empty; a remote getter's get failed with its link: the
+///                                 item handed to it, if any, was never received
 ///  - size:   —                  → [u64]
 ///  - task_done: header          → [u8 wait_tag] (done; misuse: more calls than items put, then a message)
 ///  - join:   header             → [u8 wait_tag] (done: every item put was marked done; timeout; cancelled)
 ///  - attach / detach / transfer (pipes): [u8 end][u64 token] → empty
 ///
 /// Exactly once: an item leaves the broker in the reply to one get. A reply
-/// to another process may be lost if that process dies, so the broker keeps
-/// a copy until the getter acks it; when the getter's link closes
-/// (service::peer_gone) unacknowledged items go back to the front of the
-/// queue. Timeouts are the broker's (a timer on the runtime thread that
-/// answers "empty"), so an item is never taken and then dropped.
+/// to another process may be lost with its link, so the broker keeps a copy,
+/// reserved for the getter process (runtime::process_of: the same across
+/// its reconnects), until the getter acks it — or abandons it (its get
+/// failed: the reply never arrived), or is known dead (runtime::when_dead):
+/// then the item goes back to the front of the queue. A getter sends its
+/// ack or abandon again after a lost link until the broker answers.
+/// Timeouts are the broker's (a timer on the runtime thread that answers
+/// "empty"), so an item is never taken and then dropped.
 
 #include <fiber/detail/service.hpp>
 #include <fiber/serialize.hpp>
@@ -33,7 +38,8 @@
 namespace fiber::detail {
 
 namespace queue_op {
-inline constexpr std::uint32_t put = 1, get = 2, poll = 3, cancel = 4, ack = 5, size = 6, task_done = 7, join = 8;
+inline constexpr std::uint32_t put = 1, get = 2, poll = 3, cancel = 4, ack = 5, size = 6, task_done = 7, join = 8,
+                               abandon = 9;
 inline constexpr std::uint32_t attach = 10, detach = 11, transfer = 12;
 } // namespace queue_op
 
@@ -50,6 +56,7 @@ enum class wait_tag : std::uint8_t {
   cancelled = 2, ///< withdrawn by a cancel request
   misuse = 3,    ///< refused as Python would with ValueError / RuntimeError → std::logic_error
   broken = 4,    ///< a Barrier is broken → fiber::broken_barrier_error
+  revoked = 5,   ///< the caller's hold was taken back while it was unreachable → fiber::hold_revoked_error
 };
 
 /// Answers `reply` with `tag` followed by `args` (each serialized).

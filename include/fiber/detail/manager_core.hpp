@@ -254,6 +254,7 @@ private:
   void on_link_lost(std::uint64_t wid, const std::string& reason) {
     auto it = procs_.find(wid);
     if (it == procs_.end()) return;
+    sup_->link_lost(wid, reason);
     if (!it->second.exited) {
       if (!shut_) log(log_level::warning, it->second.name, ": ", reason, "; its objects are lost");
       sup_->cancel(wid, 9); // a hung process must not come back

@@ -3,7 +3,7 @@
 /// @file detail/permit_service.hpp
 /// The service behind fiber::Lock, RLock, Semaphore and BoundedSemaphore, and
 /// the Conditions made on a Lock or RLock: permits, their holders, the
-/// requests waiting for them, and what a vanished holder held.
+/// requests waiting for them, and what a holder known dead held.
 
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/service.hpp>
@@ -18,9 +18,11 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace fiber::detail {
 
@@ -43,11 +45,17 @@ inline const char* permit_name(permit_kind k) {
 /// or RLock live here, so that a wait releases the lock, waits for a notify
 /// and queues for the lock again in one step.
 ///
-/// When a link closes (service::peer_gone), its waiters are dropped and what
-/// it held is released: the Lock or RLock it owned; the Semaphore permits it
-/// acquired and did not release, but never beyond the initial value (a
-/// Semaphore used to signal, released by one process and acquired by
-/// another, gets nothing back). Runtime thread only.
+/// Holders are processes (runtime::process_of), not links: a holder whose
+/// link is lost and comes back keeps what it holds. When a link closes
+/// (service::peer_gone), its waiters are dropped; what its process holds is
+/// released only once that process is known dead (runtime::when_dead): the
+/// Lock or RLock it owned; the Semaphore permits it acquired and did not
+/// release, but never beyond the initial value (a Semaphore used to signal,
+/// released by one process and acquired by another, gets nothing back).
+/// Such a process is fenced: its later release, cond_wait or notify is
+/// answered `revoked` until it is granted again. An acquire or cond_wait
+/// that failed with the caller's link is abandoned by the caller: what it
+/// was granted, if anything, is given back. Runtime thread only.
 class permit_service final : public service, public std::enable_shared_from_this<permit_service> {
 public:
   permit_service(asio::any_io_executor ex, permit_kind k, std::uint64_t value)
@@ -60,12 +68,21 @@ public:
       return reply(wire_status::ok, {});
     }
     auto q = sync_header::read_from(r);
+    if (op == sync_op::abandon) {
+      if (!dead_) abandon(peer, q);
+      return reply_wait(reply, wait_tag::done);
+    }
     if (dead_) return reply_text(reply, wire_status::worker_lost, why_);
+    if ((op == sync_op::release || op == sync_op::cond_wait || op == sync_op::notify) && fenced(peer, reply)) return;
     switch (op) {
-    case sync_op::acquire: return acquire(peer, q, std::move(reply));
+    case sync_op::acquire:
+      if (abandoned_.count({proc_of(peer), q.h.wait})) return reply_wait(reply, wait_tag::cancelled);
+      return acquire(peer, q, std::move(reply));
     case sync_op::release: return release(peer, q, reply);
     case sync_op::get_value: return reply_wait(reply, wait_tag::done, std::uint64_t(value_));
-    case sync_op::cond_wait: return cond_wait(peer, q, r.read<std::uint64_t>(), std::move(reply));
+    case sync_op::cond_wait:
+      if (abandoned_.count({proc_of(peer), q.h.wait})) return reply_wait(reply, wait_tag::cancelled);
+      return cond_wait(peer, q, r.read<std::uint64_t>(), std::move(reply));
     case sync_op::notify: {
       auto cond = r.read<std::uint64_t>();
       return notify(peer, q, cond, r.read<std::uint64_t>(), reply);
@@ -82,22 +99,11 @@ public:
       drop_waiters(it->second, peer);
       it = it->second.empty() ? conds_.erase(it) : std::next(it);
     }
-    if (is_lock()) {
-      if (depth_ > 0 && owner_.first == peer) {
-        log(log_level::warning, permit_name(kind_), ": ", runtime::instance().peer_description(peer),
-            " ended while holding the lock; it is released (Python's multiprocessing would leave it locked)");
-        depth_ = 0;
-        value_ = 1;
-      }
-    } else if (auto it = held_.find(peer); it != held_.end()) {
-      const auto back = std::min(it->second, initial_ > value_ ? initial_ - value_ : 0);
-      held_.erase(it);
-      if (back > 0) {
-        log(log_level::warning, permit_name(kind_), ": ", runtime::instance().peer_description(peer), " ended holding ",
-            back, " permit(s); they are released");
-        value_ += back;
-      }
-    }
+    const auto proc = runtime::instance().process_of(peer);
+    if (holds(proc) && watched_.insert(proc).second)
+      runtime::instance().when_dead(proc, [weak = weak_from_this(), proc](const std::string& why) {
+        if (auto self = weak.lock()) self->holder_dead(proc, why);
+      });
     pump();
   }
 
@@ -112,20 +118,91 @@ public:
 private:
   // waiter::state
   enum : std::uint8_t { acquiring, in_cond, reacquire_done, reacquire_timeout, reacquire_cancelled };
-  using holder = std::pair<std::uint64_t, std::uint64_t>; // (link, thread token)
+  using holder = std::pair<std::uint64_t, std::uint64_t>; // (runtime::process_of, thread token)
 
   bool is_lock() const noexcept { return kind_ == permit_kind::lock || kind_ == permit_kind::rlock; }
-  bool owns(std::uint64_t peer, std::uint64_t thread) const noexcept {
-    return depth_ > 0 && owner_ == holder{peer, thread};
+  static std::uint64_t proc_of(std::uint64_t peer) { return runtime::instance().process_of(peer); }
+  bool owns(std::uint64_t peer, std::uint64_t thread) const {
+    return depth_ > 0 && owner_ == holder{proc_of(peer), thread};
+  }
+  bool holds(std::uint64_t proc) const {
+    return proc != 0 && (is_lock() ? depth_ > 0 && owner_.first == proc : held_.count(proc) > 0);
+  }
+
+  // Process `proc`, which lost its link here, is known dead: what it holds
+  // is released, and it is fenced.
+  void holder_dead(std::uint64_t proc, const std::string& why) {
+    watched_.erase(proc);
+    auto& rt = runtime::instance();
+    if (is_lock()) {
+      if (depth_ > 0 && owner_.first == proc) {
+        log(log_level::warning, permit_name(kind_), ": ", rt.process_description(proc),
+            " ended while holding the lock (", why,
+            "); it is released (Python's multiprocessing would leave it locked)");
+        depth_ = 0;
+        value_ = 1;
+        revoked_.insert(proc);
+      }
+    } else if (auto it = held_.find(proc); it != held_.end()) {
+      const auto back = std::min(it->second.size(), std::size_t(initial_ > value_ ? initial_ - value_ : 0));
+      held_.erase(it);
+      revoked_.insert(proc);
+      if (back > 0) {
+        log(log_level::warning, permit_name(kind_), ": ", rt.process_description(proc), " ended holding ", back,
+            " permit(s) (", why, "); they are released");
+        value_ += back;
+      }
+    }
+    pump();
+  }
+
+  // A fenced process's call is answered `revoked`.
+  bool fenced(std::uint64_t peer, const reply_fn& reply) const {
+    const auto proc = proc_of(peer);
+    if (proc == 0 || !revoked_.count(proc)) return false;
+    reply_wait(reply, wait_tag::revoked,
+               std::string(permit_name(kind_)) +
+                   ": this process's hold was taken back while its link to the owner was lost (the owner judged it "
+                   "dead) and may belong to another process now; nothing was released");
+    return true;
+  }
+
+  // The caller's request `q.h.wait` failed with its link: if it still waits
+  // it is withdrawn; if it was granted, the grant is given back; if it
+  // arrives later (over the old link), it is refused.
+  void abandon(std::uint64_t peer, const sync_header& q) {
+    const auto proc = proc_of(peer);
+    abandoned_.insert({proc, q.h.wait});
+    auto mine = [&](const waiter& w) { return proc_of(w.peer) == proc && w.wait == q.h.wait; };
+    std::erase_if(acquirers_, mine);
+    for (auto it = conds_.begin(); it != conds_.end();) {
+      std::erase_if(it->second, mine);
+      it = it->second.empty() ? conds_.erase(it) : std::next(it);
+    }
+    if (is_lock()) {
+      if (owns(peer, q.thread) && grant_wait_ == q.h.wait) {
+        depth_ = reentered_ ? depth_ - 1 : 0;
+        if (depth_ == 0) value_ = 1;
+      }
+    } else if (auto it = held_.find(proc); it != held_.end()) {
+      if (auto g = std::find(it->second.begin(), it->second.end(), q.h.wait); g != it->second.end()) {
+        it->second.erase(g);
+        if (it->second.empty()) held_.erase(it);
+        ++value_;
+      }
+    }
+    pump();
   }
 
   void acquire(std::uint64_t peer, const sync_header& q, reply_fn reply) {
     if (kind_ == permit_kind::rlock && owns(peer, q.thread)) {
       ++depth_;
+      grant_wait_ = q.h.wait;
+      reentered_ = true;
       return reply_wait(reply, wait_tag::done);
     }
     if (acquirers_.empty() && value_ > 0) {
-      take_permit(peer, q.thread, 1);
+      take_permit(peer, q.thread, q.h.wait, 1);
       return reply_wait(reply, wait_tag::done);
     }
     if (q.h.timeout_ms == 0) return reply_wait(reply, wait_tag::timeout);
@@ -153,7 +230,10 @@ private:
       [[fallthrough]];
     case permit_kind::semaphore:
       ++value_;
-      if (auto it = held_.find(peer); it != held_.end() && --it->second == 0) held_.erase(it);
+      if (auto it = held_.find(proc_of(peer)); it != held_.end()) {
+        it->second.pop_back();
+        if (it->second.empty()) held_.erase(it);
+      }
       break;
     }
     pump();
@@ -240,13 +320,17 @@ private:
     });
   }
 
-  void take_permit(std::uint64_t peer, std::uint64_t thread, std::uint64_t depth) {
+  void take_permit(std::uint64_t peer, std::uint64_t thread, std::uint64_t wait, std::uint64_t depth) {
     --value_;
+    const auto proc = proc_of(peer);
+    revoked_.erase(proc);
     if (is_lock()) {
-      owner_ = {peer, thread};
+      owner_ = {proc, thread};
       depth_ = depth;
+      grant_wait_ = wait;
+      reentered_ = false;
     } else {
-      ++held_[peer];
+      held_[proc].push_back(wait);
     }
   }
 
@@ -255,7 +339,7 @@ private:
     while (!acquirers_.empty() && value_ > 0) {
       auto w = std::move(acquirers_.front());
       acquirers_.pop_front();
-      take_permit(w.peer, w.thread, w.n);
+      take_permit(w.peer, w.thread, w.wait, w.n);
       auto tag = w.state == reacquire_timeout     ? wait_tag::timeout
                  : w.state == reacquire_cancelled ? wait_tag::cancelled
                                                   : wait_tag::done;
@@ -269,9 +353,15 @@ private:
   std::uint64_t initial_; // what it was created with
   holder owner_{};        // lock kinds, while depth_ > 0
   std::uint64_t depth_ = 0;
-  std::map<std::uint64_t, std::uint64_t> held_; // semaphores: link → permits it acquired, not released
-  waiter_list acquirers_;                       // FIFO: acquires, and condition waiters queueing for the lock again
-  std::map<std::uint64_t, waiter_list> conds_;  // condition token → its waiters
+  std::uint64_t grant_wait_ = 0; // lock kinds: the wait id of the request granted last
+  bool reentered_ = false;       // ... and whether it re-entered an RLock (one level)
+  std::map<std::uint64_t, std::vector<std::uint64_t>>
+      held_;                        // semaphores: process → wait ids of its grants not released
+  std::set<std::uint64_t> watched_; // processes whose death is awaited (when_dead)
+  std::set<std::uint64_t> revoked_; // fenced processes
+  std::set<std::pair<std::uint64_t, std::uint64_t>> abandoned_; // (process, wait id) of abandoned requests
+  waiter_list acquirers_;                      // FIFO: acquires, and condition waiters queueing for the lock again
+  std::map<std::uint64_t, waiter_list> conds_; // condition token → its waiters
   bool dead_ = false;
   std::string why_;
 };

@@ -513,6 +513,7 @@ private:
     auto it = workers_.find(id);
     if (it == workers_.end()) return;
     auto& w = it->second;
+    sup_->link_lost(id, reason);
     if (w.drain_timer) return end_job(id); // its job ended first: every frame it sent is read now
     if (!w.exited) {
       if (!terminated_ && (!w.retiring || !w.held.empty()))

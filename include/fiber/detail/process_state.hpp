@@ -113,6 +113,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
         [weak](const std::string& reason) {
           auto self = weak.lock();
           if (!self || self->ended) return;
+          self->sup->link_lost(self->worker_id, reason);
           if (self->held_exit) return self->finish_exit(*self->held_exit); // every frame is in
           // A live job that stopped answering is killed; the exit report follows.
           if (reason == "heartbeat missed") {

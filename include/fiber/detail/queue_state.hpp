@@ -6,13 +6,12 @@
 
 #include <fiber/detail/broker.hpp>
 #include <fiber/detail/broker_client.hpp>
+#include <fiber/detail/pending_count.hpp>
 #include <fiber/detail/service_state.hpp>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -35,27 +34,16 @@ struct queue_state {
   }
 
   /// Counts an async put from its start to its broker's answer (join_thread).
-  void put_started() {
-    std::lock_guard lk(m_);
-    ++in_flight_;
-  }
-  void put_done() {
-    std::lock_guard lk(m_);
-    if (--in_flight_ == 0) cv_.notify_all();
-  }
-  void wait_puts() {
-    std::unique_lock lk(m_);
-    cv_.wait(lk, [&] { return in_flight_ == 0; });
-  }
+  void put_started() { puts_.started(); }
+  void put_done() { puts_.done(); }
+  void wait_puts() { puts_.wait(); }
 
   service_state svc;
   const std::size_t maxsize;
   std::atomic<bool> closed{false};
 
 private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::size_t in_flight_ = 0;
+  pending_count puts_;
 };
 
 } // namespace fiber::detail

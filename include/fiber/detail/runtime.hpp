@@ -13,6 +13,10 @@
 #include <fiber/detail/build_id.hpp>
 #include <fiber/detail/dir_watch.hpp>
 #include <fiber/detail/handshake_session.hpp>
+#include <fiber/detail/host_name.hpp>
+#include <fiber/detail/liveness.hpp>
+#include <fiber/detail/pending_count.hpp>
+#include <fiber/detail/peer_fate.hpp>
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/protocol.hpp>
 #include <fiber/detail/sched.hpp>
@@ -136,6 +140,10 @@ public:
     // A job-backed worker (another machine, maybe) reaches the services its
     // master named by its ipc:// URL through the URL it dialled (worker_spec).
     if (!env.master_ipc.empty()) master_alias_ = {env.master_ipc, env.master};
+    if (!env.master.empty())
+      fates_->set_master([this, url = env.master](std::vector<std::byte> req, request_done done) {
+        request(url, liveness_service_id, liveness_op::watch, std::move(req), std::move(done));
+      });
     logger::instance().set_process(name_);
   }
 
@@ -260,6 +268,14 @@ public:
     if (!l) l = Policy::make(executor());
     return l;
   }
+  /// launcher<Policy>(), prepared (launcher::prepare: it may block) on the
+  /// calling thread. Any thread; call it off the runtime thread.
+  template <class Policy>
+  std::shared_ptr<backend::launcher> prepared_launcher() {
+    auto l = sync([&] { return launcher<Policy>(); });
+    l->prepare();
+    return l;
+  }
 
   // ---- services --------------------------------------------------------
 
@@ -302,6 +318,38 @@ public:
     return it->second.name + " (pid " + std::to_string(it->second.pid) + " on " + it->second.host + ")";
   }
 
+  /// The process behind client link `peer` as services see it (0: this
+  /// process): the same number for every link that process opens here, so
+  /// a holder keeps its identity across reconnects. Runtime thread only.
+  std::uint64_t process_of(std::uint64_t peer) const { return fates_->process_of(peer); }
+  /// Client link `link` is `peer`'s from now on (serve_client does this for
+  /// every client link it serves); returns its process_of(). Runtime thread.
+  std::uint64_t attach_link(std::uint64_t link, const peer_identity& peer) { return fates_->attach(link, peer); }
+  /// Link `link` is closed and its services were told (service::peer_gone).
+  void detach_link(std::uint64_t link) { fates_->detach(link); }
+  /// "name (pid N on host)" for a process_of() number.
+  std::string process_description(std::uint64_t proc) const { return fates_->describe(proc); }
+
+  /// This process's workers, as far as their liveness goes (supervisor.hpp
+  /// reports to it). Runtime thread only.
+  liveness& workers_liveness() { return *liveness_; }
+
+  /// Calls `dead(why)` on the runtime thread once process `proc`
+  /// (process_of()) is known dead: its backend reported its end, or its
+  /// master link was lost (see liveness). Asked of the liveness registry
+  /// here when `proc` is a worker of this process, else of this process's
+  /// master; when neither knows it, it counts as dead once it has had no
+  /// link here for liveness::grace(). Never for this process or its master.
+  /// Runtime thread only.
+  void when_dead(std::uint64_t proc, liveness::dead_fn dead) { fates_->when_dead(proc, std::move(dead)); }
+
+  /// Requests whose effect must reach another process (Queue acks, abandoned
+  /// grants: broker_client's deliver_request) count themselves here while
+  /// they are being sent; a worker whose target returns waits for them
+  /// (deliveries().wait_for) so that, e.g., an item it received is not handed
+  /// out again once it has ended. Any thread.
+  pending_count& deliveries() { return deliveries_; }
+
   bool is_local(const std::string& url) {
     for (auto& [b, l] : listeners_)
       if (l->url() == url) return true;
@@ -335,6 +383,7 @@ private:
     // use: make that happen here, with the runtime thread, under SCHED_BATCH.
     batch_policy_scope batch{config_bool("io_threads_batch")};
     if (nng_aio* a = nullptr; nng_aio_alloc(&a, nullptr, nullptr) == 0) nng_aio_free(a);
+    start_liveness();
     thread_ = std::thread([this] {
       thread_id_ = std::this_thread::get_id();
       for (;;) {
@@ -349,6 +398,12 @@ private:
     // Nothing reaches the thread before this constructor returns: no need
     // to wait (spin) until it has stored its id itself.
     thread_id_ = thread_.get_id();
+  }
+
+  void start_liveness() {
+    liveness_ = std::make_shared<liveness>(executor(), process_ref{host_name(), ::getpid()});
+    services_[liveness_service_id] = liveness_;
+    fates_ = std::make_unique<peer_fates>(executor(), *liveness_);
   }
 
   void dial(const std::string& url, role r, std::uint64_t worker_id, connect_done done, clock::time_point give_up,
@@ -492,6 +547,7 @@ private:
   void serve_client(std::shared_ptr<peer_link> l) {
     std::weak_ptr<peer_link> weak = l;
     served_[l->id()] = l->peer();
+    attach_link(l->id(), l->peer());
     served_links_[l->id()] = l;
     l->start(
         [this, weak](frame_kind k, std::span<const std::byte> body, message&) {
@@ -508,6 +564,7 @@ private:
           for (auto& [sid, s] : services_) s->peer_gone(id);
           served_.erase(id);
           served_links_.erase(id);
+          detach_link(id);
         });
   }
 
@@ -602,6 +659,9 @@ private:
   std::unordered_map<std::uint64_t, peer_identity> served_;                  // client links served, by link id
   std::unordered_map<std::uint64_t, std::weak_ptr<peer_link>> served_links_; // the same links, closed by stop()
   std::unordered_map<std::string, client_conn> clients_;
+  std::shared_ptr<liveness> liveness_; // this process's workers
+  std::unique_ptr<peer_fates> fates_;  // the processes behind the client links served
+  pending_count deliveries_;
   std::unordered_map<std::type_index, std::shared_ptr<backend::launcher>> launchers_;
   std::minstd_rand retry_rng_{static_cast<std::minstd_rand::result_type>(::getpid())}; // runtime thread
 

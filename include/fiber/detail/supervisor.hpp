@@ -160,6 +160,13 @@ public:
     for (auto& [id, w] : workers_) launcher_->cancel(w.job, signal);
   }
 
+  /// Worker `id`'s link to this process closed: it ends itself (a worker
+  /// whose master is gone or silent exits), which the liveness registry
+  /// takes into account (runtime::when_dead).
+  void link_lost(std::uint64_t id, const std::string& reason) {
+    runtime::instance().workers_liveness().link_lost(id, reason);
+  }
+
   /// Worker `id` is being retired: if it ends before connecting, that is
   /// not a failed start.
   void retire(std::uint64_t id) {
@@ -195,6 +202,7 @@ private:
     it->second.start_timer.reset();
     it->second.connected = true;
     failed_starts_ = 0;
+    runtime::instance().workers_liveness().connected(id, {l->peer().host, l->peer().pid});
     ev_.connected(id, std::move(l));
   }
 
@@ -202,6 +210,8 @@ private:
     auto it = workers_.find(id);
     if (it == workers_.end()) return;
     runtime::instance().forget_worker(id);
+    runtime::instance().workers_liveness().ended(id, "its job ended (exit code " + std::to_string(ex.exitcode()) +
+                                                         (ex.reason.empty() ? "" : ", " + ex.reason) + ")");
     auto& w = it->second;
     if (!w.connected && !w.end_expected && !closing_) {
       ++failed_starts_;

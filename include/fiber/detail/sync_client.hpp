@@ -49,22 +49,35 @@ struct wait_reply {
 /// runtime thread with the reply, or with the exception it stands for:
 /// misuse → std::logic_error, broken → fiber::broken_barrier_error, a
 /// malformed reply → fiber::serialization_error, and the service's own
-/// failures (worker_lost, fiber::error).
+/// failures (worker_lost, fiber::error); revoked → fiber::hold_revoked_error.
+/// An acquire or cond_wait that fails with worker_lost (its link was lost:
+/// the grant may have been lost with it) is abandoned (sync_wire.hpp).
 inline void async_wait_request(const broker_ref& r, std::uint32_t op, std::vector<std::byte> payload,
                                std::function<void(std::exception_ptr, wait_reply)> done) {
+  std::vector<std::byte> abandon;
+  if (op == sync_op::acquire || op == sync_op::cond_wait) {
+    reader rd(payload);
+    auto q = sync_header::read_from(rd);
+    abandon = sync_payload_as(q.thread, q.h.wait, 0);
+  }
   runtime::instance().request(r.url, r.id, op, std::move(payload),
-                              [done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
+                              [r, abandon = std::move(abandon), done = std::move(done)](std::exception_ptr e,
+                                                                                        std::vector<std::byte> p) {
                                 wait_reply out;
+                                if (!abandon.empty() && is_worker_lost(e))
+                                  deliver_request(r, sync_op::abandon, std::move(abandon));
                                 if (!e) {
                                   try {
                                     auto tag = p.empty() ? 255u : std::to_integer<unsigned>(p[0]);
-                                    if (tag > unsigned(wait_tag::broken))
+                                    if (tag > unsigned(wait_tag::revoked))
                                       throw serialization_error("fiber: malformed reply from a service");
                                     out.tag = wait_tag(tag);
                                     out.bytes = std::move(p);
                                     if (out.tag == wait_tag::misuse) throw std::logic_error(out.result<std::string>());
                                     if (out.tag == wait_tag::broken)
                                       throw broken_barrier_error(out.result<std::string>());
+                                    if (out.tag == wait_tag::revoked)
+                                      throw hold_revoked_error(out.result<std::string>());
                                   } catch (...) {
                                     e = std::current_exception();
                                   }

@@ -15,6 +15,11 @@
 ///  - cond_wait:  [u64 condition token]  → done | timeout | cancelled, always
 ///                once the lock is held again (misuse: not held by the caller)
 ///  - notify:     [u64 condition token][u64 n, ~0: all] → done [u64 woken] | misuse
+///  - abandon:    (wait id of an acquire or cond_wait that failed with its
+///                link)                 → done; what it was granted, if anything, is given back
+///  release, cond_wait and notify answer `revoked` to a process whose hold
+///  was taken back when it was judged dead (fencing: it is not dead after
+///  all, and must not release another's hold).
 ///  - set / clear / is_set (Event)     → done [u8 flag]
 ///  - wait (Event)                     → done | timeout | cancelled
 ///  - barrier_wait                     → done [u64 index] | broken | cancelled
@@ -24,8 +29,8 @@
 ///  - write: [u64 index][element bytes] → done
 /// Timeouts are the service's (a timer on the runtime thread), so a permit
 /// is never granted and then dropped: the reply that grants it is the one
-/// the caller reads, or the caller's link closes and the service takes it
-/// back (service::peer_gone).
+/// the caller reads, or the caller abandons it after losing its link, or the
+/// caller is known dead (runtime::when_dead) and the service takes it back.
 
 #include <fiber/detail/broker_wire.hpp>
 #include <fiber/serialize.hpp>
@@ -38,7 +43,7 @@ namespace fiber::detail {
 
 namespace sync_op {
 inline constexpr std::uint32_t cancel = queue_op::cancel;
-inline constexpr std::uint32_t acquire = 20, release = 21, get_value = 22, cond_wait = 23, notify = 24;
+inline constexpr std::uint32_t acquire = 20, release = 21, get_value = 22, cond_wait = 23, notify = 24, abandon = 25;
 inline constexpr std::uint32_t set = 30, clear = 31, is_set = 32, wait = 33;
 inline constexpr std::uint32_t barrier_wait = 40, abort = 41, reset = 42, barrier_state = 43;
 inline constexpr std::uint32_t read = 50, write = 51;

@@ -8,6 +8,7 @@
 /// itself (see worker_main). A vanished or silent master ends the
 /// process at once (std::_Exit: nothing of the user's must outlive it).
 
+#include <fiber/detail/log_writer.hpp>
 #include <fiber/detail/runtime.hpp>
 
 #include <condition_variable>
@@ -48,6 +49,8 @@ inline void (*&children_exit_hook())() {
 [[noreturn]] inline void worker_exit(int code);
 [[noreturn]] inline void worker_finish(int code) {
   if (auto h = children_exit_hook(); h && !runtime::instance().on_runtime_thread()) h();
+  if (!runtime::instance().on_runtime_thread())
+    (void)runtime::instance().deliveries().wait_for(std::chrono::seconds(10));
   worker_exit(code);
 }
 
@@ -55,6 +58,7 @@ inline void (*&children_exit_hook())() {
   // An srun step reports exit status 128+n as "killed by signal n": tell the
   // master which one it was (best effort; the frame precedes the link's end).
   if (code > 128 && code <= 128 + 64) (void)master_writer().try_send(frame(frame_kind::exiting, std::int32_t(code)));
+  log_writer::instance().exiting(); // the records logged so far (bounded: ~2 s)
   std::fflush(stdout);
   std::fflush(stderr);
   std::cout.flush();

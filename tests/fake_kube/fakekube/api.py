@@ -4,7 +4,9 @@
 # paging, tables, field validation, and the Status bodies of errors.
 import base64
 import json
+import socket
 import ssl
+import struct
 import time
 import traceback
 import uuid
@@ -41,6 +43,10 @@ class TLSServer(ThreadingHTTPServer):
         super().__init__(addr, Handler)
 
     def finish_request(self, request, client_address):
+        if time.time() < self.cluster.outage_until:  # /fake/outage: reset at once (SO_LINGER 0: RST)
+            request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            request.close()
+            return
         request.settimeout(10)
         try:
             conn = self.ctx.wrap_socket(request, server_side=True)

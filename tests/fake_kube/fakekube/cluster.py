@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import ssl
 import sys
 import threading
@@ -32,6 +33,7 @@ class Cluster:
         self.state_dir = state_dir
         self.stopping = False
         self.conns = set()
+        self.outage_until = 0.0  # /fake/outage: connections are reset until then
         self.loglock = threading.Lock()
         self.logf = open(cfg.log_file or os.path.join(state_dir, "requests.log"), "a", buffering=1)
         self.store = Store(start_rv=cfg.start_resource_version, history=cfg.watch_history)
@@ -189,6 +191,22 @@ class Cluster:
         out = self.store.mutate("nodes", "", name, fn)
         self.kubelet.reschedule()
         return {"node": out}
+
+    def start_outage(self, seconds, keep=None):
+        """Reset every open connection but `keep` (the control call's), and new ones for `seconds`:
+        a control plane being upgraded, a load balancer with no backend. Returns how many were cut."""
+        self.outage_until = time.time() + seconds
+        self.store.broadcast(("drop",))
+        n = 0
+        for conn in list(self.conns):
+            if conn is keep:
+                continue
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+                n += 1
+            except OSError:
+                pass
+        return n
 
     # ------------------------------------------------------------------ run
     def start(self):

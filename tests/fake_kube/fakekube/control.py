@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSL-1.0
 # The fake's own control API under /fake/ (admin bearer token): API-call counts,
 # tokens, client certificates, fault knobs (image pull failure, node capacity,
-# eviction, OOM kill, node lost, watch expiry/drop, compaction, RBAC denials).
+# eviction, OOM kill, node lost, watch expiry/drop/raw lines, compaction, RBAC
+# denials, errors, outages).
 import collections
 import json
 import threading
@@ -40,6 +41,7 @@ class Stats:
 ERROR_REASONS = {
     429: ("TooManyRequests", "Too many requests, please try again later."),
     500: ("InternalError", "Internal error occurred: injected by the fake API server"),
+    502: ("InternalError", "bad gateway: injected as a load balancer in front of kube-apiserver answers it"),
     503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
     504: ("Timeout", "the server was unable to return a response in the time allotted, but may still be "
                      "processing the request"),
@@ -88,12 +90,12 @@ class Control:
             return
         parts = path.strip("/").split("/")[1:]
         try:
-            out = self.route(method, parts, args)
+            out = self.route(method, parts, args, h.connection)
             h.send_json(200, dict({"ok": True}, **(out or {})))
         except ControlError as e:
             h.send_json(e.code, {"error": str(e)})
 
-    def route(self, method, parts, a):
+    def route(self, method, parts, a, conn=None):
         c = self.c
         k = c.kubelet
         key = "/".join(parts)
@@ -157,6 +159,16 @@ class Control:
             return {"watches": n}
         if key == "watch/drop" and method == "POST":
             return {"watches": c.store.broadcast(("drop",))}
+        if key == "watch/raw" and method == "POST":
+            line = a.get("line")
+            if not isinstance(line, str) or "\n" in line:
+                raise ControlError(400, "line must be a string without a newline")
+            return {"watches": c.store.broadcast(("raw", line))}
+        if key == "outage" and method == "POST":
+            seconds = float(a.get("seconds", 0))
+            if not 0 < seconds <= 600:
+                raise ControlError(400, "seconds must be in (0, 600]")
+            return {"connections": c.start_outage(seconds, keep=conn)}
         if key == "compact" and method == "POST":
             c.store.compact()
             return {"resourceVersion": str(c.store.rv)}

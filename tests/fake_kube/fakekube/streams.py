@@ -103,6 +103,8 @@ class StreamsMixin:
                 kind = item[0]
                 if kind == "event":
                     self.chunk(encode(item[1], item[2]))
+                elif kind == "raw":
+                    self.chunk((item[1] + "\n").encode())
                 elif kind == "initial-end":
                     if bookmarks:
                         self.chunk(bookmark(True))

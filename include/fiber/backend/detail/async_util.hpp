@@ -4,15 +4,23 @@
 /// Small pieces the HTTP-driven backends share: a move-only std::function
 /// (Asio 1.22 has no any_completion_handler) and the glue that turns an Asio
 /// completion handler into one, completing on the handler's own executor;
-/// the text of an exception_ptr.
+/// the text of an exception_ptr and the HTTP status of an API error in one;
+/// capped exponential back-off with jitter; a call whose exception is logged
+/// and skipped (odd API documents).
 
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 
+#include <fiber/log.hpp>
+
+#include <algorithm>
+#include <chrono>
 #include <exception>
 #include <memory>
+#include <random>
+#include <string_view>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -78,6 +86,49 @@ inline std::string exception_text(std::exception_ptr e, const char* fallback) {
   } catch (...) {
   }
   return fallback;
+}
+
+/// The HTTP status an API error `E` (with `long status() const`) in `e`
+/// carries (0: the call got no answer), or -1 when `e` holds something else.
+template <class E>
+long error_status(std::exception_ptr e) noexcept {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const E& x) {
+    return x.status();
+  } catch (...) {
+  }
+  return -1;
+}
+
+/// Wait before retry number `attempt` (0 first): `first` doubling up to
+/// `cap`, drawn uniformly from its upper half (so that many clients that
+/// failed together do not retry together). Any thread.
+inline std::chrono::milliseconds backoff_delay(int attempt, std::chrono::milliseconds first,
+                                               std::chrono::milliseconds cap) {
+  thread_local std::minstd_rand rng{std::random_device{}()};
+  auto d = first;
+  for (int i = 0; i < attempt && d < cap; ++i) d *= 2;
+  d = std::min(d, cap);
+  std::uniform_int_distribution<long long> half(d.count() / 2, d.count());
+  return std::chrono::milliseconds(half(rng));
+}
+
+/// Runs `f()`; an exception it throws is logged as a warning ("<what>:
+/// <message>; skipped") instead of propagating. Returns whether `f` returned.
+/// For handlers of documents an API server sent, which must never stop a
+/// stream or the runtime thread.
+template <class F>
+bool skip_on_error(std::string_view what, F&& f) noexcept {
+  try {
+    std::forward<F>(f)();
+    return true;
+  } catch (const std::exception& e) {
+    log(log_level::warning, what, ": ", e.what(), "; skipped");
+  } catch (...) {
+    log(log_level::warning, what, ": unknown error; skipped");
+  }
+  return false;
 }
 
 /// A handler that runs `f(*owner, args...)` while `owner` lives and

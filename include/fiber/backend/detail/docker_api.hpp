@@ -370,13 +370,16 @@ private:
     }
 
     // Handlers of a streamed body: `started` once the response head is in,
-    // then each item `Decoder` cuts from the bytes to `on_item`.
+    // then each item `Decoder` cuts from the bytes to `on_item`. An item
+    // that cannot be read (or whose handler throws) is logged and skipped.
     template <class Decoder, class OnItem>
-    static http::stream_handlers decoded(std::function<void()> started, OnItem on_item) {
+    static http::stream_handlers decoded(std::string what, std::function<void()> started, OnItem on_item) {
       auto decoder = std::make_shared<Decoder>();
       http::stream_handlers sh;
       sh.on_head = [started = std::move(started)](const http::response&) { started(); };
-      sh.on_data = [decoder, on_item = std::move(on_item)](std::string_view d) { decoder->feed(d, on_item); };
+      sh.on_data = [decoder, what = "docker: " + what, on_item = std::move(on_item)](std::string_view d) {
+        decoder->feed(d, [&](auto... item) { skip_on_error(what, [&] { on_item(item...); }); });
+      };
       return sh;
     }
 
@@ -386,6 +389,7 @@ private:
       std::string path = "/events?filters=" + filters + (since.empty() ? "" : "&since=" + url_encode(since));
       auto shared = std::make_shared<event_handlers>(std::move(h));
       auto sh = decoded<line_splitter>(
+          "events",
           [shared] {
             if (shared->on_subscribed) shared->on_subscribed();
           },
@@ -398,6 +402,7 @@ private:
     void attach(std::string id, attach_handlers h, json_handler done, asio::cancellation_slot slot) {
       auto shared = std::make_shared<attach_handlers>(std::move(h));
       auto sh = decoded<output_demux>(
+          "output of container " + id,
           [shared] {
             if (shared->on_attached) shared->on_attached();
           },

@@ -7,6 +7,7 @@
 #include <fiber/backend/detail/net_address.hpp>
 #include <fiber/backend/detail/docker_api.hpp>
 #include <fiber/backend/detail/docker_options.hpp>
+#include <fiber/backend/detail/docker_output.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>
@@ -26,6 +27,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -34,9 +36,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 namespace fiber::detail {
 
@@ -49,7 +48,8 @@ public:
         opts_(std::move(opts)),
         local_daemon_(!where.unix_socket.empty()),
         api_(ex, std::move(where)),
-        me_(docker_impl::master_identity::self()) {
+        me_(docker_impl::master_identity::self()),
+        events_retry_(ex) {
     std::random_device rd;
     char buf[17];
     std::snprintf(buf, sizeof buf, "%08x", unsigned(rd()));
@@ -60,7 +60,10 @@ public:
   /// blocking for at most ~10 s. Exit handlers of live jobs are not called.
   ~docker_launcher() override {
     shutting_down_ = true;
+    events_retry_.cancel();
     api_.cancel();
+    if (auto n = relay_.dropped())
+      log(log_level::warning, "docker: ", n, " bytes of worker output were dropped: their reader did not keep up");
     if (!launched_) return; // nothing of this run can exist
     std::set<std::string> names;
     for (auto& [name, r] : jobs_)
@@ -86,23 +89,32 @@ public:
     sweep();
   }
 
+  /// What may block, done on the calling thread: the network's gateway
+  /// (`GET /networks/<name>`, up to 5 s) for listen_url(). Any thread; once
+  /// (a failure is tried again by the next call); throws as listen_url().
+  /// For launcher::prepare(), which the runtime calls off its own thread.
+  void prepare() override {
+    std::call_once(listen_once_, [this] {
+      std::string addr = opts_.listen_address;
+      if (addr.empty()) {
+        if (opts_.network == "host") addr = "127.0.0.1";
+        else if (opts_.network == "none")
+          throw backend_error("docker: docker.network is 'none': workers could not reach the master; use host or "
+                              "a bridge network");
+        else addr = network_gateway();
+      }
+      listen_url_ = fiber::detail::tcp_listen_url(addr, opts_.tls);
+    });
+  }
+
   /// "tcp://127.0.0.1:0" on the host network (tls+tcp:// when tls_cert is
-  /// set); on another network its gateway's address (inspected once:
-  /// blocks up to 5 s, the only call that does); `listen_address` beats
-  /// both. Throws fiber::backend_error for network "none" or a network
+  /// set); on another network its gateway's address (inspected once by
+  /// prepare(); blocks up to 5 s when that did not run first); `listen_address`
+  /// beats both. Throws fiber::backend_error for network "none" or a network
   /// without an IPv4/IPv6 gateway.
   std::string listen_url() override {
-    if (listen_url_) return *listen_url_;
-    std::string addr = opts_.listen_address;
-    if (addr.empty()) {
-      if (opts_.network == "host") addr = "127.0.0.1";
-      else if (opts_.network == "none")
-        throw backend_error("docker: docker.network is 'none': workers could not reach the master; use host or a "
-                            "bridge network");
-      else addr = network_gateway();
-    }
-    listen_url_ = fiber::detail::tcp_listen_url(addr, opts_.tls);
-    return *listen_url_;
+    prepare();
+    return listen_url_;
   }
 
   /// One container per spec, created and started in the background; the
@@ -129,7 +141,10 @@ public:
       r.memory_mb = specs[i].resources.memory_mb;
       open_outputs(r, specs[i]);
       jobs.push_back(backend::job{name, -1, me_.host});
-      create(r.name, specs[i]);
+      r.spec = container_for(r.name, specs[i]);
+      r.give_up = std::chrono::steady_clock::now() +
+                  std::chrono::seconds(std::max<long long>(1, config_int("start_timeout_s")));
+      create(r);
     }
     ensure_events();
     return jobs;
@@ -170,8 +185,12 @@ private:
     std::uint64_t asked_mask = 0; // every signal asked
     bool oom = false, reported = false, destroyed = false;
     int memory_mb = 0;
-    int fd_out = -1, fd_err = -1; // worker_output_dir files (else the master's stdout/stderr)
+    int out = 1, err = 2; // relay sinks: worker_output_dir files, else the master's stdout/stderr
     std::unique_ptr<asio::steady_timer> oom_grace;
+    docker::container_spec spec;                   // kept while a create may be retried
+    std::chrono::steady_clock::time_point give_up; // transient failures are retried until then
+    int attempts = 0;
+    std::unique_ptr<asio::steady_timer> retry;
   };
 
   std::string run_label() const { return std::string(docker_impl::label_run) + "=" + run_id_; }
@@ -226,12 +245,17 @@ private:
     return c;
   }
 
-  void create(const std::string& name, const backend::job_spec& s) {
-    api_.async_create(container_for(name, s),
-                      guarded([name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
+  void create(record& r) {
+    api_.async_create(r.spec, guarded([name = r.name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
                         auto* r = self.find(name);
                         if (!r) return;
+                        if (e && r->attempts > 0 && error_status<docker::api_error>(e) == 409)
+                          e = nullptr; // a retried create that had succeeded
+                        if (e && self.retry_later(*r, e, [](docker_launcher& self, record& r) { self.create(r); }))
+                          return;
                         if (e) return self.fail_start(*r, e, false);
+                        r->attempts = 0;
+                        r->spec = {};
                         if (r->asked) return self.remove_unstarted(*r);
                         r->ph = phase::attaching;
                         self.attach(*r);
@@ -271,10 +295,35 @@ private:
     api_.async_start(r.name, guarded([name = r.name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
                        auto* r = self.find(name);
                        if (!r || r->reported) return;
+                       if (e && r->attempts > 0 && error_status<docker::api_error>(e) == 304)
+                         e = nullptr; // started by an earlier try
+                       if (e &&
+                           self.retry_later(*r, e, [](docker_launcher& self, record& r) { self.start_container(r); }))
+                         return;
                        if (e) return self.fail_start(*r, e, true);
                        r->ph = phase::running;
                        if (r->asked) self.kill(r->name, r->asked);
                      }));
+  }
+
+  // A create or start that failed for a reason that passes (no answer from
+  // a daemon that answered before: refused, reset; a few 5xx) runs `again`
+  // after a capped back-off, until the job's start budget is spent.
+  template <class Again>
+  bool retry_later(record& r, std::exception_ptr e, Again again) {
+    const long status = error_status<docker::api_error>(e);
+    const bool transient = (status == 0 && !api_.version().empty()) || (status >= 500 && r.attempts < 4);
+    if (!transient || r.asked || std::chrono::steady_clock::now() >= r.give_up) return false;
+    log(log_level::debug, what(e), "; trying again");
+    r.retry = std::make_unique<asio::steady_timer>(ex_, backoff_delay(r.attempts++, std::chrono::milliseconds(100),
+                                                                      std::chrono::seconds(3)));
+    r.retry->async_wait(guarded([name = r.name, again](docker_launcher& self, std::error_code ec) {
+      auto* r = self.find(name);
+      if (ec || !r || r->reported) return;
+      if (r->asked) return self.remove_unstarted(*r);
+      again(self, *r);
+    }));
+    return true;
   }
 
   void fail_start(record& r, std::exception_ptr e, bool created) {
@@ -327,7 +376,8 @@ private:
 
   // ---- events ----------------------------------------------------------------
 
-  enum class events_state { idle, connecting, ready };
+  enum class events_state { idle, connecting, ready, retrying };
+  static constexpr auto events_give_up = std::chrono::seconds(30); // of failed reconnections: the jobs are lost
 
   void ensure_events() {
     if (events_ != events_state::idle || shutting_down_) return;
@@ -351,7 +401,8 @@ private:
 
   void events_up() {
     events_ = events_state::ready;
-    reconnects_ = 0;
+    events_up_since_ = std::chrono::steady_clock::now();
+    if (std::exchange(reconcile_, false)) reconcile(0);
     if (last_event_ns_ == 0)
       last_event_ns_ =
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -364,16 +415,39 @@ private:
       if (auto* r = find(n)) start_container(*r);
   }
 
-  // The stream ended: the daemon stopped, or could not be reached.
+  // The stream ended: the daemon stopped or restarted, or could not be
+  // reached. Reconnect with a capped back-off (the `since` replay brings what
+  // was missed), then reconcile with a fresh list; only after events_give_up
+  // of failures are the jobs lost.
   void events_down(std::exception_ptr e) {
     const bool was_up = events_ == events_state::ready;
     events_ = events_state::idle;
-    if (was_up && reconnects_++ < 3) {
-      log(log_level::warning, "docker: the event stream ended (", e ? what(e) : std::string("closed"),
-          "); reconnecting");
-      return ensure_events();
-    }
     auto reason = e ? what(e) : std::string("docker: the daemon closed the event stream");
+    const auto now = std::chrono::steady_clock::now();
+    if (was_up) {
+      reconcile_ = true;
+      if (now - events_up_since_ > std::chrono::seconds(5)) event_failures_ = 0; // not a flapping stream
+      log(log_level::warning, "docker: the event stream ended (", reason, "); reconnecting");
+    }
+    if (event_failures_++ == 0) events_failing_since_ = now;
+    // A daemon never reached: fail now (nothing could have started).
+    if (!api_.version().empty() && now - events_failing_since_ < events_give_up) {
+      events_ = events_state::retrying;
+      events_retry_.expires_after(backoff_delay(event_failures_ - 1, std::chrono::milliseconds(100),
+                                                std::chrono::seconds(5)));
+      events_retry_.async_wait(guarded([](docker_launcher& self, std::error_code ec) {
+        if (ec || self.events_ != events_state::retrying) return;
+        self.events_ = events_state::idle;
+        self.ensure_events();
+      }));
+      return;
+    }
+    if (was_up || reconcile_) reason += " (for " + std::to_string(events_give_up.count()) + " s)";
+    lose_all("docker: lost the daemon's event stream: " + reason, reason);
+  }
+
+  void lose_all(const std::string& why_running, const std::string& why_waiting) {
+    event_failures_ = 0; // a later launch tries afresh
     std::vector<std::string> names;
     for (auto& [name, r] : jobs_)
       if (!r.reported) names.push_back(name);
@@ -381,12 +455,69 @@ private:
       auto* r = find(n);
       if (!r) continue;
       if (r->ph == phase::running || r->ph == phase::starting) {
-        report(*r, {backend::job_exit::kind::lost, 0, "docker: lost the daemon's event stream: " + reason});
+        report(*r, {backend::job_exit::kind::lost, 0, why_running});
       } else if (r->ph == phase::waiting_events) {
-        backend::job_exit x{backend::job_exit::kind::lost, 0, reason};
+        backend::job_exit x{backend::job_exit::kind::lost, 0, why_waiting};
         x.start_failed = true;
         api_.async_remove(r->name, true, [](std::exception_ptr, nlohmann::json) {});
         report(*r, std::move(x));
+      }
+    }
+  }
+
+  // After a reconnection: containers that still run are kept; those that
+  // ended while nobody listened end with the status Docker kept (inspect),
+  // those gone without a trace as lost. Waits a moment first, for the
+  // replayed events that say the same with the exit status.
+  void reconcile(int attempt) {
+    events_retry_.expires_after(attempt == 0
+                                    ? std::chrono::milliseconds(250)
+                                    : backoff_delay(attempt, std::chrono::milliseconds(100), std::chrono::seconds(5)));
+    events_retry_.async_wait(guarded([attempt](docker_launcher& self, std::error_code ec) {
+      if (ec || self.events_ != events_state::ready) return;
+      self.api_.async_list({self.run_label()}, true,
+                           self.guarded([attempt](docker_launcher& self, std::exception_ptr e, nlohmann::json list) {
+                             if (e) {
+                               if (self.events_ == events_state::ready) self.reconcile(attempt + 1);
+                               return; // else the stream's own end handles it
+                             }
+                             self.reconciled(list);
+                           }));
+    }));
+  }
+
+  void reconciled(const nlohmann::json& list) {
+    std::map<std::string, std::string> state; // container name -> State
+    if (list.is_array())
+      for (auto& c : list)
+        skip_on_error("docker: list containers: an entry fiber cannot read", [&] {
+          const auto& names = c.at("Names");
+          for (auto& n : names)
+            state[n.get<std::string>().substr(n.get<std::string>().starts_with("/") ? 1 : 0)] = c.value("State", "");
+        });
+    std::vector<std::string> names;
+    for (auto& [name, r] : jobs_)
+      if (!r.reported && (r.ph == phase::running || r.ph == phase::starting)) names.push_back(name);
+    for (auto& n : names) {
+      auto* r = find(n);
+      auto it = state.find(n);
+      if (!r || r->reported) continue;
+      if (it == state.end()) {
+        report(*r, {backend::job_exit::kind::lost, 0,
+                    "docker: container " + n + " is gone (removed while the daemon's event stream was down)"});
+      } else if (it->second == "exited" || it->second == "dead") {
+        api_.async_inspect(
+            n, guarded([n](docker_launcher& self, std::exception_ptr e, nlohmann::json c) {
+              auto* r = self.find(n);
+              if (!r || r->reported) return;
+              const auto st = c.is_object() && c.contains("State") ? c["State"] : nlohmann::json();
+              const auto code = st.is_object() && st.contains("ExitCode") ? st["ExitCode"] : nlohmann::json();
+              if (e || !code.is_number_integer())
+                return self.report(*r, {backend::job_exit::kind::lost, 0,
+                                        "docker: container " + n + " ended while the daemon's event stream was down"});
+              r->oom = r->oom || (st.contains("OOMKilled") && st["OOMKilled"] == true);
+              self.on_die(*r, std::to_string(code.get<int>()));
+            }));
       }
     }
   }
@@ -451,23 +582,23 @@ private:
   // ---- output ----------------------------------------------------------------
 
   void open_outputs(record& r, const backend::job_spec& s) {
-    if (s.stdout_path) r.fd_out = ::open(s.stdout_path->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (s.stderr_path) r.fd_err = ::open(s.stderr_path->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (s.stdout_path) r.out = relay_.open(*s.stdout_path);
+    if (s.stderr_path) r.err = relay_.open(*s.stderr_path);
   }
 
-  static void close_outputs(record& r) {
-    if (r.fd_out >= 0) ::close(r.fd_out);
-    if (r.fd_err >= 0) ::close(r.fd_err);
-    r.fd_out = r.fd_err = -1;
+  void close_outputs(record& r) {
+    relay_.close(r.out);
+    relay_.close(r.err);
+    r.out = 1;
+    r.err = 2;
   }
 
-  static void write_output(record& r, int stream, std::string_view bytes) {
-    int fd = stream == 2 ? (r.fd_err >= 0 ? r.fd_err : 2) : (r.fd_out >= 0 ? r.fd_out : 1);
-    while (!bytes.empty()) {
-      auto n = ::write(fd, bytes.data(), bytes.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
-      bytes.remove_prefix(std::size_t(n));
+  // Through the relay's thread: a reader that stalls costs dropped output, never the runtime thread.
+  void write_output(record& r, int stream, std::string_view bytes) {
+    relay_.write(stream == 2 ? r.err : r.out, bytes);
+    if (relay_.dropped() > 0 && !drop_logged_) {
+      drop_logged_ = true;
+      log(log_level::warning, "docker: worker output is being dropped: its reader does not keep up");
     }
   }
 
@@ -476,33 +607,33 @@ private:
   // Containers of fiber runs whose master is gone (killed before it could
   // remove them; created but never started): removed. Background, best effort.
   void sweep() {
-    api_.async_list({std::string(docker_impl::managed_by_label) + "=fiber"}, true,
-                    guarded([](docker_launcher& self, std::exception_ptr e, nlohmann::json list) {
-                      if (e || !list.is_array()) return;
-                      std::size_t n = 0;
-                      for (auto& c : list) {
-                        std::map<std::string, std::string> labels;
-                        if (auto l = c.find("Labels"); l != c.end() && l->is_object())
-                          for (auto& [k, v] : l->items())
-                            if (v.is_string()) labels[k] = v.get<std::string>();
-                        if (labels[std::string(docker_impl::label_run)] == self.run_id_) continue;
-                        if (docker_impl::master_gone(labels, self.me_).value_or(false)) {
-                          ++n;
-                          self.api_.async_remove(c.value("Id", ""), true, [](std::exception_ptr, nlohmann::json) {});
-                        }
-                      }
-                      if (n)
-                        log(log_level::info, "docker: removing ", n,
-                            " container(s) of fiber runs whose master is gone");
-                    }));
+    api_.async_list(
+        {std::string(docker_impl::managed_by_label) + "=fiber"}, true,
+        guarded([](docker_launcher& self, std::exception_ptr e, nlohmann::json list) {
+          if (e || !list.is_array()) return;
+          std::size_t n = 0;
+          for (auto& c : list) {
+            std::map<std::string, std::string> labels;
+            if (auto l = c.find("Labels"); l != c.end() && l->is_object())
+              for (auto& [k, v] : l->items())
+                if (v.is_string()) labels[k] = v.get<std::string>();
+            if (labels[std::string(docker_impl::label_run)] == self.run_id_) continue;
+            const auto& id = c.is_object() && c.contains("Id") ? c["Id"] : nlohmann::json();
+            if (id.is_string() && docker_impl::master_gone(labels, self.me_).value_or(false)) {
+              ++n;
+              self.api_.async_remove(id.get<std::string>(), true, [](std::exception_ptr, nlohmann::json) {});
+            }
+          }
+          if (n) log(log_level::info, "docker: removing ", n, " container(s) of fiber runs whose master is gone");
+        }));
   }
 
   std::string network_gateway() {
     http::request req;
-    // Blocking, once: listen_url() must answer now (see its comment).
+    // Blocking, once (see prepare()), maybe off the runtime thread: only what never changes is read.
     auto& ep = api_.where();
-    std::string version = api_.version().empty() ? std::string(docker::oldest_api_version) : api_.version();
-    req.url = ep.base_url + "/v" + version + "/networks/" + docker::url_encode(opts_.network);
+    req.url = ep.base_url + "/v" + std::string(docker::oldest_api_version) + "/networks/" +
+              docker::url_encode(opts_.network);
     req.unix_socket = ep.unix_socket;
     req.tls = ep.tls;
     std::error_code ec;
@@ -524,7 +655,9 @@ private:
       if (auto ipam = j.find("IPAM"); ipam != j.end() && ipam->is_object())
         if (auto cfg = ipam->find("Config"); cfg != ipam->end() && cfg->is_array())
           for (auto& c : *cfg)
-            if (auto gw = c.value("Gateway", ""); !gw.empty()) return gw;
+            if (auto gw = c.is_object() && c.contains("Gateway") ? c["Gateway"] : nlohmann::json();
+                gw.is_string() && !gw.get<std::string>().empty())
+              return gw.get<std::string>();
     throw backend_error("docker: network " + opts_.network +
                         " has no gateway address for workers to reach the master; set listen_address");
   }
@@ -537,12 +670,18 @@ private:
   std::string run_id_;
   std::map<std::string, record> jobs_; // by container name
   events_state events_ = events_state::idle;
-  int reconnects_ = 0;
+  asio::steady_timer events_retry_; // the next reconnection, or reconciliation
+  int event_failures_ = 0;          // reconnections that failed in a row
+  std::chrono::steady_clock::time_point events_failing_since_{}, events_up_since_{};
+  bool reconcile_ = false; // reconnected: compare with a fresh list
+  docker::output_relay relay_;
+  bool drop_logged_ = false;
   std::int64_t last_event_ns_ = 0;
   unsigned dup_ = 0;
   bool shutting_down_ = false;
   bool launched_ = false;
-  std::optional<std::string> listen_url_;
+  std::once_flag listen_once_;
+  std::string listen_url_; // set once, by prepare()
 };
 
 } // namespace fiber::detail

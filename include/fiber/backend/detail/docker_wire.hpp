@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -241,10 +242,9 @@ struct event {
   }
 };
 
-/// Parses one line of the events stream; nullopt for anything else.
-inline std::optional<event> parse_event(std::string_view line) {
-  auto j = nlohmann::json::parse(line, nullptr, false);
-  if (!j.is_object()) return std::nullopt;
+/// One event document (parse_event); throws nlohmann::json::exception for a
+/// field of the wrong type.
+inline event event_from(const nlohmann::json& j) {
   event e;
   e.type = j.value("Type", "");
   e.action = j.value("Action", j.value("status", ""));
@@ -257,6 +257,19 @@ inline std::optional<event> parse_event(std::string_view line) {
   }
   if (e.id.empty()) e.id = j.value("id", "");
   return e;
+}
+
+/// Parses one line of the events stream; nullopt for anything else. Throws
+/// std::invalid_argument, quoting the line, for a field of the wrong type.
+inline std::optional<event> parse_event(std::string_view line) {
+  auto j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  try {
+    return event_from(j);
+  } catch (const nlohmann::json::exception& x) {
+    throw std::invalid_argument("an event of an unexpected shape (" + std::string(x.what()) +
+                                "): " + std::string(line.substr(0, 200)));
+  }
 }
 
 /// Cuts a byte stream into items, keeping an incomplete one's bytes between

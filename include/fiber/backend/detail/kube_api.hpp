@@ -15,8 +15,8 @@
 /// is the response document. Handlers run on their associated executor
 /// (default: the client's), never inside the initiating call. A 401 is
 /// answered by fetching a fresh credential (re-reading the token file,
-/// re-running the exec plugin) and trying once more; 429, 500, 503 and 504
-/// are retried up to 4 times, after the server's Retry-After (at most 10 s)
+/// re-running the exec plugin) and trying once more; 429, 500, 502, 503 and
+/// 504 are retried up to 4 times, after the server's Retry-After (at most 10 s)
 /// or 0.1 s doubling. Cancellation: cancel() or destroying the client aborts
 /// every outstanding operation; watches also honour their handler's
 /// associated cancellation slot.
@@ -312,7 +312,9 @@ private:
       return std::make_exception_ptr(api_error(msg, r.status, status_reason(r.body)));
     }
 
-    static bool retriable(long status) { return status == 429 || status == 500 || status == 503 || status == 504; }
+    static bool retriable(long status) {
+      return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+    }
 
     static std::chrono::milliseconds backoff(const http::response& r, int attempt) {
       auto ra = std::string(r.header("retry-after"));
@@ -379,7 +381,9 @@ private:
         };
         sh.on_data = [shared, lines](std::string_view d) {
           lines->feed(d, [&](std::string_view line) {
-            if (auto ev = parse_watch_event(line); ev && shared->on_event) shared->on_event(std::move(*ev));
+            skip_on_error("kubernetes: watch pods: an event fiber cannot read", [&] {
+              if (auto ev = parse_watch_event(line); ev && shared->on_event) shared->on_event(std::move(*ev));
+            });
           });
         };
         auto complete = [w, done = std::move(done)](std::error_code ec, http::response r) mutable {

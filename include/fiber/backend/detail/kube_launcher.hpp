@@ -16,6 +16,8 @@
 #include <fiber/log.hpp>
 
 #include <asio/any_io_executor.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -28,6 +30,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -54,7 +57,7 @@ class kube_launcher final : public backend::launcher, public std::enable_shared_
 public:
   /// `where`: from kube::resolve(). Throws kube::api_error when libcurl cannot be loaded.
   kube_launcher(asio::any_io_executor ex, kube_options opts, kube::access where)
-      : ex_(ex), opts_(std::move(opts)), api_(ex, std::move(where)), relist_timer_(ex) {
+      : ex_(ex), opts_(std::move(opts)), api_(ex, std::move(where)), relist_timer_(ex), silence_timer_(ex) {
     std::random_device rd;
     run_id_ = kube::hex8(rd());
     ns_ = !opts_.namespace_.empty()          ? opts_.namespace_
@@ -69,6 +72,7 @@ public:
   ~kube_launcher() override {
     shutting_down_ = true;
     relist_timer_.cancel();
+    silence_timer_.cancel();
     api_.cancel();
     if (!launched_) return;
     const auto sel = "?labelSelector=" + kube::url_encode(selector());
@@ -80,9 +84,10 @@ public:
       auto list = api_.blocking({{"GET", pods_path() + sel, nullptr}}, std::chrono::seconds(3));
       std::vector<kube::blocking_call> dels;
       auto j = nlohmann::json::parse(list[0].second, nullptr, false);
-      if (j.is_object() && j["items"].is_array())
-        for (auto& p : j["items"])
-          dels.push_back({"DELETE", pods_path() + "/" + p["metadata"].value("name", ""), {{"gracePeriodSeconds", 0}}});
+      if (const auto& items = kube::wire_impl::field(j, "items"); items.is_array())
+        for (auto& p : items)
+          if (auto n = name_of(p); !n.empty())
+            dels.push_back({"DELETE", pods_path() + "/" + kube::url_encode(n), {{"gracePeriodSeconds", 0}}});
       ok = list[0].first == 200;
       for (auto& [status, body] : api_.blocking(dels, std::chrono::seconds(5)))
         ok = ok && (status / 100 == 2 || status == 404);
@@ -106,28 +111,37 @@ public:
     if (opts_.tls && opts_.tls_cert.empty()) make_certificate();
     if (api_.where().in_cluster) find_own_pod();
     else owner_state_ = step::done;
-    if (opts_.reaper && !api_.where().in_cluster && api_.where().source.starts_with("kubeconfig"))
-      if (!reaper_.arm(opts_.kubectl, opts_.context, ns_, selector()))
+    if (auto how = kube::reaper_connection(api_.where(), opts_.context); opts_.reaper && how)
+      if (!reaper_.arm(opts_.kubectl, *how, ns_, selector()))
         log(log_level::warning,
             "kubernetes: cannot start the watchdog that deletes this run's pods should the master be killed");
     relist();
   }
 
+  /// What may block, done on the calling thread: the API server's address
+  /// (a DNS lookup) and the route to it, for listen_url(). Any thread; once
+  /// (a failure is tried again by the next call); throws as listen_url().
+  void prepare() override {
+    std::call_once(listen_once_, [this] {
+      std::string addr = opts_.listen_address;
+      if (addr.empty()) {
+        auto [host, port] = kube::split_server(api_.where().server);
+        addr = route_source(host, port);
+      }
+      if (addr.empty())
+        throw backend_error("kubernetes: no local address routes to the API server at " + api_.where().server +
+                            ": set listen_address to an address the pods can reach");
+      listen_url_ = fiber::detail::tcp_listen_url(addr, opts_.tls);
+    });
+  }
+
   /// `tls+tcp://<addr>:0` (`tcp://` with k8s.tls false), addr = the
   /// `listen_address` key, else the local address on the route to the API
-  /// server (in a pod: the pod's IP). Throws backend_error when there is none.
+  /// server (in a pod: the pod's IP), found by prepare(). Throws
+  /// backend_error when there is none.
   std::string listen_url() override {
-    if (listen_url_) return *listen_url_;
-    std::string addr = opts_.listen_address;
-    if (addr.empty()) {
-      auto [host, port] = kube::split_server(api_.where().server);
-      addr = route_source(host, port);
-    }
-    if (addr.empty())
-      throw backend_error("kubernetes: no local address routes to the API server at " + api_.where().server +
-                          ": set listen_address to an address the pods can reach");
-    listen_url_ = fiber::detail::tcp_listen_url(addr, opts_.tls);
-    return *listen_url_;
+    prepare();
+    return listen_url_;
   }
 
   /// One pod per spec, created in the background once the run's Secret
@@ -165,7 +179,7 @@ public:
       jobs.push_back(backend::job{name, -1, ""});
     }
     for (auto& j : jobs) waiting_.push_back(j.id);
-    prepare();
+    create_waiting();
     return jobs;
   }
 
@@ -186,7 +200,7 @@ public:
       return;
     }
     if (signal == 15) return delete_pod(r->name, -1);
-    const bool running = r->last.is_object() && r->last["status"].value("phase", "") == "Running";
+    const bool running = kube::wire_impl::text(kube::wire_impl::field(r->last, "status"), "phase") == "Running";
     if (r->memory_mb <= 0 || !running || r->kill_hold) return delete_pod(r->name, 0);
     r->kill_hold = std::make_unique<asio::steady_timer>(ex_, std::chrono::seconds(1));
     r->kill_hold->async_wait(guarded([name = r->name](kube_launcher& self, std::error_code ec) {
@@ -211,6 +225,7 @@ public:
 
 private:
   enum class step { idle, running, done, failed };
+  static constexpr auto watch_silence = std::chrono::seconds(90); // > the API server's bookmark period (1 min)
   static constexpr int no_delete = std::numeric_limits<int>::max();
 
   struct record {
@@ -227,7 +242,14 @@ private:
     nlohmann::json last;                           // the pod as last seen
     std::unique_ptr<asio::steady_timer> kill_hold; // a kill waiting for the kubelet's word (see cancel)
     int delete_sent = no_delete;                   // the shortest grace period asked for so far
+    std::chrono::steady_clock::time_point give_up; // transient create failures are retried until then
+    int attempts = 0;
+    std::unique_ptr<asio::steady_timer> retry; // a create waiting to be retried
   };
+
+  static std::string name_of(const nlohmann::json& obj) {
+    return kube::wire_impl::text(kube::wire_impl::field(obj, "metadata"), "name");
+  }
 
   record* find(const std::string& name) {
     auto it = jobs_.find(name);
@@ -270,25 +292,56 @@ private:
       return;
     }
     owner_state_ = step::running;
-    api_.async_call(
-        "GET", pods_path() + "/" + kube::url_encode(n), nullptr, "get the master's own pod " + std::string(n),
-        guarded([](kube_launcher& self, std::exception_ptr e, nlohmann::json pod) {
-          self.owner_state_ = step::done;
-          if (e) {
-            log(log_level::warning, what(e), ": workers get no ownerReference to the master's pod");
-          } else {
-            self.owner_ = kube::owner_ref{pod["metadata"].value("name", ""), pod["metadata"].value("uid", "")};
-            auto& cs = pod["spec"]["containers"];
-            if (cs.is_array() && !cs.empty()) self.master_image_ = cs[0].value("image", "");
-            if (auto ps = pod["spec"].find("imagePullSecrets"); ps != pod["spec"].end()) self.pull_secrets_ = *ps;
-          }
-          self.prepare();
-        }));
+    api_.async_call("GET", pods_path() + "/" + kube::url_encode(n), nullptr,
+                    "get the master's own pod " + std::string(n),
+                    guarded([](kube_launcher& self, std::exception_ptr e, nlohmann::json pod) {
+                      self.owner_state_ = step::done;
+                      if (e) {
+                        log(log_level::warning, what(e), ": workers get no ownerReference to the master's pod");
+                      } else {
+                        using namespace kube::wire_impl;
+                        self.owner_ = kube::owner_ref{name_of(pod), text(field(pod, "metadata"), "uid")};
+                        const auto& cs = field(field(pod, "spec"), "containers");
+                        if (cs.is_array() && !cs.empty()) self.master_image_ = text(cs[0], "image");
+                        if (const auto& ps = field(field(pod, "spec"), "imagePullSecrets"); !ps.is_null())
+                          self.pull_secrets_ = ps;
+                        self.sweep_earlier_runs();
+                      }
+                      self.create_waiting();
+                    }));
+  }
+
+  // A master whose container restarted in the same pod: the pods and Secret
+  // its earlier runs owned through this pod are not the garbage collector's
+  // (the owner lives on). Background, best effort.
+  void sweep_earlier_runs() {
+    if (!owner_ || owner_->uid.empty()) return;
+    const auto sel = "?labelSelector=" + kube::url_encode(std::string(kube::managed_by_label) + "=fiber," +
+                                                          std::string(kube::label_run) + "!=" + run_id_);
+    for (const auto& path : {pods_path(), secrets_path()})
+      api_.async_call(
+          "GET", path + sel, nullptr, "list what earlier runs left",
+          guarded([path](kube_launcher& self, std::exception_ptr e, nlohmann::json list) {
+            if (e) return;
+            const auto& items = kube::wire_impl::field(list, "items");
+            if (!items.is_array()) return;
+            for (auto& o : items) {
+              const auto& refs = kube::wire_impl::field(kube::wire_impl::field(o, "metadata"), "ownerReferences");
+              if (!refs.is_array()) continue;
+              for (auto& ref : refs)
+                if (kube::wire_impl::text(ref, "uid") == self.owner_->uid) {
+                  log(log_level::info, "kubernetes: deleting ", name_of(o), ", left by an earlier master in this pod");
+                  self.api_.async_call("DELETE", path + "/" + kube::url_encode(name_of(o)), {{"gracePeriodSeconds", 0}},
+                                       "delete " + name_of(o), [](std::exception_ptr, nlohmann::json) {});
+                  break;
+                }
+            }
+          }));
   }
 
   // Pods are created once the Secret their env and files refer to exists
   // (else the kubelet reports CreateContainerConfigError) and the owner is known.
-  void prepare() {
+  void create_waiting() {
     if (waiting_.empty() || owner_state_ == step::running || secret_state_ == step::running) return;
     if (!fatal_.empty()) return fail_waiting(fatal_);
     if (secret_state_ == step::idle) return create_secret();
@@ -306,24 +359,59 @@ private:
       if (text.empty()) {
         secret_state_ = step::failed;
         secret_error_ = "kubernetes: cannot read the TLS file " + tls_files()[i] + " the workers need";
-        return prepare();
+        return create_waiting();
       }
       data["tls-" + std::to_string(i)] = text;
     }
     if (data.empty()) {
       secret_state_ = step::done;
-      return prepare();
+      return create_waiting();
     }
     secret_state_ = step::running;
     has_secret_ = true;
+    post_secret(std::move(data), start_deadline(), 0);
+  }
+
+  void post_secret(std::map<std::string, std::string> data, std::chrono::steady_clock::time_point give_up,
+                   int attempt) {
     api_.async_call("POST", secrets_path(), kube::secret_manifest(secret_name(), run_labels(), data, owner_),
                     "create secret " + secret_name(),
-                    guarded([](kube_launcher& self, std::exception_ptr e, nlohmann::json) {
+                    guarded([data, give_up, attempt](kube_launcher& self, std::exception_ptr e,
+                                                     nlohmann::json) mutable {
                       self.answered_ = self.answered_ || !e || answered(e);
+                      self.reached_ = self.reached_ || !e || answered(e);
+                      if (e && attempt > 0 && already_exists(e)) e = nullptr; // a retried create that had succeeded
+                      if (e && self.retry_later(e, give_up)) {
+                        auto t = std::make_shared<asio::steady_timer>(self.ex_, self.retry_delay(attempt));
+                        t->async_wait(self.guarded([t, data = std::move(data), give_up,
+                                                    attempt](kube_launcher& self, std::error_code ec) mutable {
+                          if (!ec) self.post_secret(std::move(data), give_up, attempt + 1);
+                        }));
+                        return;
+                      }
                       self.secret_state_ = e ? step::failed : step::done;
                       if (e) self.secret_error_ = what(e);
-                      self.prepare();
+                      self.create_waiting();
                     }));
+  }
+
+  static std::chrono::steady_clock::time_point start_deadline() {
+    return std::chrono::steady_clock::now() +
+           std::chrono::seconds(std::max<long long>(1, config_int("start_timeout_s")));
+  }
+
+  static std::chrono::milliseconds retry_delay(int attempt) {
+    return backoff_delay(attempt, std::chrono::milliseconds(200), std::chrono::seconds(5));
+  }
+
+  // A call that failed for a reason that passes (no answer: refused, reset,
+  // timed out; 429, 5xx) once the API server has been reached, before `give_up`.
+  bool retry_later(std::exception_ptr e, std::chrono::steady_clock::time_point give_up) const {
+    const long status = error_status<kube::api_error>(e);
+    const bool transient = status == 0 || status == 429 || (status >= 500 && status <= 504);
+    if (!transient || !reached_ || shutting_down_ || std::chrono::steady_clock::now() >= give_up) return false;
+    log(log_level::debug, what(e), "; trying again");
+    return true;
   }
 
   // The TLS files the workers read (at the same paths as the master's).
@@ -368,34 +456,47 @@ private:
     if (!has_secret_) r.in.secret_name.clear();
     else r.in.secret_name = secret_name();
     r.creating = true;
-    api_.async_call("POST", pods_path(), kube::pod_manifest(r.in),
-                    "create pod " + r.name + " (image " + r.in.image + ")",
-                    guarded([name = r.name](kube_launcher& self, std::exception_ptr e, nlohmann::json pod) {
-                      auto* r = self.find(name);
-                      if (!r) { // ended meanwhile (the API server was lost): do not leave the pod
-                        if (!e) self.delete_pod(name, 0);
-                        return;
-                      }
-                      r->creating = false;
-                      self.answered_ = self.answered_ || !e || answered(e);
-                      if (e && !already_exists(e)) return self.fail_start(*r, what(e));
-                      r->created = true;
-                      r->created_epoch = self.list_epoch_;
-                      if (r->asked) return self.delete_pod(name, r->asked == 15 ? -1 : 0);
-                      if (pod.is_object()) self.on_pod(pod, false);
-                    }));
+    r.give_up = start_deadline();
+    post_pod(r);
+  }
+
+  void post_pod(record& r) {
+    api_.async_call(
+        "POST", pods_path(), kube::pod_manifest(r.in), "create pod " + r.name + " (image " + r.in.image + ")",
+        guarded([name = r.name](kube_launcher& self, std::exception_ptr e, nlohmann::json pod) {
+          auto* r = self.find(name);
+          if (!r) { // ended meanwhile (the API server was lost): do not leave the pod
+            if (!e) self.delete_pod(name, 0);
+            return;
+          }
+          self.answered_ = self.answered_ || !e || answered(e);
+          self.reached_ = self.reached_ || !e || answered(e);
+          if (e && !already_exists(e) && self.retry_later(e, r->give_up)) {
+            if (r->asked) {
+              r->creating = false;
+              return self.report(*r, {backend::job_exit::kind::signalled, r->asked, "cancelled before it was created"});
+            }
+            r->retry = std::make_unique<asio::steady_timer>(self.ex_, retry_delay(r->attempts++));
+            r->retry->async_wait(self.guarded([name](kube_launcher& self, std::error_code ec) {
+              auto* r = self.find(name);
+              if (!r || ec || r->reported) return;
+              if (!r->asked) return self.post_pod(*r);
+              r->creating = false;
+              self.report(*r, {backend::job_exit::kind::signalled, r->asked, "cancelled before it was created"});
+            }));
+            return;
+          }
+          r->creating = false;
+          if (e && !already_exists(e)) return self.fail_start(*r, what(e));
+          r->created = true;
+          r->created_epoch = self.list_epoch_;
+          if (r->asked) return self.delete_pod(name, r->asked == 15 ? -1 : 0);
+          if (pod.is_object()) self.on_pod(pod, false);
+        }));
   }
 
   // The API server answered (so the object may exist), or the call got no answer.
-  static bool answered(std::exception_ptr e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const kube::api_error& x) {
-      return x.status() != 0;
-    } catch (...) {
-    }
-    return true;
-  }
+  static bool answered(std::exception_ptr e) { return error_status<kube::api_error>(e) != 0; }
 
   static bool already_exists(std::exception_ptr e) {
     try {
@@ -459,8 +560,7 @@ private:
   }
 
   void on_pod(const nlohmann::json& pod, bool deleted) {
-    if (!pod.is_object() || !pod.contains("metadata")) return;
-    auto* r = find(pod["metadata"].value("name", ""));
+    auto* r = find(name_of(pod));
     if (!r || r->reported) return;
     r->last = pod;
     auto v = kube::judge(pod, {r->asked, r->asked_mask, deleted, r->memory_mb});
@@ -495,13 +595,15 @@ private:
   void listed(unsigned epoch, std::exception_ptr e, nlohmann::json list) {
     if (e) return list_failed(e);
     failures_ = 0;
+    reached_ = true;
     fatal_.clear();
     std::set<std::string> present;
-    if (list.is_object() && list["items"].is_array())
-      for (auto& p : list["items"]) {
-        present.insert(p["metadata"].value("name", ""));
-        on_pod(p, false);
-      }
+    if (const auto& items = kube::wire_impl::field(list, "items"); items.is_array())
+      for (auto& p : items)
+        skip_on_error("kubernetes: list pods: a pod fiber cannot read", [&] {
+          present.insert(name_of(p));
+          on_pod(p, false);
+        });
     // Created before this list was asked for, and not in it: deleted while nobody watched.
     std::vector<std::string> gone;
     for (auto& [n, r] : jobs_)
@@ -517,39 +619,59 @@ private:
     std::uniform_int_distribution<int> jitter(0, 120);
     std::random_device rd;
     kube::watch_handlers h;
-    h.on_event = guarded([](kube_launcher& self, kube::watch_event&& ev) { self.on_event(std::move(ev)); });
+    h.on_event = guarded([](kube_launcher& self, kube::watch_event&& ev) {
+      self.hear_watch();
+      self.on_event(std::move(ev));
+    });
+    // A new cancellation signal per watch: silence (a black-holed connection) cancels this one.
+    watch_cancel_ = std::make_unique<asio::cancellation_signal>();
+    hear_watch();
     api_.async_watch(pods_path() + watch_query() + "&watch=1&allowWatchBookmarks=true&resourceVersion=" +
                          kube::url_encode(rv_) + "&timeoutSeconds=" + std::to_string(240 + jitter(rd)),
-                     std::move(h), guarded([](kube_launcher& self, std::exception_ptr e, nlohmann::json) {
-                       // Ended by the server's timeout: resume from the last version seen.
-                       if (!e && !self.expired_) return self.watch(self.rv_);
-                       log(log_level::debug, "kubernetes: the watch ended (", e ? what(e) : std::string("410 Gone"),
-                           "): listing the run's pods again");
-                       self.relist();
-                     }));
+                     std::move(h),
+                     asio::bind_cancellation_slot(
+                         watch_cancel_->slot(), guarded([](kube_launcher& self, std::exception_ptr e, nlohmann::json) {
+                           self.silence_timer_.cancel();
+                           // Ended by the server's timeout: resume from the last version seen.
+                           if (!e && !self.expired_) return self.watch(self.rv_);
+                           log(log_level::debug, "kubernetes: the watch ended (", e ? what(e) : std::string("410 Gone"),
+                               "): listing the run's pods again");
+                           self.relist();
+                         })));
+  }
+
+  // The watch said something (an event, a bookmark): it is not black-holed.
+  void hear_watch() {
+    silence_timer_.expires_after(watch_silence);
+    silence_timer_.async_wait(guarded([](kube_launcher& self, std::error_code ec) {
+      if (ec || !self.watch_cancel_) return;
+      log(log_level::warning, "kubernetes: the watch said nothing for ", watch_silence.count(),
+          " s: listing the run's pods again");
+      self.watch_cancel_->emit(asio::cancellation_type::terminal);
+    }));
   }
 
   void on_event(kube::watch_event&& ev) {
+    using namespace kube::wire_impl;
     if (ev.type == "ERROR") { // 410 Expired ("too old resource version"), or worse: list again when it ends
-      if (ev.object.value("code", 0) != 410)
-        log(log_level::warning, "kubernetes: watch: ", ev.object.value("message", ev.object.dump()));
+      if (const auto& code = field(ev.object, "code"); !(code.is_number() && code.get<int>() == 410))
+        log(log_level::warning,
+            "kubernetes: watch: ", text(ev.object, "message").empty() ? ev.object.dump() : text(ev.object, "message"));
       expired_ = true;
       return;
     }
     if (auto rv = kube::resource_version(ev.object); !rv.empty()) rv_ = rv;
-    if (ev.type == "ADDED" || ev.type == "MODIFIED" || ev.type == "DELETED") on_pod(ev.object, ev.type == "DELETED");
+    if (ev.type != "ADDED" && ev.type != "MODIFIED" && ev.type != "DELETED") return;
+    if (name_of(ev.object).empty())
+      return log(log_level::warning, "kubernetes: watch: skipped an event (", ev.type,
+                 ") without a pod name: ", ev.object.dump().substr(0, 200));
+    on_pod(ev.object, ev.type == "DELETED");
   }
 
   // Unauthorized, forbidden, no such namespace: nothing will be seen, fail now.
   // Otherwise try again (0.1 s doubling to 5 s); after 30 s the live jobs are lost.
   void list_failed(std::exception_ptr e) {
-    long status = 0;
-    try {
-      std::rethrow_exception(e);
-    } catch (const kube::api_error& x) {
-      status = x.status();
-    } catch (...) {
-    }
+    const long status = error_status<kube::api_error>(e);
     const auto now = std::chrono::steady_clock::now();
     if (failures_++ == 0) failing_since_ = now;
     const bool fatal = status == 401 || status == 403 || status == 404;
@@ -586,7 +708,8 @@ private:
   std::string master_image_;
   nlohmann::json pull_secrets_;
   kube::reaper reaper_;
-  asio::steady_timer relist_timer_;
+  asio::steady_timer relist_timer_, silence_timer_;
+  std::unique_ptr<asio::cancellation_signal> watch_cancel_;
   unsigned list_epoch_ = 0;
   int failures_ = 0;
   std::chrono::steady_clock::time_point failing_since_{};
@@ -595,7 +718,9 @@ private:
   unsigned dup_ = 0;
   bool shutting_down_ = false, launched_ = false, output_note_ = false;
   bool answered_ = false; // a create got an answer: something of this run may exist
-  std::optional<std::string> listen_url_;
+  bool reached_ = false;  // the API server has answered: a call that gets no answer now may be retried
+  std::once_flag listen_once_;
+  std::string listen_url_; // set once, by prepare()
 };
 
 } // namespace fiber::detail

@@ -2,7 +2,8 @@
 #pragma once
 /// @file backend/detail/slurm_commands.hpp
 /// The Slurm commands fiber runs, as argv vectors and scripts (pure, unit-
-/// tested without a cluster): sbatch of one job or one array, srun of a step.
+/// tested without a cluster): sbatch of one job or one array, srun of a step,
+/// scancel, the squeue poll, the reaper's program.
 
 #include <fiber/backend/detail/shell_words.hpp>
 #include <fiber/backend/detail/slurm_options.hpp>
@@ -173,6 +174,39 @@ inline std::vector<std::string> srun_argv(const slurm_options& o, const std::str
   if (spec.stderr_path) a.push_back("--error=" + *spec.stderr_path);
   a.insert(a.end(), spec.argv.begin(), spec.argv.end());
   return a;
+}
+
+/// scancel's argv: 0 or 15 -> plain (SIGTERM, SIGKILL after KillWait); 9 ->
+/// --signal=KILL --full; other n -> --signal=n --full.
+inline std::vector<std::string> scancel_argv(const slurm_options& o, const std::vector<std::string>& ids, int signal) {
+  std::vector<std::string> a{o.bin("scancel")};
+  if (signal == 9) a.insert(a.end(), {"--signal=KILL", "--full"});
+  else if (signal != 0 && signal != 15) a.insert(a.end(), {"--signal=" + std::to_string(signal), "--full"});
+  a.insert(a.end(), ids.begin(), ids.end());
+  return a;
+}
+
+/// squeue's argv for the poll of `ids` (parse_queue reads its output).
+inline std::vector<std::string> squeue_argv(const slurm_options& o, const std::vector<std::string>& ids) {
+  return {o.bin("squeue"),
+          "-h",
+          "-r",
+          "-t",
+          "all",
+          "-j",
+          join(ids, ","),
+          "-O",
+          "JobArrayID:0|,State:0|,exit_code:0|,NodeList:0|,Reason:0"};
+}
+
+/// The reaper's argv (see slurm.hpp, "Reaper"): awk reading lines from the
+/// master: "<id>" a live job, "-<id>" it ended, "done" the master cleaned up;
+/// at EOF without "done" one `scancel` of the jobs still live.
+inline std::vector<std::string> reaper_argv(const slurm_options& o) {
+  return {"awk", "-v", "scancel=" + sh_quote(o.bin("scancel")),
+          "$0 == \"done\" { done = 1; exit } /^-/ { delete live[substr($0, 2)]; next } { live[$0] = 1 } "
+          "END { if (done) exit 0; ids = \"\"; for (k in live) ids = ids \" \" k; "
+          "if (ids != \"\") system(scancel ids \" >/dev/null 2>&1\") }"};
 }
 
 } // namespace fiber::detail::slurm_impl
