@@ -57,10 +57,7 @@ using fiber_test::trim;
 /// Inside a container of fiber's: PID 1 is docker-init (HostConfig.Init).
 bool in_container() { return read_file("/proc/1/comm") == "docker-init\n"; }
 
-std::string worker_name() {
-  const char* n = std::getenv("FIBER_INTERNAL_WORKER_NAME");
-  return n ? n : "";
-}
+std::string worker_name() { return fiber::current_process().name; }
 
 void say_hello(std::string word) {
   std::printf("hello %s from %s\n", word.c_str(), worker_name().c_str());

@@ -12,6 +12,7 @@
 ///
 /// Thread-safety: all functions may be called from any thread.
 
+#include <fiber/detail/worker_env.hpp>
 #include <fiber/error.hpp>
 
 #include <cctype>
@@ -44,8 +45,9 @@ namespace detail {
 
 /// Every configuration key, one a line: its name (a dotted key such as
 /// slurm.partition is `[slurm] partition = ...` in TOML), its default in
-/// brackets (`[]`: unset) and what it sets; an indented line continues the
-/// one before. Its
+/// brackets (`[]`: unset), for an integer key its range in braces
+/// (`{min..max}`, both included), and what it sets; an indented line
+/// continues the one before. Its
 /// environment variable is FIBER_ and the name in capitals, '.' as '_'.
 /// Keep in sync with the README's configuration table.
 inline constexpr std::string_view config_keys_text = R"(
@@ -53,12 +55,13 @@ backend [local] backend of backend::from_env: local | slurm | docker | kubernete
 log_level [warning] debug | info | warning | error | off
 log_dir [] if set, each process also logs to <log_dir>/<name>.log
 worker_output_dir [] if set, each worker's stdout/stderr go to <dir>/<name>.{out,err} instead of the master's
-heartbeat_interval_ms [500] heartbeat period, both directions
-heartbeat_timeout_ms [2000] a peer silent this long is dead (hung worker, lost link, vanished master)
-start_timeout_s [120] a job that has not connected back after this long counts as lost
-connect_timeout_ms [10000] bound on one dial and handshake with another fiber process, 10..3600000 (a worker dials
+heartbeat_interval_ms [500] {10..3600000} heartbeat period, both directions
+heartbeat_timeout_ms [2000] {20..86400000} a peer silent this long is dead (hung worker, lost link, vanished master); must be greater than
+    heartbeat_interval_ms
+start_timeout_s [120] {1..604800} a job that has not connected back after this long counts as lost
+connect_timeout_ms [10000] {10..3600000} bound on one dial and handshake with another fiber process (a worker dials
     again within start_timeout_s; a timed call returns within its own timeout)
-max_message_size_mb [1024] largest accepted frame (MiB)
+max_message_size_mb [1024] {1..4095} largest accepted frame (MiB)
 local_transport [ipc] how local workers dial back: ipc (a socket in the 0700 run dir) | tcp | tls (127.0.0.1 only;
     tls needs tls_cert)
 listen_address [] address the master binds for TCP backends (default: its hostname's address)
@@ -73,7 +76,7 @@ slurm.account [] sbatch --account
 slurm.time_limit [] sbatch --time
 slurm.extra_args [] extra sbatch arguments (shell-split)
 slurm.launch_mode [auto] auto | sbatch | array | srun
-slurm.poll_interval_ms [500] squeue polling period
+slurm.poll_interval_ms [500] {10..3600000} squeue polling period
 docker.image [] image of the docker backend's containers (docs/backends/docker.md)
 docker.mount_binary [true] bind-mount the executable's directory read-only at its own path (the image then needs
     only its libraries)
@@ -107,7 +110,9 @@ struct config_key {
   std::string_view name;     ///< dotted key, e.g. "slurm.partition"
   std::string_view fallback; ///< default ("" = unset)
   std::string doc;
-  std::string env; ///< environment variable, e.g. FIBER_SLURM_PARTITION
+  std::string env;     ///< environment variable, e.g. FIBER_SLURM_PARTITION
+  bool ranged = false; ///< an integer key: its value lies in [min, max]
+  long long min = 0, max = 0;
 };
 
 /// config_keys_text, parsed once. Thread-safe.
@@ -125,8 +130,16 @@ inline const std::vector<config_key>& config_keys() {
         continue;
       }
       auto open = line.find(" ["), close = line.find("] ", open);
-      config_key k{line.substr(0, open), line.substr(open + 2, close - open - 2), std::string(line.substr(close + 2)),
-                   "FIBER_"};
+      auto doc = line.substr(close + 2);
+      config_key k{line.substr(0, open), line.substr(open + 2, close - open - 2), {}, "FIBER_"};
+      if (doc.starts_with("{")) { // {min..max}
+        auto dots = doc.find(".."), end = doc.find("} ");
+        k.ranged = true;
+        k.min = std::stoll(std::string(doc.substr(1, dots - 1)));
+        k.max = std::stoll(std::string(doc.substr(dots + 2, end - dots - 2)));
+        doc = doc.substr(end + 2);
+      }
+      k.doc = std::string(doc);
       for (char c : k.name) k.env += c == '.' ? '_' : char(std::toupper(static_cast<unsigned char>(c)));
       out.push_back(std::move(k));
     }
@@ -146,6 +159,24 @@ inline const config_key* find_config_key(std::string_view name) {
   return nullptr;
 }
 
+/// Throws config_error unless `value` suits `key`'s range (if it has one);
+/// `from` says where the value came from.
+inline void check_config_value(const config_key& key, const std::string& value, std::string_view from) {
+  if (!key.ranged) return;
+  std::size_t used = 0;
+  long long n = 0;
+  bool ok = false;
+  try {
+    n = std::stoll(value, &used);
+    ok = used == value.size() && n >= key.min && n <= key.max;
+  } catch (const std::exception&) {
+  }
+  if (!ok)
+    throw config_error("fiber: configuration key '" + std::string(key.name) + "' must be an integer from " +
+                       std::to_string(key.min) + " to " + std::to_string(key.max) + ", got '" + value + "' (" +
+                       std::string(from) + ")");
+}
+
 class config_table {
 public:
   static config_table& instance() {
@@ -157,15 +188,25 @@ public:
     std::lock_guard lk(mutex_);
     load_locked();
     if (!find_config_key(key)) throw config_error("fiber: unknown configuration key '" + std::string(key) + "'");
-    for (auto* layer : {&code_, &env_, &file_})
-      if (auto it = layer->find(std::string(key)); it != layer->end()) return it->second;
-    auto fb = find_config_key(key)->fallback;
+    const config_key& k = *find_config_key(key);
+    if (auto it = code_.find(std::string(key)); it != code_.end()) return it->second; // checked by set()
+    if (auto it = env_.find(std::string(key)); it != env_.end()) {
+      check_config_value(k, it->second, k.env);
+      return it->second;
+    }
+    if (auto it = file_.find(std::string(key)); it != file_.end()) {
+      check_config_value(k, it->second, file_path_);
+      return it->second;
+    }
+    auto fb = k.fallback;
     if (fb.empty()) return std::nullopt;
     return std::string(fb);
   }
 
   void set(std::string_view key, std::string value) {
-    if (!find_config_key(key)) throw config_error("fiber: unknown configuration key '" + std::string(key) + "'");
+    const config_key* k = find_config_key(key);
+    if (!k) throw config_error("fiber: unknown configuration key '" + std::string(key) + "'");
+    check_config_value(*k, value, "set_config");
     std::lock_guard lk(mutex_);
     code_[std::string(key)] = std::move(value);
   }
@@ -215,7 +256,7 @@ private:
       env_[std::string(key->name)] = std::string(kv.substr(eq + 1));
     }
     // Once per process, by the master only (workers inherit its environment).
-    if (!unknown_env_.empty() && !warned_unknown_env_ && !std::getenv("FIBER_INTERNAL_WORKER_ID")) {
+    if (!unknown_env_.empty() && !warned_unknown_env_ && !worker_environment().is_worker()) {
       warned_unknown_env_ = true;
       std::string names;
       for (const auto& n : unknown_env_) names += (names.empty() ? "" : ", ") + n;
@@ -234,6 +275,7 @@ private:
     } else {
       path = "fiber.toml";
     }
+    file_path_ = path;
     std::ifstream in(path);
     if (!in) {
       if (explicit_path) throw config_error("fiber: cannot open configuration file '" + path + "' (FIBER_CONFIG)");
@@ -277,6 +319,7 @@ private:
   std::mutex mutex_;
   bool loaded_ = false;
   std::map<std::string, std::string> code_, env_, file_;
+  std::string file_path_;                // where file_ came from
   std::vector<std::string> unknown_env_; // FIBER_* variables that are not keys (ignored)
   bool warned_unknown_env_ = false;
 };
@@ -299,6 +342,17 @@ inline long long config_int(std::string_view key) {
   }
 }
 
+/// Checks every key that has a range, and that heartbeat_timeout_ms exceeds
+/// heartbeat_interval_ms. Throws config_error naming the key and its range.
+inline void check_config() {
+  for (const auto& k : config_keys())
+    if (k.ranged) (void)config_get(k.name);
+  const auto interval = config_int("heartbeat_interval_ms"), timeout = config_int("heartbeat_timeout_ms");
+  if (timeout <= interval)
+    throw config_error("fiber: configuration key 'heartbeat_timeout_ms' must be greater than heartbeat_interval_ms (" +
+                       std::to_string(timeout) + " <= " + std::to_string(interval) + ")");
+}
+
 inline bool config_bool(std::string_view key) {
   auto v = config_string(key);
   if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
@@ -309,7 +363,8 @@ inline bool config_bool(std::string_view key) {
 } // namespace detail
 
 /// Set a configuration value from code; beats the environment and the file.
-/// Throws fiber::config_error for an unknown key. Takes effect for jobs
+/// Throws fiber::config_error for an unknown key, or a value outside the
+/// key's range (docs/reference/config.md). Takes effect for jobs
 /// started afterwards.
 inline void set_config(std::string_view key, std::string value) {
   detail::config_table::instance().set(key, std::move(value));

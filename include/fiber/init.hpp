@@ -28,14 +28,18 @@ namespace fiber {
 /// environment — never in argv) this connects back, runs what it is sent and
 /// exits: it never returns. In the master it starts fiber's runtime (one
 /// background thread that owns every socket) and returns.
-/// Throws fiber::config_error on a bad configuration.
+/// fiber's own FIBER_INTERNAL_* variables are gone from the environment
+/// before any code of the program runs (programs a worker starts do not see
+/// them). Throws fiber::config_error on a bad configuration (an unknown key,
+/// a value outside its range).
 inline void init(int argc, char** argv) {
-  if (std::getenv("FIBER_INTERNAL_MASTER")) detail::run_worker();
+  if (detail::worker_environment().is_worker()) detail::run_worker();
+  detail::check_config(); // surface configuration errors now, in main
   auto& rt = detail::runtime::instance();
   auto& a = rt.argv();
   a.assign(argv, argv + argc);
   if (a.empty()) a.emplace_back("fiber");
-  (void)detail::config_get("backend"); // surface configuration errors now, in main
+  (void)detail::config_get("backend");
 }
 
 /// Number of CPUs this process may run on (its affinity mask), at least 1.
@@ -101,11 +105,9 @@ struct parent_info {
 /// it), or nullopt in a master. `if (auto p = fiber::parent_process()) p->join(1s);`
 inline std::optional<parent_info> parent_process() {
   if (!detail::runtime::instance().is_worker()) return std::nullopt;
-  const char* name = std::getenv("FIBER_INTERNAL_PARENT_NAME");
-  const char* pid = std::getenv("FIBER_INTERNAL_PARENT_PID");
-  const char* host = std::getenv("FIBER_INTERNAL_PARENT_HOST");
-  if (!name || !pid || !host) return std::nullopt;
-  return parent_info{name, std::strtoll(pid, nullptr, 10), host};
+  const auto& env = detail::worker_environment();
+  if (env.parent_name.empty() || env.parent_pid.empty() || env.parent_host.empty()) return std::nullopt;
+  return parent_info{env.parent_name, std::strtoll(env.parent_pid.c_str(), nullptr, 10), env.parent_host};
 }
 
 } // namespace fiber

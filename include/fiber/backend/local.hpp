@@ -38,7 +38,8 @@ public:
   explicit local_launcher(asio::any_io_executor ex) : ex_(std::move(ex)) {}
 
   /// Jobs still running when the runtime goes away must not outlive it:
-  /// each one's process group is killed and the job reaped.
+  /// each one's process group is killed and the job reaped (not reaped
+  /// before: the group id is still theirs).
   ~local_launcher() override {
     for (auto& [pid, w] : live_) {
       ::kill(-pid, SIGKILL);
@@ -85,9 +86,14 @@ private:
       throw backend_error("local backend: posix_spawn " + r.argv[0] + " failed: " + e.code().message());
     }
     const pid_t pid = child.pid;
-    live_.emplace(pid, child_watch::start(ex_, pid, [self = weak_from_this(), pid, h = std::move(on_exit)](int status) {
-                    if (auto s = self.lock()) s->ended(pid, status, h);
-                  }));
+    // Stragglers in the job's process group die with it (killed before the
+    // job is reaped, so that the group id cannot be another's yet).
+    live_.emplace(pid, child_watch::start(
+                           ex_, pid,
+                           [self = weak_from_this(), pid, h = std::move(on_exit)](int status) {
+                             if (auto s = self.lock()) s->ended(pid, status, h);
+                           },
+                           true));
     return backend::job{std::to_string(pid), pid, fiber::detail::host_name()};
   }
 
@@ -102,7 +108,6 @@ private:
     } else {
       ex.code = WEXITSTATUS(status);
     }
-    ::kill(-pid, SIGKILL); // stragglers in the job's process group die with it
     live_.erase(pid);
     if (on_exit) on_exit(ex);
   }

@@ -5,8 +5,10 @@
 /// order, on an elastic pool of threads (used in manager processes).
 
 #include <fiber/detail/sched.hpp>
+#include <fiber/error.hpp>
 #include <fiber/log.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -15,7 +17,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 
 namespace fiber::detail {
 
@@ -23,25 +28,45 @@ class actor;
 
 /// Threads that run actors. A thread is added whenever an actor becomes
 /// runnable and no thread is idle, so objects never wait for each other (a
-/// method that blocks holds one thread, not the pool); threads idle for 30 s
-/// retire. Used only in manager processes, which end with _Exit: threads
-/// are detached.
+/// method that blocks holds one thread, not the pool), up to
+/// max_actor_threads: past it, runnable actors wait for a thread. Threads
+/// idle for 30 s retire. Used only in manager processes, which end with
+/// _Exit: threads are detached.
 class actor_pool {
 public:
+  static constexpr std::size_t max_actor_threads = 512;
+
   static actor_pool& instance() {
     static auto* p = new actor_pool; // never destroyed: detached threads may still use it
     return *p;
   }
 
+  /// Makes `a` runnable. Throws fiber::error, with `a` not queued, when no
+  /// thread runs actors and none can be started.
   void schedule(std::shared_ptr<actor> a) {
     std::unique_lock lk(m_);
-    ready_.push_back(std::move(a));
-    if (ready_.size() > idle_) {
-      lk.unlock();
-      std::thread([this] { run(); }).detach();
-    } else {
+    ready_.push_back(a);
+    if (ready_.size() <= idle_) {
       lk.unlock();
       cv_.notify_one();
+      return;
+    }
+    if (threads_ >= max_actor_threads) {
+      if (!std::exchange(warned_cap_, true))
+        log(log_level::warning, "remote objects: all ", max_actor_threads, " threads are busy; calls wait for one");
+      return;
+    }
+    ++threads_;
+    try {
+      std::thread([this] { run(); }).detach();
+    } catch (const std::system_error& e) {
+      if (--threads_ > 0) { // one of them will run it
+        log(log_level::warning, "remote objects: cannot start a thread (", e.what(), "); calls wait for one of ",
+            threads_, " threads");
+        return;
+      }
+      ready_.erase(std::find(ready_.begin(), ready_.end(), a));
+      throw error(std::string("fiber: cannot start a thread for remote objects: ") + e.what());
     }
   }
 
@@ -51,19 +76,26 @@ private:
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<actor>> ready_;
-  std::size_t idle_ = 0;
+  std::size_t idle_ = 0, threads_ = 0;
+  bool warned_cap_ = false;
 };
 
 /// A mailbox whose tasks run one at a time, in order, on pool threads.
 class actor : public std::enable_shared_from_this<actor> {
 public:
+  /// Queues `f`. Throws fiber::error, with nothing queued, when no thread
+  /// can run it (see actor_pool::schedule).
   void post(std::function<void()> f) {
-    std::unique_lock lk(m_);
+    std::lock_guard lk(m_); // held while scheduling (the pool never calls back under its lock)
     box_.push_back(std::move(f));
     if (scheduled_) return;
-    scheduled_ = true;
-    lk.unlock();
-    actor_pool::instance().schedule(shared_from_this());
+    try {
+      actor_pool::instance().schedule(shared_from_this());
+      scheduled_ = true;
+    } catch (...) {
+      box_.pop_back();
+      throw;
+    }
   }
 
   /// Run a batch of tasks, then give the thread back (rescheduling if more wait).
@@ -87,7 +119,11 @@ public:
         log(log_level::error, "remote object task failed with a non-standard exception");
       }
     }
-    actor_pool::instance().schedule(shared_from_this()); // fairness: others' turn
+    try { // fairness: others' turn; this thread is one that will run it
+      actor_pool::instance().schedule(shared_from_this());
+    } catch (const std::exception& e) {
+      log(log_level::error, "remote objects: ", e.what());
+    }
   }
 
   /// No task waits behind the one running now.
@@ -110,7 +146,10 @@ inline void actor_pool::run() {
       ++idle_;
       bool got = cv_.wait_for(lk, std::chrono::seconds(30), [&] { return !ready_.empty(); });
       --idle_;
-      if (!got) return;
+      if (!got) {
+        --threads_;
+        return;
+      }
     }
     auto a = std::move(ready_.front());
     ready_.pop_front();

@@ -12,7 +12,9 @@
 #include <mbedtls/md.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <span>
 #include <string>
@@ -68,12 +70,15 @@ inline auth_msg decode_auth_frame(std::span<const std::byte> f) {
   return decode_frame<auth_msg>(frame_kind::auth, f);
 }
 
+/// 256 bits from the kernel's random source. Throws fiber::error when
+/// getrandom fails (other than EINTR).
 inline nonce_t random_nonce() {
   nonce_t n{};
   std::size_t got = 0;
   while (got < n.size()) {
     auto r = ::getrandom(n.data() + got, n.size() - got, 0);
     if (r > 0) got += std::size_t(r);
+    else if (r < 0 && errno != EINTR) throw error(std::string("fiber: getrandom failed: ") + std::strerror(errno));
   }
   return n;
 }

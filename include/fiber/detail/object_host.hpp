@@ -101,7 +101,18 @@ private:
     h->type_id = e->type_id;
     objects_[msg.object_id] = h;
     ++live_;
-    h->act->post([this, h, e = *e, link = link_, msg = std::move(msg)] {
+    const auto call_id = msg.call_id, object_id = msg.object_id;
+    try {
+      post_make(h, *e, std::move(msg));
+    } catch (const error& x) { // no thread to run it
+      objects_.erase(object_id);
+      release();
+      reply(link_, call_id, wire_status::error, failure_payload(x.what()));
+    }
+  }
+
+  void post_make(const std::shared_ptr<hosted>& h, const ctor_entry& e, object_msg msg) {
+    h->act->post([this, h, e, link = link_, msg = std::move(msg)] {
       try {
         reader in(msg.args);
         h->obj = e.construct(in);
@@ -129,7 +140,16 @@ private:
       return reply(link_, msg.call_id, wire_status::error,
                    failure_payload("fiber::Remote: method not registered for this object's type "
                                    "(a handle deserialized as Remote of another type?)"));
-    h->act->post([h, m = *m, link = link_, msg = std::move(msg)] {
+    const auto call_id = msg.call_id;
+    try {
+      post_call(h, *m, std::move(msg));
+    } catch (const error& x) { // no thread to run it
+      reply(link_, call_id, wire_status::error, failure_payload(x.what()));
+    }
+  }
+
+  void post_call(const std::shared_ptr<hosted>& h, const method_entry& m, object_msg msg) {
+    h->act->post([h, m, link = link_, msg = std::move(msg)] {
       if (!h->obj)
         return reply(link, msg.call_id, wire_status::error, failure_payload("fiber::Remote: the object was destroyed"));
       writer out;

@@ -294,10 +294,9 @@ private:
       if (n < missing) arm_stagger();
       if (n == 0) return;
     }
-    // Each worker costs this process its link and, locally, a pidfd (+1 spare
-    // for a connection still in its handshake). Checked once for all missing.
+    // Checked once for all missing.
     if (missing > fds_reserved_) {
-      sup_->reserve_fds(std::size_t(missing) * 3, missing);
+      sup_->reserve_fds(std::size_t(missing) * fds_per_worker, missing);
       fds_reserved_ = missing;
     }
     fds_reserved_ -= n;

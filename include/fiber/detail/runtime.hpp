@@ -10,7 +10,9 @@
 #include <fiber/backend/detail/async_util.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
+#include <fiber/detail/accept_loop.hpp>
 #include <fiber/detail/build_id.hpp>
+#include <fiber/detail/dir_watch.hpp>
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/handshake_session.hpp>
 #include <fiber/detail/host_name.hpp>
@@ -41,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
 #include <fcntl.h>
 #include <filesystem>
 #include <functional>
@@ -51,6 +54,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <sys/stat.h>
 #include <thread>
 #include <typeindex>
 #include <unistd.h>
@@ -80,10 +84,7 @@ public:
   runtime(const runtime&) = delete;
   ~runtime() {
     stop();
-    if (!is_worker_ && !run_dir_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(run_dir_, ec);
-    }
+    remove_own_run_dir();
   }
 
   asio::any_io_executor executor() { return ctx_.get_executor(); }
@@ -111,6 +112,7 @@ public:
       for (auto& [id, w] : std::unordered_map(served_links_))
         if (auto l = w.lock()) l->close("runtime stopping");
       launchers_.clear();
+      if (run_dir_watch_) run_dir_watch_->stop();
       ctx_.stop();
     });
     if (on_runtime_thread()) thread_.detach();
@@ -130,31 +132,69 @@ public:
   std::uint64_t registry_hash() const {
     auto h = registry::instance().hash();
     if (is_worker_)
-      if (const char* salt = std::getenv("FIBER_INTERNAL_REGISTRY_SALT")) h = fnv1a(salt, h);
+      if (const auto& salt = worker_environment().registry_salt; !salt.empty()) h = fnv1a(salt.c_str(), h);
     return h;
   }
   const std::string& own_build_id() const { return build_id_; }
   std::vector<std::string>& argv() { return argv_; }
 
-  void become_worker(std::string name, std::string secret, std::string run_dir) {
+  /// `masters_dir`: the master's run directory (and the secret's file) is
+  /// on this machine; otherwise this worker makes its own when it needs one
+  /// (ensure_run_dir), for ipc:// and for workers of its own.
+  void become_worker(std::string name, std::string secret, bool masters_dir) {
+    const auto& env = worker_environment();
     is_worker_ = true;
     name_ = std::move(name);
     secret_ = std::move(secret);
-    if (const char* f = std::getenv("FIBER_INTERNAL_SECRET_FILE")) secret_file_ = f; // for workers of our own
-    if (const char* n = std::getenv("FIBER_INTERNAL_WORKER_NONCE")) {
-      if (nonce_t v{}; from_hex(n, v)) own_nonce_ = v;
-      ::unsetenv("FIBER_INTERNAL_WORKER_NONCE"); // used once; not for processes this one starts
+    if (nonce_t v{}; !env.worker_nonce.empty() && from_hex(env.worker_nonce, v)) own_nonce_ = v;
+    if (masters_dir && !env.run_dir.empty()) {
+      run_dir_ = env.run_dir;
+      secret_file_ = env.secret_file.empty() ? run_dir_ + "/secret" : env.secret_file;
     }
-    if (!run_dir.empty()) run_dir_ = std::move(run_dir);
     // A job-backed worker (another machine, maybe) reaches the services its
     // master named by its ipc:// URL through the URL it dialled (worker_spec).
-    if (const char* a = std::getenv("FIBER_INTERNAL_MASTER_IPC"))
-      if (const char* m = std::getenv("FIBER_INTERNAL_MASTER")) master_alias_ = {a, m};
-    if (const char* m = std::getenv("FIBER_INTERNAL_MASTER"))
-      fates_->set_master([this, url = std::string(m)](std::vector<std::byte> req, request_done done) {
+    if (!env.master_ipc.empty()) master_alias_ = {env.master_ipc, env.master};
+    if (!env.master.empty())
+      fates_->set_master([this, url = env.master](std::vector<std::byte> req, request_done done) {
         request(url, liveness_service_id, liveness_op::watch, std::move(req), std::move(done));
       });
     logger::instance().set_process(name_);
+  }
+
+  /// The run directory, its secret file and this process's ipc:// socket
+  /// exist on this machine: made if this worker has none here yet, made
+  /// again at the same path if a tmp cleaner removed them. Runtime thread.
+  /// Throws backend_error.
+  void ensure_run_dir() {
+    if (run_dir_.empty()) return make_run_dir();
+    struct stat st {};
+    if (::lstat(run_dir_.c_str(), &st) != 0) {
+      if (errno != ENOENT || (::mkdir(run_dir_.c_str(), 0700) != 0 && errno != EEXIST))
+        throw backend_error("fiber: cannot recreate the run directory " + run_dir_ + ": " + std::strerror(errno));
+      if (::lstat(run_dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+          (st.st_mode & 077) != 0)
+        throw backend_error("fiber: the run directory " + run_dir_ + " was removed and is now something not ours");
+      log(log_level::warning, "the run directory ", run_dir_, " was removed (by a tmp cleaner?): made it again");
+      if (owns_run_dir_) watch_run_dir();
+    }
+    if (::access(secret_file_.c_str(), F_OK) != 0) write_secret_file();
+    if (auto it = listeners_.find("ipc://"); it != listeners_.end()) {
+      const auto url = it->second->url();
+      if (::lstat(url.substr(6).c_str(), &st) != 0) { // its socket is gone: listen again at the same path
+        it->second->close();
+        it->second = std::make_shared<listener>(executor(), url, transport());
+        accept(it->second);
+      }
+    }
+  }
+
+  /// Removes the run directory this process made (a master's, or a
+  /// worker's own on another machine). At exit.
+  void remove_own_run_dir() noexcept {
+    if (!owns_run_dir_) return;
+    owns_run_dir_ = false;
+    std::error_code ec;
+    std::filesystem::remove_all(run_dir_, ec);
   }
 
   transport_options transport() const {
@@ -173,6 +213,7 @@ public:
   /// port). Binds on first call. Any thread.
   std::string listen_url(const std::string& base = "ipc://") {
     return sync([&] {
+      if (base == "ipc://") ensure_run_dir();
       if (auto it = listeners_.find(base); it != listeners_.end()) return it->second->url();
       std::string url = base;
       if (base == "ipc://") url = ipc_url();
@@ -219,6 +260,8 @@ public:
   void expect_worker(std::uint64_t id, connect_handler on_connect, refuse_handler on_refused) {
     expected_[id] = {std::move(on_connect), std::move(on_refused)};
   }
+  /// Workers launched and not connected yet. Runtime thread.
+  std::size_t expected_workers() const noexcept { return expected_.size(); }
   void forget_worker(std::uint64_t id) {
     expected_.erase(id);
     worker_nonces_.erase(id);
@@ -360,14 +403,9 @@ public:
                                              std::chrono::milliseconds(2)}));
   }
 
-  /// connect_timeout_ms, checked: fiber::config_error outside its range.
+  /// connect_timeout_ms (its range is checked with the configuration's).
   static std::chrono::milliseconds connect_timeout() {
-    constexpr long long lo = 10, hi = 3600000;
-    const auto v = config_int("connect_timeout_ms");
-    if (v < lo || v > hi)
-      throw config_error("fiber: configuration key 'connect_timeout_ms' must lie in [" + std::to_string(lo) + ", " +
-                         std::to_string(hi) + "], got " + std::to_string(v));
-    return std::chrono::milliseconds(v);
+    return std::chrono::milliseconds(config_int("connect_timeout_ms"));
   }
 
 private:
@@ -375,7 +413,10 @@ private:
     build_id_ = detail::build_id();
     exe_ = self_exe_path();
     if (argv_.empty()) argv_.push_back(exe_);
-    if (!std::getenv("FIBER_INTERNAL_MASTER")) make_run_dir();
+    if (!worker_environment().is_worker()) {
+      secret_ = to_hex(random_nonce());
+      make_run_dir();
+    }
     // nng starts its threads (poller, task queues, timers, resolver) on first
     // use: make that happen here, with the runtime thread, under SCHED_BATCH.
     batch_policy_scope batch{config_bool("io_threads_batch")};
@@ -501,33 +542,52 @@ private:
     return n > 0 ? std::string(buf, std::size_t(n)) : std::string("/proc/self/exe");
   }
 
+  // A new 0700 directory under $TMPDIR, with the secret's 0600 file.
   void make_run_dir() {
     const char* tmp = std::getenv("TMPDIR");
     std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/fiber-XXXXXX";
-    if (!::mkdtemp(tmpl.data())) throw backend_error("fiber: cannot create run directory " + tmpl);
+    if (!::mkdtemp(tmpl.data()))
+      throw backend_error("fiber: cannot create run directory " + tmpl + ": " + std::strerror(errno));
     run_dir_ = tmpl; // mkdtemp makes it 0700
-    auto n = random_nonce();
-    secret_ = to_hex(n);
+    owns_run_dir_ = true;
     secret_file_ = run_dir_ + "/secret";
-    int fd = ::open(secret_file_.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 || ::write(fd, secret_.data(), secret_.size()) != ssize_t(secret_.size()))
-      throw backend_error("fiber: cannot write " + secret_file_);
-    ::close(fd);
+    write_secret_file();
+    watch_run_dir();
   }
 
-  void accept(std::shared_ptr<listener> l) {
-    l->async_accept([this, l](std::error_code ec, stream s) {
-      if (ec == asio::error::operation_aborted) return;
-      if (!ec) {
-        if (pending_handshakes_ >= max_pending_handshakes) {
-          ++refused_peers_;
-          log(log_level::warning, "refused a peer: ", max_pending_handshakes, " handshakes already pending");
-          s.close();
-        } else {
-          server_handshake(std::make_shared<stream>(std::move(s)));
-        }
+  // Made again as soon as it is removed, not only when the next worker starts.
+  void watch_run_dir() {
+    if (run_dir_watch_) return run_dir_watch_->rewatch();
+    run_dir_watch_ = dir_watch::start(executor(), run_dir_, [this] {
+      try {
+        ensure_run_dir();
+      } catch (const std::exception& e) {
+        log(log_level::error, e.what());
       }
-      accept(l);
+    });
+  }
+
+  // Written beside it and renamed: a worker never reads half of it.
+  void write_secret_file() {
+    const auto tmp = secret_file_ + ".tmp" + std::to_string(::getpid());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && ::write(fd, secret_.data(), secret_.size()) == ssize_t(secret_.size());
+    if (fd >= 0) ::close(fd);
+    if (!ok || ::rename(tmp.c_str(), secret_file_.c_str()) != 0) {
+      ::unlink(tmp.c_str());
+      throw backend_error("fiber: cannot write " + secret_file_ + ": " + std::strerror(errno));
+    }
+  }
+
+  void accept(const std::shared_ptr<listener>& l) {
+    start_accept_loop(l, [this](stream s) {
+      if (pending_handshakes_ >= max_pending_handshakes) {
+        ++refused_peers_;
+        log(log_level::warning, "refused a peer: ", max_pending_handshakes, " handshakes already pending");
+        s.close();
+      } else {
+        server_handshake(std::make_shared<stream>(std::move(s)));
+      }
     });
   }
 
@@ -731,6 +791,8 @@ private:
   std::pair<std::string, std::string> master_alias_; // worker: master's ipc URL -> the URL it dialled
   std::vector<std::string> argv_;
   bool is_worker_ = false;
+  bool owns_run_dir_ = false; // made by this process: removed at its end
+  std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
   std::unordered_map<std::uint64_t, nonce_t> worker_nonces_; // issued to local workers (verify_client)

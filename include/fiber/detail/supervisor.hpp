@@ -74,10 +74,13 @@ public:
   backend::launcher_traits traits() const noexcept { return launcher_->traits(); }
 
   /// Makes sure about `fds` more file descriptors may be opened before
-  /// workers start (see reserve_fds). Throws backend_error.
+  /// workers start (see reserve_fds), besides those of workers of this
+  /// process that have not connected yet. Throws backend_error.
   void reserve_fds(std::size_t fds, std::size_t workers) const {
-    detail::reserve_fds(fds, owner_ + " (" + std::string(launcher_->name()) + " backend, " + std::to_string(workers) +
-                                 " " + workers_noun_ + ")");
+    detail::reserve_fds(fds + runtime::instance().expected_workers() * fds_per_worker,
+                        owner_ + " (" + std::string(launcher_->name()) + " backend" +
+                            (workers == 1 ? std::string() : ", " + std::to_string(workers) + " " + workers_noun_) +
+                            ")");
   }
 
   /// Starts one worker per name; returns their ids, in order. Each is
@@ -86,6 +89,7 @@ public:
   /// backend_error (or what listening throws) with nothing left started or
   /// expected.
   std::vector<std::uint64_t> launch(const std::vector<std::string>& names, const fiber::resources& res) {
+    check_config(); // a bad value set since fiber::init: before anything starts
     auto& rt = runtime::instance();
     std::vector<backend::job_spec> specs;
     std::vector<backend::exit_handler> handlers;

@@ -62,6 +62,7 @@ inline void (*&children_exit_hook())() {
   std::fflush(stdout);
   std::fflush(stderr);
   std::cout.flush();
+  runtime::instance().remove_own_run_dir();
   std::_Exit(code);
 }
 
@@ -139,15 +140,16 @@ inline chunk_result_msg run_chunk(const chunk_view& c) {
   return out;
 }
 
-inline std::string read_secret() {
-  if (const char* s = std::getenv("FIBER_INTERNAL_SECRET")) return s;
-  if (const char* f = std::getenv("FIBER_INTERNAL_SECRET_FILE")) {
-    std::ifstream in(f);
-    std::string s;
+/// The run's secret: from the environment (cluster jobs), else from its
+/// file (jobs on the master's machine).
+inline std::string read_secret(const worker_env& env) {
+  if (!env.secret.empty()) return env.secret;
+  std::string s;
+  if (!env.secret_file.empty()) {
+    std::ifstream in(env.secret_file);
     std::getline(in, s);
-    return s;
   }
-  return {};
+  return s;
 }
 
 /// Where a worker on another host listens for its own services (a Queue it
@@ -380,14 +382,12 @@ private:
 };
 
 [[noreturn]] inline void run_worker() {
-  if (std::getenv("FIBER_INTERNAL_PDEATHSIG")) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  const std::string url = std::getenv("FIBER_INTERNAL_MASTER");
-  const char* id_env = std::getenv("FIBER_INTERNAL_WORKER_ID");
-  const char* name_env = std::getenv("FIBER_INTERNAL_WORKER_NAME");
-  const char* run_dir = std::getenv("FIBER_INTERNAL_RUN_DIR");
-  std::uint64_t id = id_env ? std::strtoull(id_env, nullptr, 10) : 0;
+  const auto& env = worker_environment();
+  if (env.pdeathsig) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const std::string url = env.master;
+  std::uint64_t id = std::strtoull(env.worker_id.c_str(), nullptr, 10);
   auto& rt = runtime::instance();
-  rt.become_worker(name_env ? name_env : "worker", read_secret(), run_dir ? run_dir : "");
+  rt.become_worker(env.name.empty() ? "worker" : env.name, read_secret(env), env.secret.empty());
   // Services this worker owns listen as its master does: ipc, or the same
   // scheme (tcp://, tls+tcp://) and host with an ephemeral port.
   rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : own_listen_base(url));

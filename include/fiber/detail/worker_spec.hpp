@@ -32,8 +32,10 @@ inline std::string local_listen_base() {
 
 /// A job spec that runs this executable as worker `id` of this process:
 /// argv as the master's, and what the worker needs to dial back and
-/// authenticate in its environment (never its argv). Runtime thread; binds
-/// the listener the worker will dial. Throws what listening throws.
+/// authenticate in its environment (never its argv; the worker removes it
+/// from its environment before user code runs). Runtime thread; binds the
+/// listener the worker will dial, and makes the run directory on this
+/// machine (again) if it is missing. Throws what listening throws.
 inline backend::job_spec worker_spec(backend::launcher& l, std::uint64_t id, const std::string& name,
                                      const fiber::resources& res = {}) {
   auto& rt = runtime::instance();
@@ -43,16 +45,19 @@ inline backend::job_spec worker_spec(backend::launcher& l, std::uint64_t id, con
   s.argv = rt.argv();
   s.argv.at(0) = rt.executable();
   s.resources = res;
+  if (traits.shares_filesystem) rt.ensure_run_dir(); // the worker reads the secret's file
   const auto url = rt.listen_url(traits.shares_filesystem ? local_listen_base() : l.listen_url());
   s.env = {{"FIBER_INTERNAL_MASTER", url},
-           {"FIBER_INTERNAL_SECRET_FILE", rt.secret_file()},
            {"FIBER_INTERNAL_WORKER_ID", std::to_string(id)},
            {"FIBER_INTERNAL_WORKER_NAME", name},
-           {"FIBER_INTERNAL_RUN_DIR", rt.run_dir()},
            // for parent_process()
            {"FIBER_INTERNAL_PARENT_NAME", rt.process_name()},
            {"FIBER_INTERNAL_PARENT_PID", std::to_string(::getpid())},
            {"FIBER_INTERNAL_PARENT_HOST", host_name()}};
+  if (traits.shares_filesystem) {
+    s.env.emplace_back("FIBER_INTERNAL_SECRET_FILE", rt.secret_file());
+    s.env.emplace_back("FIBER_INTERNAL_RUN_DIR", rt.run_dir());
+  }
   if (traits.dies_with_master) s.env.emplace_back("FIBER_INTERNAL_PDEATHSIG", "1");
   // A child on this machine proves itself over a nonce issued now instead of
   // waiting for the challenge: a round trip less at start-up. Its

@@ -26,6 +26,9 @@ namespace fiber::detail {
 
 /// Watches one child process and calls `on_exit(status)` once, on the
 /// executor, when it has been reaped (status -1 when someone else reaped it).
+/// With `kill_group`, the child's process group gets SIGKILL once the child
+/// has exited and before it is reaped: while the zombie leader exists no
+/// other process can take its group id.
 /// Uses a pidfd (Linux >= 5.3) watched by Asio; where pidfd_open is
 /// missing, a timer polls waitpid(WNOHANG) (1 ms doubling to 100 ms). No
 /// SIGCHLD handler is installed (it would fight the user's). Executor only;
@@ -34,8 +37,10 @@ class child_watch : public std::enable_shared_from_this<child_watch> {
 public:
   using handler = std::function<void(int status)>;
 
-  static std::shared_ptr<child_watch> start(const asio::any_io_executor& ex, pid_t pid, handler h) {
+  static std::shared_ptr<child_watch> start(const asio::any_io_executor& ex, pid_t pid, handler h,
+                                            bool kill_group = false) {
     auto w = std::shared_ptr<child_watch>(new child_watch(ex, pid, std::move(h)));
+    w->kill_group_ = kill_group;
     w->arm();
     return w;
   }
@@ -86,6 +91,13 @@ public:
   /// Try to reap now; true (and the handler called) when the child is gone.
   bool check() {
     if (reaped_) return true;
+    if (kill_group_) {
+      siginfo_t si{};
+      const int r = ::waitid(P_PID, id_t(pid_), &si, WEXITED | WNOHANG | WNOWAIT);
+      if (r == 0 && si.si_pid == 0) return false; // still running
+      if (r == 0) ::kill(-pid_, SIGKILL);         // exited, not reaped: the group is still its
+      else if (errno == EINTR) return false;      // look again
+    }
     int st = 0;
     pid_t r = ::waitpid(pid_, &st, WNOHANG);
     if (r == 0 || (r < 0 && errno == EINTR)) return false;
@@ -135,7 +147,7 @@ private:
   }
 
   pid_t pid_;
-  bool reaped_ = false;
+  bool reaped_ = false, kill_group_ = false;
   handler handler_;
   asio::steady_timer timer_;
   asio::any_io_executor ex_;
