@@ -872,3 +872,38 @@ TEST_CASE("master SIGKILLed: its pool workers and its Process all exit within 5 
   std::filesystem::remove_all(dir);
   fiber_test::require_no_children();
 }
+
+// The client's proof covers every identity field it claims: a relay that
+// replays a proof cannot rename the worker or claim another process (issue 28).
+TEST_CASE("a proof made for one identity admits no other: pid, host, name and incarnation are covered",
+          "[security][handshake]") {
+  auto& rt = fd::runtime::instance();
+  const auto url = rt.listen_url("tcp://127.0.0.1:0");
+  const auto refused0 = rt.refused_peers_.load();
+  int edits = 0;
+  for (int field = 0; field < 4; ++field) {
+    raw_peer p(url);
+    auto ch = p.recv_frame();
+    REQUIRE(ch);
+    auto c = fd::decode_frame<fd::challenge_msg>(fd::frame_kind::challenge, *ch);
+    fd::auth_msg a;
+    a.nonce = fd::random_nonce();
+    a.role = std::uint8_t(fd::role::client);
+    a.registry_hash = rt.registry_hash();
+    a.build_id = rt.own_build_id();
+    a.pid = ::getpid();
+    a.host = "h";
+    a.name = "honest";
+    a.incarnation = 1;
+    a.mac = fd::client_proof(rt.secret(), c.nonce, a);
+    if (field == 0) a.pid += 1;
+    if (field == 1) a.host = "elsewhere";
+    if (field == 2) a.name = "impostor";
+    if (field == 3) a.incarnation = 2;
+    REQUIRE(p.send(with_header(fd::frame(fd::frame_kind::auth, a))));
+    auto reply = p.recv_frame(3000); // refused: the connection closes, no auth_ok
+    CHECK_FALSE((reply && !reply->empty() && (*reply)[0] == std::byte(fd::frame_kind::auth_ok)));
+    ++edits;
+  }
+  CHECK(wait_until([&] { return rt.refused_peers_.load() - refused0 >= std::uint64_t(edits); }, 5s));
+}

@@ -52,6 +52,7 @@ struct auth_msg {
   std::int64_t pid = 0;
   std::string host;
   std::string name;
+  std::uint64_t incarnation = 0; ///< process_incarnation() of the client
 };
 
 struct auth_ok_msg {
@@ -103,7 +104,8 @@ inline bool mac_equal(const mac_t& a, const mac_t& b) {
   return diff == 0;
 }
 
-/// What the client's MAC covers: the server's nonce and the identity it claims.
+/// What the client's MAC covers: the server's nonce and every field of the
+/// identity it claims (a relay cannot rename a worker, nor claim another's pid).
 inline mac_t client_proof(std::string_view secret, const nonce_t& server_nonce, const auth_msg& a) {
   writer w;
   w.write(std::string("fiber-c"));
@@ -113,7 +115,25 @@ inline mac_t client_proof(std::string_view secret, const nonce_t& server_nonce, 
   w.write(a.worker_id);
   w.write(a.registry_hash);
   w.write(a.build_id);
+  w.write(a.pid);
+  w.write(a.host);
+  w.write(a.name);
+  w.write(a.incarnation);
   return hmac(secret, w.buffer());
+}
+
+/// A random number drawn once per process: with the host name and pid it
+/// names this process uniquely, also where pids repeat on one host name
+/// (containers sharing the host's network and name, each with its own pid
+/// namespace).
+inline std::uint64_t process_incarnation() {
+  static const std::uint64_t v = [] {
+    auto n = random_nonce();
+    std::uint64_t x = 0;
+    for (int i = 0; i < 8; ++i) x = x << 8 | n[std::size_t(i)];
+    return x;
+  }();
+  return v;
 }
 
 inline mac_t server_proof(std::string_view secret, const nonce_t& client_nonce) {

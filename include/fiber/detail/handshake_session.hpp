@@ -43,6 +43,7 @@ struct peer_identity {
   std::uint64_t worker_id = 0;
   std::int64_t pid = 0;
   std::string host, name;
+  std::uint64_t incarnation = 0; ///< its process_incarnation()
 };
 
 /// What the server side reports. Each runs on the stream's executor.
@@ -99,7 +100,7 @@ inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s
       return s->close();
     }
     s->set_max_message_size(max_message_size);
-    peer_identity peer{role(a.role), a.worker_id, a.pid, a.host, a.name};
+    peer_identity peer{role(a.role), a.worker_id, a.pid, a.host, a.name, a.incarnation};
     if (a.registry_hash != me.registry_hash || a.build_id != me.build_id) {
       std::string reason = "fiber: handshake refused: worker '" + a.name + "' (pid " + std::to_string(a.pid) + " on " +
                            a.host + ") runs build " + a.build_id + " with registry " + std::to_string(a.registry_hash) +
@@ -131,6 +132,7 @@ inline auth_msg make_auth(const handshake_identity& me, const nonce_t& server_no
   a.pid = ::getpid();
   a.host = host_name();
   a.name = me.name;
+  a.incarnation = process_incarnation();
   a.mac = client_proof(me.secret, server_nonce, a);
   return a;
 }

@@ -32,13 +32,14 @@ namespace fiber::detail {
 struct process_ref {
   std::string host;
   std::int64_t pid = 0;
+  std::uint64_t incarnation = 0; ///< process_incarnation(): pids repeat across containers
   auto operator<=>(const process_ref&) const = default;
 };
 
 /// The liveness service has this id in every process (other ids start at 1).
 inline constexpr std::uint64_t liveness_service_id = ~std::uint64_t{0};
 
-/// Its one request: [string host][i64 pid] → [u8 verdict][string why],
+/// Its one request: [string host][i64 pid][u64 incarnation] → [u8 verdict][string why],
 /// answered once the process is known dead (`dead`), or at once when it is
 /// not a worker of the asked process (`unknown`). About the asked process
 /// itself it never answers: a process that can ask it is not dead.
@@ -108,6 +109,7 @@ public:
     process_ref p;
     p.host = r.read<std::string>();
     p.pid = r.read<std::int64_t>();
+    p.incarnation = r.read<std::uint64_t>();
     if (p == self_) return parked_.push_back(std::move(reply)); // answered never
     if (!knows(p)) return answer(reply, verdict::unknown, "");
     watch(p, [reply = std::move(reply)](const std::string& why) { answer(reply, verdict::dead, why); });
@@ -118,6 +120,7 @@ public:
     writer w;
     w.write(p.host);
     w.write(p.pid);
+    w.write(p.incarnation);
     return w.release();
   }
   static std::pair<verdict, std::string> decode(std::span<const std::byte> b) {

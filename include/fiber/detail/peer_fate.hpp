@@ -38,7 +38,7 @@ public:
 
   /// Link `link` is `peer`'s from now on; returns its process number.
   std::uint64_t attach(std::uint64_t link, const peer_identity& peer) {
-    process_ref ref{peer.host, peer.pid};
+    process_ref ref{peer.host, peer.pid, peer.incarnation};
     auto [it, fresh] = keys_.try_emplace(ref, 0);
     if (fresh) {
       it->second = next_++;

@@ -439,7 +439,7 @@ private:
   }
 
   void start_liveness() {
-    liveness_ = std::make_shared<liveness>(executor(), process_ref{host_name(), ::getpid()});
+    liveness_ = std::make_shared<liveness>(executor(), process_ref{host_name(), ::getpid(), process_incarnation()});
     services_[liveness_service_id] = liveness_;
     fates_ = std::make_unique<peer_fates>(executor(), *liveness_);
   }

@@ -202,7 +202,7 @@ private:
     it->second.start_timer.reset();
     it->second.connected = true;
     failed_starts_ = 0;
-    runtime::instance().workers_liveness().connected(id, {l->peer().host, l->peer().pid});
+    runtime::instance().workers_liveness().connected(id, {l->peer().host, l->peer().pid, l->peer().incarnation});
     ev_.connected(id, std::move(l));
   }
 
