@@ -14,6 +14,11 @@ add_test(NAME faults_docker_image
 set_tests_properties(faults_docker_image PROPERTIES FIXTURES_SETUP faults_docker_image LABELS faults TIMEOUT 120)
 add_test(NAME faults_docker_image_remove COMMAND bash -c "docker rmi -f $0 >/dev/null 2>&1 || true" ${_faults_image})
 set_tests_properties(faults_docker_image_remove PROPERTIES FIXTURES_CLEANUP faults_docker_image LABELS faults TIMEOUT 60)
+# With -DFIBER_TEST_DOCKER=ON (CI's faults stage) docker_fixtures.cmake's
+# docker_daemon fixture starts the daemon first and stops it afterwards.
+if(FIBER_TEST_DOCKER)
+  set_tests_properties(faults_docker_image faults_docker_image_remove PROPERTIES FIXTURES_REQUIRED docker_daemon)
+endif()
 set_tests_properties(${name} PROPERTIES
   TIMEOUT 300
   FIXTURES_REQUIRED faults_docker_image
