@@ -68,7 +68,9 @@
 /// launcher makes an ephemeral self-signed ECDSA certificate when it starts
 /// (mbedTLS; 0600 files in the run's 0700 directory, set as tls_cert/tls_key
 /// in code) and workers dial without a CA: the channel is encrypted, and
-/// fiber's HMAC handshake authenticates both ends. The certificate files the
+/// fiber's HMAC handshake authenticates both ends, but a relay terminating
+/// TLS on both sides goes unnoticed (docs/security.md); with `tls_ca`
+/// workers verify the master's certificate against that CA. The certificate files the
 /// workers need (for their own listeners) reach them through the Secret,
 /// mounted read-only at the master's paths.
 ///
