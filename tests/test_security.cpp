@@ -201,9 +201,9 @@ private:
   std::size_t last_ = 0;
 };
 
-/// Authenticates like a genuine client of this binary (it knows the secret):
-/// the "rogue" here is an authenticated peer that misbehaves afterwards.
-void authenticate(raw_peer& p) {
+/// Reads p's challenge and answers it as a genuine client of this binary
+/// would (it knows the secret), claiming `name`; returns the answer unsent.
+fd::auth_msg genuine_auth(raw_peer& p, std::string name) {
   auto& rt = fd::runtime::instance();
   auto ch = p.recv_frame();
   REQUIRE(ch);
@@ -214,8 +214,18 @@ void authenticate(raw_peer& p) {
   a.registry_hash = rt.registry_hash();
   a.build_id = rt.own_build_id();
   a.pid = ::getpid();
-  a.name = "authenticated-test-client";
+  a.host = "h";
+  a.name = std::move(name);
+  a.incarnation = 1;
   a.mac = fd::client_proof(rt.secret(), c.nonce, a);
+  return a;
+}
+
+/// Authenticates like a genuine client of this binary (it knows the secret):
+/// the "rogue" here is an authenticated peer that misbehaves afterwards.
+void authenticate(raw_peer& p) {
+  auto& rt = fd::runtime::instance();
+  auto a = genuine_auth(p, "authenticated-test-client");
   REQUIRE(p.send(with_header(fd::frame(fd::frame_kind::auth, a))));
   auto ok = p.recv_frame();
   REQUIRE(ok);
@@ -883,19 +893,7 @@ TEST_CASE("a proof made for one identity admits no other: pid, host, name and in
   int edits = 0;
   for (int field = 0; field < 4; ++field) {
     raw_peer p(url);
-    auto ch = p.recv_frame();
-    REQUIRE(ch);
-    auto c = fd::decode_frame<fd::challenge_msg>(fd::frame_kind::challenge, *ch);
-    fd::auth_msg a;
-    a.nonce = fd::random_nonce();
-    a.role = std::uint8_t(fd::role::client);
-    a.registry_hash = rt.registry_hash();
-    a.build_id = rt.own_build_id();
-    a.pid = ::getpid();
-    a.host = "h";
-    a.name = "honest";
-    a.incarnation = 1;
-    a.mac = fd::client_proof(rt.secret(), c.nonce, a);
+    auto a = genuine_auth(p, "honest");
     if (field == 0) a.pid += 1;
     if (field == 1) a.host = "elsewhere";
     if (field == 2) a.name = "impostor";
