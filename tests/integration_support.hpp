@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <csignal>
@@ -99,6 +101,40 @@ bool poll_until(Pred pred, std::chrono::milliseconds timeout) {
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+/// Whether a Slurm controller answers `sinfo` (asked once per process:
+/// sinfo retries for ~9 s when none does).
+inline bool slurm_answers() {
+  static const bool up = !trim(shell("sinfo -h -o %t 2>/dev/null")).empty();
+  return up;
+}
+
+/// "id name" of the jobs squeue lists (pending, running, completing) whose
+/// name starts with `prefix`: the jobs a test program submitted.
+inline std::vector<std::string> slurm_jobs(const std::string& prefix) {
+  std::vector<std::string> v;
+  for (auto& l : lines(shell("squeue -h -r -o '%i %j' 2>/dev/null")))
+    if (l.find(" " + prefix) != std::string::npos) v.push_back(l);
+  return v;
+}
+
+/// A directory /tmp/<prefix>-XXXXXX, removed with what it holds when this
+/// ends. Throws std::system_error if it cannot be made.
+struct temp_dir {
+  std::filesystem::path path;
+  explicit temp_dir(const std::string& prefix) {
+    std::string t = "/tmp/" + prefix + "-XXXXXX";
+    if (!::mkdtemp(t.data())) throw std::system_error(errno, std::generic_category(), "mkdtemp " + t);
+    path = t;
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& f) const { return (path / f).string(); }
+};
 
 /// The parent of `pid` (0 if unknown).
 inline long parent_of(long pid) {

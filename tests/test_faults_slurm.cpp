@@ -75,17 +75,12 @@ using LocalPool = fiber::Pool<&pid_after, fiber::backend::local>;
 // ---- helpers ---------------------------------------------------------------
 
 void require_rig() {
-  static const bool up = !trim(shell("sinfo -h -o %t 2>/dev/null")).empty();
-  if (!up) FAIL("no Slurm cluster answers: start it with bash tests/rigs/slurm-up.sh --nodes 3 --netns");
+  if (!fiber_test::slurm_answers())
+    FAIL("no Slurm cluster answers: start it with bash tests/rigs/slurm-up.sh --nodes 3 --netns");
 }
 
 /// Jobs (id name) these tests submitted that squeue still lists.
-std::vector<std::string> our_jobs() {
-  std::vector<std::string> v;
-  for (auto& l : lines(shell("squeue -h -r -o '%i %j' 2>/dev/null")))
-    if (l.find(" fiberft") != std::string::npos) v.push_back(l);
-  return v;
-}
+std::vector<std::string> our_jobs() { return fiber_test::slurm_jobs("fiberft"); }
 
 /// However the test ends: none of its jobs is left (cancelled if need be).
 struct jobs_cleanup {
@@ -95,19 +90,9 @@ struct jobs_cleanup {
   }
 };
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string t = "/tmp/fiberft-XXXXXX";
-    REQUIRE(::mkdtemp(t.data()));
-    path = t;
-    fs::permissions(path, fs::perms::all); // the shims run in jobs too
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
+/// A temporary directory every user may enter (the shims run in jobs too).
+struct temp_dir : fiber_test::temp_dir {
+  temp_dir() : fiber_test::temp_dir("fiberft") { fs::permissions(path, fs::perms::all); }
 };
 
 /// A Slurm tool that sleeps `seconds` before running the real one, in a

@@ -117,18 +117,11 @@ using SlurmPool = fiber::Pool<&square_where, fiber::backend::slurm>;
 // ---------------------------------------------------------------------------
 
 void require_rig() {
-  static const bool up = !trim(shell("sinfo -h -o %t 2>/dev/null")).empty(); // once: sinfo retries ~9 s
-  if (!up) FAIL("no Slurm cluster answers: start it with bash tests/rigs/slurm-up.sh");
+  if (!fiber_test::slurm_answers()) FAIL("no Slurm cluster answers: start it with bash tests/rigs/slurm-up.sh");
 }
 
-/// "id name" of the jobs squeue lists (pending, running, completing) whose
-/// name starts with "fiberit": the jobs these tests submitted.
-std::vector<std::string> fiber_jobs() {
-  std::vector<std::string> v;
-  for (auto& l : lines(shell("squeue -h -r -o '%i %j' 2>/dev/null")))
-    if (l.find(" fiberit") != std::string::npos) v.push_back(l);
-  return v;
-}
+/// The jobs these tests submitted (named "fiberit...") that squeue lists.
+std::vector<std::string> fiber_jobs() { return fiber_test::slurm_jobs("fiberit"); }
 
 /// After each test: squeue lists none of its jobs and no worker process is
 /// left (bounded waits: a job cancelled at the end of a test may still be
@@ -153,17 +146,8 @@ std::string parent_comm(std::int64_t pid) {
   return c;
 }
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string t = "/tmp/fiberit-XXXXXX";
-    REQUIRE(::mkdtemp(t.data()));
-    path = t;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct temp_dir : fiber_test::temp_dir {
+  temp_dir() : fiber_test::temp_dir("fiberit") {}
 };
 
 std::map<std::int64_t, int> count_lines(const fs::path& p) {
