@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 // Faults of the Docker and Kubernetes backends (issue 27): transient API
 // errors, a daemon or API server that goes away for seconds, a stalled output
-// reader, odd API documents, a SIGKILLed master. Rigs:
+// reader, odd API documents, a black-holed watch, a SIGKILLed master. Rigs:
 //   [kube] tests: tests/fake_kube (started here; python3) and, for the
 //          SIGKILLed master, kubectl (`kubectl proxy` gives it k8s.api_server).
 //   [docker-wire] test: nothing.
@@ -359,6 +359,50 @@ TEST_CASE("kubernetes: odd JSON in watch events is skipped and the watch goes on
   CHECK(x->how == fiber::backend::job_exit::kind::exited);
   CHECK(x->code == 7);
   CHECK_FALSE(skipped.seen().empty());
+  rt.sync([&] { l.reset(); });
+  check_clean_kube();
+}
+
+TEST_CASE("kubernetes: a black-holed watch is re-listed after k8s.watch_silence_s; no exit lost",
+          "[kube][faults][watch]") {
+  auto& k = fake();
+  log_watch silence("said nothing");
+  exit_log log;
+  auto& rt = fiber::detail::runtime::instance();
+  auto l = rt.sync([&] {
+    auto o = fiber::detail::kube_options::from_config();
+    o.state_dir = rt.run_dir();
+    o.image = "fiber-test:1";
+    o.watch_silence = 2s;
+    auto p = std::make_shared<fiber::detail::kube_launcher>(rt.executor(), std::move(o), k.access());
+    p->start();
+    return p;
+  });
+  std::vector<fiber::backend::job_spec> specs{
+      {"black-hole", {"/bin/sh", "-c", "sleep 2; exit 9"}, {}, {}, std::nullopt, std::nullopt}};
+  std::vector<fiber::backend::exit_handler> h{[&](const fiber::backend::job_exit& x) {
+    std::lock_guard g(log.m);
+    log.got["black-hole"] = x;
+    log.cv.notify_all();
+  }};
+  auto jobs = rt.sync([&] { return l->launch(specs, std::move(h)); });
+  const auto pod = jobs.at(0).id;
+  REQUIRE(poll_until(
+      [&] {
+        auto [st, p] = k.api("GET", "/api/v1/namespaces/default/pods/" + pod);
+        return st == 200 && p["status"].value("phase", "") == "Running";
+      },
+      20s));
+  const unsigned lists0 = rt.sync([&] { return l->lists(); });
+  // The open watch stays connected and says nothing more: the pod's end
+  // reaches fiber only through the list made after the silence.
+  REQUIRE(k.control("POST", "watch/blackhole", json::object()).value("watches", 0) >= 1);
+  auto x = log.wait("black-hole", 20s);
+  REQUIRE(x);
+  CHECK(x->how == fiber::backend::job_exit::kind::exited);
+  CHECK(x->code == 9);
+  CHECK_FALSE(silence.seen().empty());
+  CHECK(rt.sync([&] { return l->lists(); }) > lists0);
   rt.sync([&] { l.reset(); });
   check_clean_kube();
 }

@@ -103,6 +103,8 @@ k8s.service_account_dir [/var/run/secrets/kubernetes.io/serviceaccount] in-clust
     namespace
 k8s.kubectl [kubectl] kubectl, to resolve a kubeconfig and clean up after a killed master
 k8s.tls [true] workers dial tls+tcp:// (an ephemeral self-signed certificate when tls_cert is not set)
+k8s.watch_silence_s [90] {1..3600} a pod watch that carries no event or bookmark this long is cancelled and the pods
+    listed again (the API server bookmarks every minute)
 )";
 
 /// One row of config_keys_text.

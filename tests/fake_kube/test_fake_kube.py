@@ -495,6 +495,18 @@ class TestWatch(FakeTest):
             self.assertEqual(ev, "ABORT")  # no terminating chunk: an abrupt end
         finally:
             w.close()
+        # Black-holed: the stream stays open and says nothing, not even the
+        # events of objects created after.
+        w = self.fake.watch(NS + "/pods?watch=1&allowWatchBookmarks=true")
+        try:
+            self.fake.wait_until(lambda: self.fake.ctl("GET", "stats")["open_watches"] >= 1, 5, "watch open")
+            self.assertGreaterEqual(self.fake.ctl("POST", "watch/blackhole")["watches"], 1)
+            self.create_pod(pod("silent", [PY, "-c", "pass"]))
+            self.wait_phase("silent", ("Succeeded",))
+            with self.assertRaises(AssertionError):
+                w.next(1.0)
+        finally:
+            w.close()
 
 
 class TestKubelet(FakeTest):

@@ -76,9 +76,9 @@
 ///
 /// ## Exits
 /// One label-selected list, then a watch from its resourceVersion (re-listed
-/// after `410 Gone`, a dropped stream or an error, or 90 s without an event
-/// or bookmark; resumed after the server's timeout; never polled). A pod is
-/// lost only once a fresh list lacks it. An event fiber cannot read is
+/// after `410 Gone`, a dropped stream or an error, or `k8s.watch_silence_s`
+/// (90 s) without an event or bookmark; resumed after the server's timeout;
+/// never polled). A pod is lost only once a fresh list lacks it. An event fiber cannot read is
 /// logged and skipped. A pod's container terminated with code n: exited
 /// (n), or signalled(n-128) for 128 < n <= 192; after cancel(j, s)
 /// signalled(s) (as on every backend: terminate -15, kill -9). Lost, with Kubernetes' words

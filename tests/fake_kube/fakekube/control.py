@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSL-1.0
 # The fake's own control API under /fake/ (admin bearer token): API-call counts,
 # tokens, client certificates, fault knobs (image pull failure, node capacity,
-# eviction, OOM kill, node lost, watch expiry/drop/raw lines, compaction, RBAC
+# eviction, OOM kill, node lost, watch expiry/drop/black hole/raw lines, compaction, RBAC
 # denials, errors, outages).
 import collections
 import json
@@ -159,6 +159,8 @@ class Control:
             return {"watches": n}
         if key == "watch/drop" and method == "POST":
             return {"watches": c.store.broadcast(("drop",))}
+        if key == "watch/blackhole" and method == "POST":
+            return {"watches": c.store.broadcast(("blackhole",))}
         if key == "watch/raw" and method == "POST":
             line = a.get("line")
             if not isinstance(line, str) or "\n" in line:

@@ -83,7 +83,17 @@ class StreamsMixin:
                 return
             deadline = time.time() + timeout
             next_bm = time.time() + cfg.bookmark_interval
+            silent = False
             while True:
+                if silent:  # black-holed: open, nothing more, not even the end
+                    try:
+                        w.q.get(timeout=0.5)
+                    except queue.Empty:
+                        pass
+                    if self.client_gone() or self.cl.stopping:
+                        self.close_connection = True
+                        return
+                    continue
                 now = time.time()
                 if now >= deadline:
                     break
@@ -111,6 +121,8 @@ class StreamsMixin:
                 elif kind == "error":
                     self.chunk(encode("ERROR", item[1]))
                     break
+                elif kind == "blackhole":
+                    silent = True
                 elif kind == "drop":
                     self.close_connection = True
                     try:

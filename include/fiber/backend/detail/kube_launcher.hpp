@@ -225,7 +225,6 @@ public:
 
 private:
   enum class step { idle, running, done, failed };
-  static constexpr auto watch_silence = std::chrono::seconds(90); // > the API server's bookmark period (1 min)
   static constexpr int no_delete = std::numeric_limits<int>::max();
 
   struct record {
@@ -642,10 +641,10 @@ private:
 
   // The watch said something (an event, a bookmark): it is not black-holed.
   void hear_watch() {
-    silence_timer_.expires_after(watch_silence);
+    silence_timer_.expires_after(opts_.watch_silence);
     silence_timer_.async_wait(guarded([](kube_launcher& self, std::error_code ec) {
       if (ec || !self.watch_cancel_) return;
-      log(log_level::warning, "kubernetes: the watch said nothing for ", watch_silence.count(),
+      log(log_level::warning, "kubernetes: the watch said nothing for ", self.opts_.watch_silence.count(),
           " s: listing the run's pods again");
       self.watch_cancel_->emit(asio::cancellation_type::terminal);
     }));

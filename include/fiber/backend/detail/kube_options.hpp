@@ -16,6 +16,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -113,6 +114,7 @@ struct kube_options {
   std::string service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount"; ///< k8s.service_account_dir
   std::string kubectl = "kubectl";                                                   ///< k8s.kubectl
   bool tls = true;                                                                   ///< k8s.tls
+  std::chrono::seconds watch_silence{90};                                            ///< k8s.watch_silence_s
   std::string listen_address;                                                        ///< listen_address
   std::string tls_cert, tls_key, tls_ca; ///< tls_cert, tls_key, tls_ca as configured
   /// Where an ephemeral certificate is written (the runtime's 0700 run
@@ -145,6 +147,7 @@ struct kube_options {
     if (auto d = config_string("k8s.service_account_dir"); !d.empty()) o.service_account_dir = d;
     if (auto k = config_string("k8s.kubectl"); !k.empty()) o.kubectl = k;
     o.tls = config_bool("k8s.tls");
+    o.watch_silence = std::chrono::seconds(config_int("k8s.watch_silence_s"));
     o.listen_address = config_string("listen_address");
     o.tls_cert = config_string("tls_cert");
     o.tls_key = config_string("tls_key");
