@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
-// Resource and environment edges (issue 27, items 7 and 9). No rig: every
+// Resource and environment edges (issue 27, items 4, 7 and 9). No rig: every
 // test runs on the local backend, as any user.
+//  - a worker that dials a dead master's reused port exits after start_timeout_s
 //  - a target's subprocesses see no FIBER_INTERNAL_* variable; the secret is
 //    gone from the worker's environment, /proc/<pid>/environ included
 //  - a fiber program a target runs is a master of its own (its main runs)
@@ -9,28 +10,46 @@
 //  - the run directory removed mid-map: replacements still start
 //  - what a job leaves in its process group is killed before the job is reaped
 //  - FIBER_HEARTBEAT_INTERVAL_MS=0 (and other values out of range): config_error
+//  - remote objects: at most max_actor_threads threads; a thread that cannot
+//    be started fails the call that needed it, alone
+//  - getrandom failing (seccomp answers EIO): fiber::error, not a loop
 
 #include <fiber/init.hpp>
 #include <fiber/pool.hpp>
 #include <fiber/process.hpp>
 #include <fiber/queue.hpp>
 #include <fiber/target.hpp>
+#include <fiber/detail/actor.hpp>
+#include <fiber/detail/handshake.hpp>
 
 #include "support.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstddef>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -369,4 +388,125 @@ TEST_CASE("edges: values out of range are config_error naming the key and its ra
     fs::remove(file);
   }
 #endif
+}
+
+TEST_CASE("edges: a worker that dials a dead master's reused port exits after start_timeout_s",
+          "[faults][edges][dial]") {
+  // A listener nobody accepts on: the kernel completes each connection, and
+  // nothing ever answers (what a worker meets when another program took the
+  // port of its vanished master).
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } close_it{fd};
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(::listen(fd, 128) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  const auto port = std::to_string(ntohs(sa.sin_port));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [out, status] = run("env FIBER_INTERNAL_MASTER=tcp://127.0.0.1:" + port +
+                           " FIBER_INTERNAL_WORKER_ID=1 FIBER_INTERNAL_SECRET=" + std::string(64, 'a') +
+                           " FIBER_START_TIMEOUT_S=2 FIBER_CONNECT_TIMEOUT_MS=300 timeout -s KILL 60 " + self_exe());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  INFO(out);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 70); // exit_master_lost, not the time limit's SIGKILL
+  CHECK(took >= 1500ms);            // it kept trying for its start budget
+  CHECK(took < 30s);
+}
+
+TEST_CASE("edges (child): remote objects' threads: a start failure, then the cap", "[.][edges-actor-child]") {
+  using fiber::detail::actor;
+  using fiber::detail::actor_pool;
+  log_capture log;
+  pthread_attr_t attr, huge;
+  REQUIRE(::pthread_getattr_default_np(&attr) == 0);
+  REQUIRE(::pthread_getattr_default_np(&huge) == 0);
+  REQUIRE(::pthread_attr_setstacksize(&huge, std::size_t(1) << 47) == 0); // no address space holds it
+  REQUIRE(::pthread_setattr_default_np(&huge) == 0);
+  auto first = std::make_shared<actor>();
+  bool ran = false;
+  CHECK_THROWS_WITH(first->post([&] { ran = true; }),
+                    Catch::Matchers::Contains("cannot start a thread for remote objects"));
+  REQUIRE(::pthread_setattr_default_np(&attr) == 0);
+  ::pthread_attr_destroy(&huge);
+  ::pthread_attr_destroy(&attr);
+
+  // The same actor is usable once threads can start; then 513 actors whose
+  // tasks block: 512 run, the last waits for a thread.
+  std::mutex m;
+  std::condition_variable cv;
+  first->post([&] {
+    std::lock_guard lk(m);
+    ran = true;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lk(m);
+    REQUIRE(cv.wait_for(lk, 30s, [&] { return ran; }));
+  }
+  constexpr std::size_t n = actor_pool::max_actor_threads + 1;
+  std::size_t running = 0, most = 0, finished = 0, finished_when_last_started = 0;
+  bool last_started = false, release_one = false, release_all = false;
+  std::vector<std::shared_ptr<actor>> actors;
+  for (std::size_t i = 0; i < n; ++i) {
+    actors.push_back(std::make_shared<actor>());
+    actors.back()->post([&, i] {
+      std::unique_lock lk(m);
+      most = std::max(most, ++running);
+      if (i == n - 1) last_started = true, finished_when_last_started = finished;
+      cv.notify_all();
+      cv.wait(lk, [&] { return release_all || std::exchange(release_one, false); });
+      --running;
+      ++finished;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock lk(m);
+  REQUIRE(cv.wait_for(lk, 60s, [&] { return running >= n - 1; }));
+  release_one = true;
+  cv.notify_all();
+  REQUIRE(cv.wait_for(lk, 60s, [&] { return last_started; }));
+  release_all = true;
+  cv.notify_all();
+  REQUIRE(cv.wait_for(lk, 60s, [&] { return finished == n; }));
+  CHECK(most == actor_pool::max_actor_threads);
+  CHECK(finished_when_last_started >= 1); // it waited for a thread to be given back
+  CHECK(log.text().find("threads are busy; calls wait for one") != std::string::npos);
+}
+
+TEST_CASE("edges: remote objects' threads: a start failure fails its call alone; at most 512 run",
+          "[faults][edges][actor]") {
+  auto [out, status] = run("timeout -s KILL 120 " + self_exe() + " \"[edges-actor-child]\"");
+  INFO(out);
+  CHECK(status == 0);
+  CHECK(out.find("All tests passed") != std::string::npos);
+}
+
+TEST_CASE("edges (child): getrandom answers EIO", "[.][edges-getrandom-child]") {
+  // seccomp: getrandom fails with EIO, every other call is allowed.
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getrandom, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EIO & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(std::size(filter)), filter};
+  REQUIRE(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+  REQUIRE(::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0);
+  CHECK_THROWS_WITH(fiber::detail::random_nonce(),
+                    Catch::Matchers::Contains("getrandom failed") && Catch::Matchers::Contains(std::strerror(EIO)));
+}
+
+TEST_CASE("edges: getrandom failing is a fiber::error, not a loop", "[faults][edges][random]") {
+  auto [out, status] = run("timeout -s KILL 60 " + self_exe() + " \"[edges-getrandom-child]\"");
+  INFO(out);
+  CHECK(status == 0);
+  CHECK(out.find("All tests passed") != std::string::npos);
 }
