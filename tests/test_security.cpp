@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -24,8 +25,10 @@
 #include <sstream>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <string>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 #include "support.hpp"
 
@@ -904,4 +907,94 @@ TEST_CASE("a proof made for one identity admits no other: pid, host, name and in
     ++edits;
   }
   CHECK(wait_until([&] { return rt.refused_peers_.load() - refused0 >= std::uint64_t(edits); }, 5s));
+}
+
+TEST_CASE("a refused frame from a server not yet authenticated: one short line, no terminal escapes",
+          "[security][handshake]") {
+  auto& rt = fd::runtime::instance();
+  auto dir = temp_dir();
+  asio::io_context io;
+  const std::string url = "ipc://" + dir + "/fake-master.sock";
+  fd::listener l(io.get_executor(), url);
+  std::string evil;
+  while (evil.size() < 1'000'000) evil += "\x1b[2J\x1b]0;owned\x07\r\n";
+  l.async_accept([&](std::error_code ec, fd::stream s) {
+    REQUIRE_FALSE(ec);
+    auto sp = std::make_shared<fd::stream>(std::move(s));
+    sp->async_send(fd::frame(fd::frame_kind::challenge, fd::challenge_msg{fd::random_nonce(), fd::protocol_version}),
+                   [](std::error_code) {});
+    sp->async_recv([&, sp](std::error_code ec, fd::message) {
+      REQUIRE_FALSE(ec);
+      sp->async_send(fd::frame(fd::frame_kind::refused, fd::refused_msg{evil}), [&, sp](std::error_code) {});
+    });
+  });
+  std::promise<std::string> said;
+  asio::post(rt.executor(), [&] {
+    rt.connect(url, fd::role::client, 0,
+               [&](std::exception_ptr e, std::shared_ptr<fd::peer_link> link, std::map<std::string, std::string>) {
+                 if (link) link->close("test");
+                 try {
+                   if (e) std::rethrow_exception(e);
+                   said.set_value("connected");
+                 } catch (const fiber::handshake_error& h) {
+                   said.set_value(h.what());
+                 } catch (const std::exception& x) {
+                   said.set_value(std::string("other error: ") + x.what());
+                 }
+               });
+  });
+  auto f = said.get_future();
+  while (f.wait_for(0s) != std::future_status::ready && io.run_one_for(10s)) {
+  }
+  REQUIRE(f.wait_for(10s) == std::future_status::ready);
+  const auto text = f.get();
+  INFO(text.substr(0, 200));
+  CHECK(text.size() <= fd::max_refusal_text + 32);
+  CHECK(text.find_first_of("\x1b\x07\r\n") == std::string::npos);
+  CHECK(text.starts_with("?[2J?]0;owned?"));
+  CHECK(text.ends_with("(" + std::to_string(evil.size()) + " bytes)"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("lines about refused peers: at most one per 5 s, the next counting those left out", "[security][limits]") {
+  auto& rt = fd::runtime::instance();
+  const auto url = rt.service_url();
+  std::mutex m;
+  std::vector<std::string> lines;
+  fiber::set_log_sink([&](const fiber::log_record& r) {
+    if (r.message.find("refused a peer") == std::string_view::npos) return;
+    std::lock_guard lk(m);
+    lines.emplace_back(r.message);
+  });
+  struct restore {
+    ~restore() { fiber::set_log_sink(nullptr); }
+  } restore_sink;
+  const auto t0 = steady::now();
+  std::size_t not_closed = 0;
+  auto refuse_one = [&] {
+    raw_peer p(url);
+    REQUIRE(p.send(with_header({}, 512u << 20))); // far over the auth frame's bound
+    if (!p.closed_within(3000)) ++not_closed;
+  };
+  for (int i = 0; i < 100; ++i) refuse_one();
+  // Peers keep coming until a line counts the ones left out before it.
+  auto counting = [&] { // the first line that counts, or ""
+    std::lock_guard lk(m);
+    for (const auto& s : lines)
+      if (s.find("more like it since the last") != std::string::npos) return s;
+    return std::string();
+  };
+  while (counting().empty() && steady::now() - t0 < 30s) {
+    refuse_one();
+    std::this_thread::sleep_for(20ms); // the attack's pace, not a wait for anything
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::seconds>(steady::now() - t0).count();
+  const auto line = counting();
+  std::lock_guard lk(m);
+  INFO(lines.size() << " lines in " << took << " s");
+  CHECK(not_closed == 0);
+  CHECK(lines.size() <= std::size_t(took / 5 + 2));
+  const auto at = line.find("(and ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stoul(line.substr(at + 5)) >= 50);
 }

@@ -64,6 +64,21 @@ struct refused_msg {
   std::string reason;
 };
 
+/// Longest refusal text a client shows (bytes); the server is not
+/// authenticated when it refuses.
+inline constexpr std::size_t max_refusal_text = 512;
+
+/// `text` from a peer, fit for a log line: every byte outside printable
+/// ASCII becomes '?' (no terminal escapes), cut at `max` bytes with the
+/// original length. `peer_text("a\x1b[2Jb", 512) == "a?[2Jb"`.
+inline std::string peer_text(std::string_view text, std::size_t max) {
+  std::string out(text.substr(0, max));
+  for (char& c : out)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  if (text.size() > max) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 /// The server's first read of an unauthenticated peer: at most
 /// max_auth_frame bytes, an auth frame, nothing else.
 inline auth_msg decode_auth_frame(std::span<const std::byte> f) {

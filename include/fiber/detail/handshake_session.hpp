@@ -8,6 +8,7 @@
 #include <fiber/detail/host_name.hpp>
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/handshake.hpp>
+#include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/stream.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
@@ -82,7 +83,7 @@ inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s
     timer->cancel();
     if (ec == asio::error::message_size) {
       hooks.dropped();
-      log(log_level::warning, "refused a peer: handshake frame over ", max_auth_frame, " bytes");
+      refusal_log()(log_level::warning, "refused a peer: handshake frame over ", max_auth_frame, " bytes");
     }
     if (ec) return;
     auth_msg a;
@@ -90,13 +91,13 @@ inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s
       a = decode_auth_frame(m);
     } catch (const std::exception& e) {
       hooks.dropped();
-      log(log_level::warning, "refused a peer: malformed handshake (", e.what(), ")");
+      refusal_log()(log_level::warning, "refused a peer: malformed handshake (", e.what(), ")");
       return s->close();
     }
     const bool proven = hooks.verify ? hooks.verify(a, nonce) : mac_equal(a.mac, client_proof(me.secret, nonce, a));
     if (!proven) {
       hooks.dropped();
-      log(log_level::warning, "refused a peer from pid ", a.pid, ": authentication failed");
+      refusal_log()(log_level::warning, "refused a peer from pid ", a.pid, ": authentication failed");
       return s->close();
     }
     s->set_max_message_size(max_message_size);
@@ -149,7 +150,8 @@ inline void await_auth_ok(std::shared_ptr<stream> s, const handshake_identity& m
       auto [k, body] = unframe(m);
       if (k == frame_kind::challenge && skip_challenge)
         return await_auth_ok(std::move(s), me, std::move(a), false, max_message_size, std::move(done));
-      if (k == frame_kind::refused) throw handshake_error(deserialize<refused_msg>(body).reason);
+      if (k == frame_kind::refused) // the server has proven nothing yet
+        throw handshake_error(peer_text(deserialize<refused_msg>(body).reason, max_refusal_text));
       if (k != frame_kind::auth_ok) throw handshake_error("fiber: unexpected handshake reply");
       auto ok = deserialize<auth_ok_msg>(body);
       if (!mac_equal(ok.mac, server_proof(me.secret, a.nonce)))

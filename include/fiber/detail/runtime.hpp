@@ -15,6 +15,7 @@
 #include <fiber/detail/dir_watch.hpp>
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/handshake_session.hpp>
+#include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/host_name.hpp>
 #include <fiber/detail/liveness.hpp>
 #include <fiber/detail/pending_count.hpp>
@@ -583,7 +584,7 @@ private:
     start_accept_loop(l, [this](stream s) {
       if (pending_handshakes_ >= max_pending_handshakes) {
         ++refused_peers_;
-        log(log_level::warning, "refused a peer: ", max_pending_handshakes, " handshakes already pending");
+        refusal_log()(log_level::warning, "refused a peer: ", max_pending_handshakes, " handshakes already pending");
         s.close();
       } else {
         server_handshake(std::make_shared<stream>(std::move(s)));
