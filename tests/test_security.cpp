@@ -296,6 +296,13 @@ int slow_record_square(std::tuple<std::string, int, int> in) {
 int square(int x) { return x * x; }
 int ident(int x) { return x; }
 
+/// What reading one byte of stdin gives: "eof", "data" or "error".
+std::string stdin_state() {
+  char c;
+  auto n = ::read(0, &c, 1);
+  return n == 0 ? "eof" : n > 0 ? "data" : "error";
+}
+
 void no_core_dump() {
   rlimit none{0, 0};
   ::setrlimit(RLIMIT_CORE, &none);
@@ -997,4 +1004,29 @@ TEST_CASE("lines about refused peers: at most one per 5 s, the next counting tho
   const auto at = line.find("(and ");
   REQUIRE(at != std::string::npos);
   CHECK(std::stoul(line.substr(at + 5)) >= 50);
+}
+
+TEST_CASE("local workers' stdin is /dev/null, not the master's", "[security][local]") {
+  // The master's stdin: a pipe that stays open and silent (a terminal, a
+  // job's input). A worker that read it would wait, or take the master's input.
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  const int saved = ::dup(0);
+  REQUIRE(saved >= 0);
+  REQUIRE(::dup2(p[0], 0) == 0);
+  struct restore {
+    int saved, w, r;
+    ~restore() {
+      ::dup2(saved, 0);
+      ::close(saved);
+      ::close(w); // a worker still reading gets EOF
+      ::close(r);
+    }
+  } put_back{saved, p[1], p[0]};
+  fiber::Pool pool{fiber::target<&stdin_state>, {.processes = 1}};
+  auto r = pool.apply_async();
+  REQUIRE(r.wait(30s));
+  CHECK(r.get() == "eof");
+  pool.close();
+  pool.join();
 }

@@ -2,6 +2,7 @@
 // Tests for fiber/serialize.hpp: round trips for every supported kind, the
 // wire layout, and that hostile bytes only ever raise serialization_error.
 #include <fiber/serialize.hpp>
+#include <fiber/detail/pool_call.hpp>
 #include <fiber/detail/protocol.hpp>
 
 #include <boost/describe/class.hpp>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
@@ -910,4 +912,21 @@ TEST_CASE("protocol: tasks and results frames built around their payload and rea
       CHECK(owning_ok == view_ok);
     }
   }
+}
+
+TEST_CASE("a chunk's results with bytes after them are a serialization_error", "[protocol][malformed]") {
+  namespace fd = fiber::detail;
+  fiber::writer w;
+  fd::write_item_ok(w);
+  w.write(std::int32_t(7));
+  auto blob = w.release();
+  std::int32_t got = 0;
+  auto decode = [&] {
+    fd::decode_results<std::int32_t>(
+        blob, 1, [&](std::size_t, std::int32_t&& v) { got = v; }, [](std::size_t, std::exception_ptr) {});
+  };
+  decode();
+  CHECK(got == 7);
+  blob.push_back(std::byte{0});
+  CHECK_THROWS_AS(decode(), fiber::serialization_error);
 }

@@ -74,7 +74,6 @@ private:
     r.argv = spec.argv;
     if (r.argv.empty()) r.argv.push_back(self_exe());
     r.env = merged_environment(spec.env);
-    r.inherit_stdin = true;
     r.out = r.err = stdio::inherit;
     r.out_file = spec.stdout_path;
     r.err_file = spec.stderr_path;

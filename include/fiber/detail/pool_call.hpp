@@ -66,7 +66,8 @@ struct call_state : pool_job, call_sync {
 template <class R>
 using item_result = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
 
-/// Reads one chunk's results blob: (value or exception) per item.
+/// Reads one chunk's results blob: (value or exception) per item. Throws
+/// serialization_error for a blob that is short or has bytes after them.
 template <class R>
 void decode_results(std::span<const std::byte> blob, std::size_t count,
                     const std::function<void(std::size_t, item_result<R>&&)>& on_value,
@@ -81,6 +82,7 @@ void decode_results(std::span<const std::byte> blob, std::size_t count,
     if constexpr (!std::is_same_v<item_result<R>, std::monostate>) r.read(v);
     on_value(i, std::move(v));
   }
+  if (!r.empty()) r.fail("trailing bytes after a chunk's results");
 }
 
 inline int next_pool_number() {
