@@ -162,6 +162,17 @@ TEST_CASE("DOCKER_HOST parsing", "[docker][unit]") {
                     Catch::Contains("docker: DOCKER_HOST=ssh://me@host is not supported"));
 }
 
+TEST_CASE("DOCKER_HOST: what goes over the network in clear is named", "[docker][unit]") {
+  auto exposed = [](const dk::endpoint& e) { return fiber::detail::http::exposure(e.base_url, e.tls); };
+  CHECK_THAT(exposed(dk::parse_host("tcp://10.0.0.5")), Catch::StartsWith("plain HTTP"));
+  CHECK_THAT(exposed(dk::parse_host("http://docker.example:2375")), Catch::StartsWith("plain HTTP"));
+  CHECK(exposed(dk::parse_host("tcp://10.0.0.5", true, "/certs")).empty());
+  CHECK(exposed(dk::parse_host("")).empty()); // the unix socket
+  CHECK(exposed(dk::parse_host("tcp://127.0.0.1:2375")).empty());
+  CHECK(exposed(dk::parse_host("tcp://localhost")).empty());
+  CHECK(exposed(dk::parse_host("tcp://[::1]:2375")).empty());
+}
+
 TEST_CASE("API version negotiation: the older of the daemon's and fiber's newest", "[docker][unit]") {
   CHECK(dk::choose_api_version("1.41", "1.12", "h") == "1.41");
   CHECK(dk::choose_api_version("1.51", "1.24", "h") == std::string(dk::newest_api_version));

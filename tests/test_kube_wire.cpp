@@ -313,6 +313,8 @@ TEST_CASE("kubernetes: kubeconfig documents", "[kube][unit]") {
   auto d = kube::from_kubeconfig(cfg, "dev", "/home/me/.kube", "cfg");
   CHECK(d.tls.ca_file == "/home/me/.kube/ca.crt"); // relative to the kubeconfig
   CHECK_FALSE(d.tls.verify_peer);
+  CHECK_THAT(fiber::detail::http::exposure(d.server, d.tls), Catch::Contains("certificate is not checked"));
+  CHECK(fiber::detail::http::exposure(a.server, a.tls).empty());
   CHECK(d.tls.cert_file == "/home/me/.kube/c.crt");
   CHECK(d.tls.key_pem == "KEY");
   CHECK(d.token.empty());

@@ -99,11 +99,13 @@
 #include <fiber/backend/detail/named_backends.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/error.hpp>
+#include <fiber/log.hpp>
 
 #include <asio/any_io_executor.hpp>
 
 #include <memory>
 #include <string_view>
+#include <utility>
 
 #if defined(FIBER_HAS_CURL) && defined(FIBER_HAS_JSON)
 #include <fiber/backend/detail/docker_launcher.hpp>
@@ -121,8 +123,13 @@ struct docker {
   /// libcurl's and nlohmann-json's headers, or libcurl cannot be loaded.
   static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
 #if defined(FIBER_HAS_DOCKER_BACKEND)
-    return detail::make_started<detail::docker_launcher>(ex, detail::docker_options::from_config(),
-                                                         detail::docker::endpoint_from_env());
+    auto opts = detail::docker_options::from_config();
+    auto where = detail::docker::endpoint_from_env();
+    if (auto w = detail::http::exposure(where.base_url, where.tls); !w.empty())
+      detail::log(log_level::warning, "docker: DOCKER_HOST=", where.host, ": ", w,
+                  "; each container's create request carries the run's secret (set DOCKER_TLS_VERIFY=1, or reach the "
+                  "daemon's socket through ssh -L)");
+    return detail::make_started<detail::docker_launcher>(ex, std::move(opts), std::move(where));
 #else
     (void)ex;
     detail::throw_built_without_http(name);

@@ -111,11 +111,13 @@
 #include <fiber/backend/detail/named_backends.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/error.hpp>
+#include <fiber/log.hpp>
 
 #include <asio/any_io_executor.hpp>
 
 #include <memory>
 #include <string_view>
+#include <utility>
 
 #if defined(FIBER_HAS_CURL) && defined(FIBER_HAS_JSON)
 #include <fiber/backend/detail/kube_config.hpp>
@@ -141,6 +143,9 @@ struct kubernetes {
     auto opts = detail::kube_options::from_config();
     opts.state_dir = detail::runtime::instance().run_dir();
     auto where = detail::kube::resolve(opts, detail::kube::environment::from_process());
+    if (auto w = detail::http::exposure(where.server, where.tls); !w.empty())
+      detail::log(log_level::warning, "kubernetes: ", where.source, ": ", w,
+                  "; the run's Secret and the credentials go through it");
     return detail::make_started<detail::kube_launcher>(ex, std::move(opts), std::move(where));
 #else
     detail::throw_built_without_http(name); // the headers were missing when fiber was configured

@@ -44,6 +44,26 @@ struct tls_options {
   bool verify_peer = true;         ///< false: accept any server certificate (tests only)
 };
 
+/// What requests to `url` with `tls` expose on the network, for a warning;
+/// "" when nothing does: https:// with the certificate checked, or a
+/// loopback host (a unix socket's "http://localhost").
+/// `exposure("http://10.0.0.1:2375", {})` starts "plain HTTP".
+inline std::string exposure(std::string_view url, const tls_options& tls) {
+  const auto scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return "";
+  const auto scheme = url.substr(0, scheme_end);
+  auto host = url.substr(scheme_end + 3);
+  host = host.substr(0, host.find('/'));
+  if (auto at = host.rfind('@'); at != std::string_view::npos) host = host.substr(at + 1);
+  if (host.starts_with('[')) host = host.substr(0, host.find(']') + 1);
+  else host = host.substr(0, host.find(':'));
+  if (host == "localhost" || host.starts_with("127.") || host == "[::1]") return "";
+  if (scheme == "http") return "plain HTTP: anyone on the path can read and change what is sent";
+  if (scheme == "https" && !tls.verify_peer)
+    return "the server's certificate is not checked: anyone on the path can pose as the server";
+  return "";
+}
+
 /// One HTTP request. Owned by the operation once passed in.
 struct request {
   std::string method = "GET";
