@@ -977,11 +977,12 @@ TEST_CASE("lines about refused peers: at most one per 5 s, the next counting tho
     ~restore() { fiber::set_log_sink(nullptr); }
   } restore_sink;
   const auto t0 = steady::now();
-  std::size_t not_closed = 0;
+  std::size_t not_closed = 0, made = 0;
   auto refuse_one = [&] {
     raw_peer p(url);
     REQUIRE(p.send(with_header({}, 512u << 20))); // far over the auth frame's bound
     if (!p.closed_within(3000)) ++not_closed;
+    ++made;
   };
   for (int i = 0; i < 100; ++i) refuse_one();
   // Peers keep coming until a line counts the ones left out before it.
@@ -1001,9 +1002,13 @@ TEST_CASE("lines about refused peers: at most one per 5 s, the next counting tho
   INFO(lines.size() << " lines in " << took << " s");
   CHECK(not_closed == 0);
   CHECK(lines.size() <= std::size_t(took / 5 + 2));
-  const auto at = line.find("(and ");
-  REQUIRE(at != std::string::npos);
-  CHECK(std::stoul(line.substr(at + 5)) >= 50);
+  REQUIRE(line.find("(and ") != std::string::npos);
+  // Every refusal is a line or counted in one (earlier tests' may be too).
+  std::size_t accounted = 0;
+  for (const auto& l : lines)
+    if (auto at = l.find("(and "); at != std::string::npos) accounted += 1 + std::stoul(l.substr(at + 5));
+    else ++accounted;
+  CHECK(accounted >= made);
 }
 
 TEST_CASE("local workers' stdin is /dev/null, not the master's", "[security][local]") {
