@@ -321,24 +321,28 @@ TEST_CASE("kubernetes: 502s, then 15 s of reset connections while a Pool grows: 
   check_clean_kube();
 }
 
-TEST_CASE("kubernetes: odd JSON in watch events is skipped and the watch goes on", "[kube][faults]") {
-  auto& k = fake();
-  log_watch skipped("skipped");
-  exit_log log;
+namespace {
+
+/// A kube_launcher of its own on the fake (options from the configuration,
+/// then `tweak`) running one pod, `name`, of `sh -c script`, whose end goes
+/// to `log`. Returns once the pod is Running.
+std::shared_ptr<fiber::detail::kube_launcher> run_one_pod(fiber_test::fake_kube& k, exit_log& log,
+                                                          const std::string& name, const std::string& script,
+                                                          void (*tweak)(fiber::detail::kube_options&) = nullptr) {
   auto& rt = fiber::detail::runtime::instance();
   auto l = rt.sync([&] {
     auto o = fiber::detail::kube_options::from_config();
     o.state_dir = rt.run_dir();
     o.image = "fiber-test:1";
+    if (tweak) tweak(o);
     auto p = std::make_shared<fiber::detail::kube_launcher>(rt.executor(), std::move(o), k.access());
     p->start();
     return p;
   });
-  std::vector<fiber::backend::job_spec> specs{
-      {"odd-json", {"/bin/sh", "-c", "sleep 3; exit 7"}, {}, {}, std::nullopt, std::nullopt}};
-  std::vector<fiber::backend::exit_handler> h{[&](const fiber::backend::job_exit& x) {
+  std::vector<fiber::backend::job_spec> specs{{name, {"/bin/sh", "-c", script}, {}, {}, std::nullopt, std::nullopt}};
+  std::vector<fiber::backend::exit_handler> h{[&log, name](const fiber::backend::job_exit& x) {
     std::lock_guard g(log.m);
-    log.got["odd-json"] = x;
+    log.got[name] = x;
     log.cv.notify_all();
   }};
   auto jobs = rt.sync([&] { return l->launch(specs, std::move(h)); });
@@ -349,6 +353,17 @@ TEST_CASE("kubernetes: odd JSON in watch events is skipped and the watch goes on
         return st == 200 && p["status"].value("phase", "") == "Running";
       },
       20s));
+  return l;
+}
+
+} // namespace
+
+TEST_CASE("kubernetes: odd JSON in watch events is skipped and the watch goes on", "[kube][faults]") {
+  auto& k = fake();
+  log_watch skipped("skipped");
+  exit_log log;
+  auto& rt = fiber::detail::runtime::instance();
+  auto l = run_one_pod(k, log, "odd-json", "sleep 3; exit 7");
   for (const char* line : {R"({"type":"MODIFIED","object":{"metadata":"odd"}})",
                            R"({"type":"MODIFIED","object":{"metadata":{"name":["odd"]},"status":7}})",
                            R"({"type":"ERROR","object":"odd"})", R"({"type":"ADDED","object":[1,2]})"})
@@ -369,30 +384,8 @@ TEST_CASE("kubernetes: a black-holed watch is re-listed after k8s.watch_silence_
   log_watch silence("said nothing");
   exit_log log;
   auto& rt = fiber::detail::runtime::instance();
-  auto l = rt.sync([&] {
-    auto o = fiber::detail::kube_options::from_config();
-    o.state_dir = rt.run_dir();
-    o.image = "fiber-test:1";
-    o.watch_silence = 2s;
-    auto p = std::make_shared<fiber::detail::kube_launcher>(rt.executor(), std::move(o), k.access());
-    p->start();
-    return p;
-  });
-  std::vector<fiber::backend::job_spec> specs{
-      {"black-hole", {"/bin/sh", "-c", "sleep 2; exit 9"}, {}, {}, std::nullopt, std::nullopt}};
-  std::vector<fiber::backend::exit_handler> h{[&](const fiber::backend::job_exit& x) {
-    std::lock_guard g(log.m);
-    log.got["black-hole"] = x;
-    log.cv.notify_all();
-  }};
-  auto jobs = rt.sync([&] { return l->launch(specs, std::move(h)); });
-  const auto pod = jobs.at(0).id;
-  REQUIRE(poll_until(
-      [&] {
-        auto [st, p] = k.api("GET", "/api/v1/namespaces/default/pods/" + pod);
-        return st == 200 && p["status"].value("phase", "") == "Running";
-      },
-      20s));
+  auto l = run_one_pod(k, log, "black-hole", "sleep 2; exit 9",
+                       [](fiber::detail::kube_options& o) { o.watch_silence = 2s; });
   const unsigned lists0 = rt.sync([&] { return l->lists(); });
   // The open watch stays connected and says nothing more: the pod's end
   // reaches fiber only through the list made after the silence.

@@ -236,6 +236,19 @@ void authenticate(raw_peer& p) {
   REQUIRE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce)));
 }
 
+/// Accepts one connection on `l` as a fake master would: sends a challenge,
+/// then gives the stream and the client's answer (or the error) to `on_answer`.
+template <class F>
+void fake_master_accept(fd::listener& l, F on_answer) {
+  l.async_accept([on_answer](std::error_code ec, fd::stream s) {
+    REQUIRE_FALSE(ec);
+    auto sp = std::make_shared<fd::stream>(std::move(s));
+    sp->async_send(fd::frame(fd::frame_kind::challenge, fd::challenge_msg{fd::random_nonce(), fd::protocol_version}),
+                   [](std::error_code) {});
+    sp->async_recv([sp, on_answer](std::error_code ec, fd::message m) { on_answer(sp, ec, std::move(m)); });
+  });
+}
+
 /// Records the auth frame the runtime's genuine client handshake sends to a
 /// fake server's challenge: a valid frame, bound to that challenge.
 std::vector<std::byte> capture_auth_frame(const std::string& dir) {
@@ -244,16 +257,10 @@ std::vector<std::byte> capture_auth_frame(const std::string& dir) {
   const std::string url = "ipc://" + dir + "/fake-master.sock";
   fd::listener l(io.get_executor(), url);
   std::vector<std::byte> captured;
-  l.async_accept([&](std::error_code ec, fd::stream s) {
-    REQUIRE_FALSE(ec);
-    auto sp = std::make_shared<fd::stream>(std::move(s));
-    sp->async_send(fd::frame(fd::frame_kind::challenge, fd::challenge_msg{fd::random_nonce(), fd::protocol_version}),
-                   [](std::error_code) {});
-    sp->async_recv([&, sp](std::error_code ec, fd::message m) {
-      if (!ec) captured = std::move(m);
-      sp->close();
-      io.stop();
-    });
+  fake_master_accept(l, [&](const std::shared_ptr<fd::stream>& sp, std::error_code ec, fd::message m) {
+    if (!ec) captured = std::move(m);
+    sp->close();
+    io.stop();
   });
   std::promise<void> client_done;
   asio::post(rt.executor(), [&] {
@@ -925,15 +932,9 @@ TEST_CASE("a refused frame from a server not yet authenticated: one short line, 
   fd::listener l(io.get_executor(), url);
   std::string evil;
   while (evil.size() < 1'000'000) evil += "\x1b[2J\x1b]0;owned\x07\r\n";
-  l.async_accept([&](std::error_code ec, fd::stream s) {
+  fake_master_accept(l, [&](const std::shared_ptr<fd::stream>& sp, std::error_code ec, fd::message) {
     REQUIRE_FALSE(ec);
-    auto sp = std::make_shared<fd::stream>(std::move(s));
-    sp->async_send(fd::frame(fd::frame_kind::challenge, fd::challenge_msg{fd::random_nonce(), fd::protocol_version}),
-                   [](std::error_code) {});
-    sp->async_recv([&, sp](std::error_code ec, fd::message) {
-      REQUIRE_FALSE(ec);
-      sp->async_send(fd::frame(fd::frame_kind::refused, fd::refused_msg{evil}), [&, sp](std::error_code) {});
-    });
+    sp->async_send(fd::frame(fd::frame_kind::refused, fd::refused_msg{evil}), [sp](std::error_code) {});
   });
   std::promise<std::string> said;
   asio::post(rt.executor(), [&] {
