@@ -122,6 +122,36 @@ TEST_CASE("FIBER_BACKEND picks the default policy's backend; an unknown one is a
   CHECK(make()->name() == "local"); // unset: local
 }
 
+TEST_CASE("under FIBER_SEPARATE_COMPILATION impl/src.hpp registers docker and kubernetes; without it the error says so",
+          "[config]") {
+  // This file includes fiber/fiber.hpp with the macro defined (CMake target
+  // fiber_src): only the one object compiled from impl/src.hpp registers.
+#if !defined(FIBER_SEPARATE_COMPILATION)
+  FAIL("fiber's tests are built with FIBER_SEPARATE_COMPILATION (target fiber_src)");
+#endif
+  auto& named = fiber::detail::named_backends();
+  const auto docker = fiber::detail::find_backend("docker");
+  REQUIRE(docker != nullptr);
+  CHECK(fiber::detail::find_backend("kubernetes") != nullptr);
+
+  auto& t = fiber::detail::config_table::instance();
+  auto& rt = fiber::detail::runtime::instance();
+  named.erase("docker"); // as in a program that left impl/src.hpp out
+  ::setenv("FIBER_BACKEND", "docker", 1);
+  t.reload();
+  std::string what;
+  try {
+    rt.sync([&] { return fiber::backend::from_env::make(rt.executor()); });
+  } catch (const fiber::backend_error& e) {
+    what = e.what();
+  }
+  named["docker"] = docker;
+  ::unsetenv("FIBER_BACKEND");
+  t.reload();
+  CHECK(what.find("does not contain the docker backend") != std::string::npos);
+  CHECK(what.find("<fiber/impl/src.hpp>") != std::string::npos);
+}
+
 TEST_CASE("the log sink receives records with the process name", "[log]") {
   std::vector<std::string> seen;
   fiber::set_log_sink([&](const fiber::log_record& r) {

@@ -142,7 +142,10 @@ static_assert(policy<docker>);
 } // namespace fiber::backend
 
 namespace fiber::detail {
+#if !defined(FIBER_SEPARATE_COMPILATION)
 /// FIBER_BACKEND=docker reaches backend::docker through this registration
-/// (backend::from_env does not include this header: see named_backends.hpp).
+/// (backend::from_env does not include this header: see named_backends.hpp);
+/// under FIBER_SEPARATE_COMPILATION, fiber/impl/src.hpp registers it instead.
 inline const bool docker_backend_registered = register_backend(backend::docker::name, &backend::docker::make);
+#endif
 } // namespace fiber::detail

@@ -31,7 +31,8 @@ struct from_env {
     if (which == "docker" || which == "kubernetes")
       throw backend_error("fiber: FIBER_BACKEND=" + which + ", but this program does not contain the " + which +
                           " backend: include <fiber/fiber.hpp> or <fiber/backend/" + which +
-                          ".hpp> in one of its source files");
+                          ".hpp> in one of its source files (with FIBER_SEPARATE_COMPILATION defined: "
+                          "compile <fiber/impl/src.hpp> into it)");
     throw backend_error("fiber: unknown backend '" + which +
                         "' (FIBER_BACKEND): expected local, slurm, docker or kubernetes");
   }

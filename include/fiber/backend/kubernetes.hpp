@@ -157,9 +157,12 @@ struct kubernetes {
 } // namespace fiber::backend
 
 namespace fiber::detail {
+#if !defined(FIBER_SEPARATE_COMPILATION)
 /// FIBER_BACKEND=kubernetes reaches backend::kubernetes through this
-/// registration (backend::from_env does not include this header: see named_backends.hpp).
+/// registration (backend::from_env does not include this header: see named_backends.hpp);
+/// under FIBER_SEPARATE_COMPILATION, fiber/impl/src.hpp registers it instead.
 inline const bool kubernetes_backend_registered = register_backend(backend::kubernetes::name,
                                                                    &backend::kubernetes::make);
+#endif
 static_assert(backend::policy<backend::kubernetes>);
 } // namespace fiber::detail

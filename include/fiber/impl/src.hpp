@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file impl/src.hpp
+/// Separate compilation, as Asio's asio/impl/src.hpp: the backend
+/// registrations that fiber/backend/docker.hpp and kubernetes.hpp leave out
+/// under FIBER_SEPARATE_COMPILATION, for exactly one source file to compile.
+///
+/// By default every source file that includes fiber/fiber.hpp compiles the
+/// docker and kubernetes backends whole (their registration takes the address
+/// of their make()): about 12 s of GCC -O1 per file. A program with several
+/// such files may instead define FIBER_SEPARATE_COMPILATION in all of them
+/// and compile this header into one (not into a static library, whose linker
+/// would drop the unreferenced object). Without the macro it is harmless
+/// (the headers register; this registers again).
+///
+/// Example (CMake):
+/// @code
+/// add_compile_definitions(FIBER_SEPARATE_COMPILATION)
+/// add_executable(app main.cpp learner.cpp fiber_src.cpp) # fiber_src.cpp: #include <fiber/impl/src.hpp>
+/// @endcode
+
+#include <fiber/backend/detail/named_backends.hpp>
+#include <fiber/backend/docker.hpp>
+#include <fiber/backend/kubernetes.hpp>
+
+namespace fiber::detail {
+namespace {
+[[maybe_unused]] const bool src_registered_docker = register_backend(backend::docker::name, &backend::docker::make);
+[[maybe_unused]] const bool src_registered_kubernetes =
+    register_backend(backend::kubernetes::name, &backend::kubernetes::make);
+} // namespace
+} // namespace fiber::detail
