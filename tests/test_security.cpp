@@ -837,6 +837,56 @@ TEST_CASE("TLS end to end: a Pool whose workers dial back over tls+tcp with a se
   fiber_test::require_no_children();
 }
 
+TEST_CASE("tls name (child): a worker checks the master certificate's name", "[.][tls-name-child]") {
+  auto dir = temp_dir();
+  // Trusted (it is its own CA), but issued to another name than 127.0.0.1,
+  // the address local workers dial: another service's certificate.
+  auto cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=fiber-elsewhere -days 1 -keyout " + dir +
+             "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  config_guard cfg{{"local_transport", "tls"},
+                   {"tls_cert", dir + "/cert.pem"},
+                   {"tls_key", dir + "/key.pem"},
+                   {"tls_ca", dir + "/cert.pem"},
+                   {"worker_output_dir", dir + "/out"}};
+  {
+    fiber::Process p{fiber::target<&square>, 3};
+    p.start();
+    p.join();
+    CHECK(p.exitcode() == fd::exit_refused); // at once: no retries within start_timeout_s
+    auto err = slurp(dir + "/out/" + p.name() + ".err");
+    INFO(err);
+    CHECK(err.find("'127.0.0.1'") != std::string::npos);
+    CHECK(err.find("tls_server_name") != std::string::npos);
+  }
+  {
+    config_guard named{{"tls_server_name", "fiber-elsewhere"}};
+    fiber::Pool pool{fiber::target<&square>, {.processes = 1}};
+    CHECK(pool.apply(7) == 49);
+  }
+  std::filesystem::remove_all(dir);
+  fiber_test::require_no_children();
+}
+
+TEST_CASE("with tls_ca a worker checks the master certificate's name: the URL's host, or tls_server_name",
+          "[security][tls]") {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+    WARN("openssl not found: TLS test skipped");
+    return;
+  }
+  // In a process of its own: a master's TLS listener keeps the certificate
+  // it was made with, here an earlier test's.
+  auto dir = temp_dir();
+  const auto cmd = std::filesystem::read_symlink("/proc/self/exe").string() + " '[tls-name-child]' >" + dir +
+                   "/child.log 2>&1";
+  const int status = std::system(cmd.c_str());
+  const auto log = slurp(dir + "/child.log");
+  INFO(log);
+  CHECK(status == 0);
+  CHECK(log.find("All tests passed (7 assertions") != std::string::npos); // it ran (no match exits 0 too)
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("an authenticated peer's frame over max_message_size_mb drops its connection; the master is fine",
           "[security][limits]") {
   config_guard cfg{{"max_message_size_mb", "1"}};

@@ -893,6 +893,15 @@ TEST_CASE("transport: TLS round trip with a self-signed certificate", "[transpor
   }
 }
 
+TEST_CASE("transport: a client verifies the name tls_server_name gives, else the URL's host", "[transport][tls]") {
+  fd::transport_options o;
+  CHECK(fd::tls_name_for("tls+tcp://10.0.0.5:4000", o) == "10.0.0.5");
+  CHECK(fd::tls_name_for("tls+tcp://[fd00::1]:4000", o) == "fd00::1");
+  CHECK(fd::tls_name_for("tls+tcp://node-3.cluster:4000", o) == "node-3.cluster");
+  o.tls_server_name = "fiber-master";
+  CHECK(fd::tls_name_for("tls+tcp://10.0.0.5:4000", o) == "fiber-master");
+}
+
 TEST_CASE("transport: set_max_message_size bounds frames from now on", "[transport]") {
   temp_dir dir;
   asio::io_context ctx;

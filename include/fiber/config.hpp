@@ -68,6 +68,8 @@ listen_address [] address the master binds for TCP backends (default: its hostna
 tls_cert [] PEM certificate: enables TLS for TCP transports
 tls_key [] PEM private key of tls_cert
 tls_ca [] PEM CA bundle peers are verified against
+tls_server_name [] with tls_ca: the name the master's certificate must carry (default: the host of the URL workers
+    dial)
 io_threads_batch [true] fiber's and nng's I/O threads run as SCHED_BATCH (Linux), so an arriving message does not
     preempt a running task
 progress [false] draw a progress line for long Pool maps on a terminal

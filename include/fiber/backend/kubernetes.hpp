@@ -70,7 +70,8 @@
 /// in code) and workers dial without a CA: the channel is encrypted, and
 /// fiber's HMAC handshake authenticates both ends, but a relay terminating
 /// TLS on both sides goes unnoticed (docs/security.md); with `tls_ca`
-/// workers verify the master's certificate against that CA. The certificate files the
+/// workers verify the master's certificate against that CA and its name
+/// (the address they dial, or `tls_server_name`). The certificate files the
 /// workers need (for their own listeners) reach them through the Secret,
 /// mounted read-only at the master's paths.
 ///

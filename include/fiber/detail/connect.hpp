@@ -38,7 +38,9 @@ public:
       d_.reset(d);
       if (is_tls_url(url)) {
         try {
-          auto cfg = make_tls_config(NNG_TLS_MODE_CLIENT, opt_);
+          auto opt = opt_;
+          opt.tls_server_name = tls_name_for(url, opt_); // replacing nng's config drops its default
+          auto cfg = make_tls_config(NNG_TLS_MODE_CLIENT, opt);
           rv = nng_stream_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg.get());
         } catch (const std::system_error& e) {
           return done_(via::post, e.code(), stream{});

@@ -9,6 +9,7 @@
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/handshake.hpp>
 #include <fiber/detail/log_limit.hpp>
+#include <fiber/detail/nng_error.hpp>
 #include <fiber/detail/stream.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
@@ -138,6 +139,21 @@ inline auth_msg make_auth(const handshake_identity& me, const nonce_t& server_no
   return a;
 }
 
+/// A TLS handshake the client gave up: the server's certificate failed
+/// verification against tls_ca (chain or name), or the server spoke no TLS.
+/// A refusal (retrying cannot help); runtime::dial adds the name expected.
+struct tls_verify_failed : handshake_error {
+  using handshake_error::handshake_error;
+};
+
+/// The error for a stream that failed before the server proved itself.
+inline std::exception_ptr handshake_stream_error(std::error_code ec) {
+  if (ec == make_nng_error(NNG_ECRYPTO) || ec == make_nng_error(NNG_EPEERAUTH))
+    return std::make_exception_ptr(tls_verify_failed("fiber: the TLS handshake with the master failed (" +
+                                                     ec.message() + ")"));
+  return std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message()));
+}
+
 /// The client's wait for the server's proof after sending `a`; a challenge
 /// that arrives first is skipped once when `skip_challenge` (the proof went
 /// out over an issued nonce).
@@ -145,7 +161,7 @@ inline void await_auth_ok(std::shared_ptr<stream> s, const handshake_identity& m
                           std::size_t max_message_size, client_handshake_done done) {
   s->async_recv([s, a = std::move(a), me, skip_challenge, max_message_size, done = std::move(done)](std::error_code ec,
                                                                                                     message m) mutable {
-    if (ec) return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), stream{}, {});
+    if (ec) return done(handshake_stream_error(ec), stream{}, {});
     try {
       auto [k, body] = unframe(m);
       if (k == frame_kind::challenge && skip_challenge)
@@ -180,7 +196,7 @@ inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity
     return await_auth_ok(std::move(s), me, std::move(a), true, max_message_size, std::move(done));
   }
   s->async_recv([s, me, r, worker_id, max_message_size, done = std::move(done)](std::error_code ec, message m) mutable {
-    if (ec) return done(std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message())), stream{}, {});
+    if (ec) return done(handshake_stream_error(ec), stream{}, {});
     challenge_msg c;
     try {
       c = decode_frame<challenge_msg>(frame_kind::challenge, m);

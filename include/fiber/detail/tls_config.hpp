@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 namespace fiber::detail {
@@ -24,11 +25,12 @@ struct transport_options {
   /// is closed. Also enforced on send. At most 4 GiB - 1 (u32 header).
   std::size_t max_message_size = 256u << 20;
   /// Used only for tls+tcp:// URLs. Server: cert+key required; with a CA it
-  /// requires and verifies client certificates. Client: with a CA the server
-  /// is verified (against tls_server_name, else the URL host); without one
-  /// the channel is encrypted but unauthenticated (fiber authenticates peers
-  /// with its own HMAC handshake). Client cert+key are presented if given.
-  /// key may be empty when cert holds both.
+  /// requires and verifies client certificates. Client: with a CA the server's
+  /// chain and name are verified (the name against tls_server_name, else the
+  /// host of the URL dialed: see tls_name_for); without one the channel is
+  /// encrypted but unauthenticated (fiber authenticates peers with its own
+  /// HMAC handshake). Client cert+key are presented if given. key may be
+  /// empty when cert holds both.
   std::string tls_cert_file, tls_key_file, tls_ca_file;
   std::string tls_server_name;
 };
@@ -43,6 +45,17 @@ inline std::string read_text_file(const std::string& path) {
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+/// The name a client verifies the server's certificate against:
+/// `o.tls_server_name`, else the host of `url` (brackets of an IPv6 literal
+/// removed). nng sets the same default in the configuration it makes, which
+/// make_tls_config replaces. Example: tls_name_for("tls+tcp://10.0.0.5:4000", {}) == "10.0.0.5".
+inline std::string tls_name_for(std::string_view url, const transport_options& o) {
+  if (!o.tls_server_name.empty()) return o.tls_server_name;
+  if (auto p = url.find("://"); p != std::string_view::npos) url.remove_prefix(p + 3);
+  if (url.starts_with('[')) return std::string(url.substr(1, url.find(']') - 1));
+  return std::string(url.substr(0, url.rfind(':')));
 }
 
 /// Builds an nng TLS config from fiber's options. Throws std::system_error.
