@@ -26,7 +26,7 @@
 namespace fiber::detail {
 namespace {
 [[maybe_unused]] const bool src_registered_docker = register_backend(backend::docker::name, &backend::docker::make);
-[[maybe_unused]] const bool src_registered_kubernetes =
-    register_backend(backend::kubernetes::name, &backend::kubernetes::make);
+[[maybe_unused]] const bool src_registered_kubernetes = register_backend(backend::kubernetes::name,
+                                                                         &backend::kubernetes::make);
 } // namespace
 } // namespace fiber::detail
