@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <csignal>
 #include <set>
 #include <spawn.h>
@@ -96,6 +98,37 @@ bool poll_until(Pred pred, std::chrono::milliseconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
+}
+
+/// A task's pid, start and end (CLOCK_REALTIME, ns): the rigs' hosts and the
+/// fake's pods run on this machine and share its clock.
+using task_span = std::array<std::int64_t, 3>;
+
+/// A Pool target: sleeps `ms`, returns its span.
+inline task_span span_after(int ms) {
+  auto now = [] { return std::chrono::system_clock::now().time_since_epoch().count(); };
+  const std::int64_t t0 = now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return {::getpid(), t0, now()};
+}
+
+/// Tasks run per worker pid, and the most tasks that ran at once.
+struct span_summary {
+  std::map<std::int64_t, int> per_pid;
+  int most_at_once = 0;
+};
+inline span_summary summarize(const std::vector<task_span>& spans) {
+  span_summary r;
+  std::vector<std::pair<std::int64_t, int>> edges; // (time, +1 start / -1 end)
+  for (auto& [pid, start, end] : spans) {
+    ++r.per_pid[pid];
+    edges.emplace_back(start, 1);
+    edges.emplace_back(end, -1);
+  }
+  std::sort(edges.begin(), edges.end()); // an end sorts before a start at the same instant
+  int running = 0;
+  for (auto& [t, d] : edges) r.most_at_once = std::max(r.most_at_once, running += d);
+  return r;
 }
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {

@@ -380,6 +380,23 @@ TEST_CASE("kubernetes: Pool map over 4 pods, over TLS by default", "[kube][pool]
   check_clean();
 }
 
+TEST_CASE("kubernetes: maxtasksperchild: successors launched ahead wait for a seat; every task once",
+          "[kube][pool][maxtasks]") {
+  configure();
+  {
+    auto o = pool_opts(2, "k8s-ahead");
+    o.maxtasksperchild = 2;
+    fiber::Pool pool{fiber::target<&fiber_test::span_after>, o};
+    auto spans = pool.map(std::vector<int>(16, 50), 1);
+    REQUIRE(spans.size() == 16);
+    auto sum = fiber_test::summarize(spans);
+    for (auto& [pid, n] : sum.per_pid) CHECK(n <= 2);
+    CHECK(sum.per_pid.size() >= 8);
+    CHECK(sum.most_at_once <= 2);
+  }
+  check_clean();
+}
+
 TEST_CASE("kubernetes: k8s.tls off: workers dial tcp://", "[kube][pool][tls]") {
   configure();
   {

@@ -42,6 +42,11 @@ struct pool_options {
   /// maxtasksperchild); 0: unlimited. Tasks, not chunks: the automatic
   /// chunksize is at most this, and a chunk is never split, so a larger
   /// explicit chunksize lets a worker run one whole chunk. No task is lost.
+  /// On a backend whose jobs do not run on the master's cores (Slurm,
+  /// Kubernetes, a remote Docker daemon) the successors of retiring workers
+  /// are launched ahead of need while tasks are queued beyond what the
+  /// workers left can take: at most 2 x processes more jobs, which connect
+  /// and wait for a seat; at most `processes` workers run tasks at once.
   unsigned maxtasksperchild = 0;
   std::size_t chunksize = 0;    ///< inputs per task message; 0 = automatic
   int max_retries = 3;          ///< reruns of a task after its worker *died*
@@ -344,7 +349,8 @@ public:
 
   /// The number of workers asked for: pool_options::processes, or the last resize().
   unsigned processes() const noexcept { return processes_; }
-  /// Workers connected right now.
+  /// Workers connected right now, successors launched ahead included (see
+  /// pool_options::maxtasksperchild).
   unsigned live_workers() const {
     auto core = core_;
     return detail::runtime::instance().sync([&] { return core->live_workers(); });

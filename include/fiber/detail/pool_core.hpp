@@ -85,7 +85,9 @@ public:
       c.msg.target_id = job->target_id;
       pending_.push_back(add_chunk(job, c.seq, std::move(c.msg), std::move(c.ends), 0, nullptr, 0));
     }
-    if (closing_) grow_or_fail(); // its workers may have been retired already
+    // A closed Pool's workers may have retired already; with
+    // maxtasksperchild the new work may call for successors ahead (ahead()).
+    if (closing_ || s_.maxtasksperchild) grow_or_fail();
     dispatch();
   }
 
@@ -254,7 +256,8 @@ private:
     std::set<std::uint64_t> held;
     double service_s = 0; // moving average of its chunks' run time (0: none seen yet)
     clock::time_point last_result{};
-    bool ready = false; // connected, and its initializer (if any) has run
+    bool ready = false;  // connected, and its initializer (if any) has run
+    bool seated = false; // takes tasks: one of at most `processes` (see seat)
     bool retiring = false;
     bool exited = false;
     std::uint64_t tasks = 0;                         // tasks sent to it (maxtasksperchild)
@@ -282,11 +285,53 @@ private:
     return n;
   }
 
+  // Workers launched beyond `processes`, ahead of need: with
+  // maxtasksperchild, on a backend whose jobs do not share the master's
+  // cores, the successors of workers that will retire while queued tasks
+  // exceed what the workers left can take, at most 2 x processes. They
+  // connect and wait, without tasks, for a seat (docs/RATIONALE.md,
+  // "Replacements ahead of need").
+  unsigned ahead() const {
+    const std::uint64_t m = s_.maxtasksperchild;
+    if (!m || paced() || !wants_workers()) return 0;
+    const std::uint64_t cap = 2ull * s_.processes;
+    std::uint64_t active = 0, capacity = 0;
+    for (auto& [id, w] : workers_)
+      if (!w.retiring) {
+        ++active;
+        capacity += m - std::min(w.tasks, m);
+      }
+    if (active < s_.processes) capacity += (s_.processes - active) * m;
+    const std::uint64_t enough = capacity + cap * m; // no need to count further
+    std::uint64_t queued = 0;
+    for (auto cid : pending_) {
+      if (auto c = chunks_.find(cid); c != chunks_.end()) queued += c->second.msg.count;
+      if (queued >= enough) break;
+    }
+    if (queued <= capacity) return active > s_.processes ? unsigned(active - s_.processes) : 0u;
+    const std::uint64_t base = std::max<std::uint64_t>(active, s_.processes);
+    return unsigned(std::min(base + (queued - capacity + m - 1) / m, s_.processes + cap) - s_.processes);
+  }
+
+  // Gives free seats (at most `processes` workers take tasks) to ready workers.
+  void seat() {
+    unsigned seated = 0;
+    for (auto& [id, w] : workers_) seated += w.seated && !w.retiring;
+    for (auto& [id, w] : workers_) {
+      if (seated >= s_.processes) return;
+      if (!w.seated && w.ready && !w.retiring && !w.exited && w.link && !w.link->closed()) {
+        w.seated = true;
+        ++seated;
+      }
+    }
+  }
+
   void grow() {
     unsigned active = 0;
     for (auto& [id, w] : workers_) active += w.retiring ? 0 : 1;
-    if (active >= s_.processes) return;
-    const unsigned missing = s_.processes - active;
+    const unsigned want = s_.processes + ahead();
+    if (active >= want) return;
+    const unsigned missing = want - active;
     unsigned n = missing;
     if (paced()) {
       const unsigned st = starting(), cap = start_window_ + start_extra_;
@@ -337,10 +382,11 @@ private:
     // Retire idle workers first, then the ones holding the least work.
     std::vector<std::pair<std::size_t, std::uint64_t>> order;
     for (auto& [id, w] : workers_)
-      if (!w.retiring) order.push_back({w.link ? w.held.size() + 1 : 0, id});
+      if (!w.retiring) order.push_back({w.link && w.seated ? w.held.size() + 1 : 0, id});
     std::sort(order.begin(), order.end());
+    const unsigned keep = s_.processes + ahead();
     for (auto& [load, id] : order) {
-      if (active <= s_.processes) break;
+      if (active <= keep) break;
       --active;
       retire(id);
     }
@@ -467,6 +513,7 @@ private:
   // small map spreads over all workers instead of queueing behind one.
   void dispatch() {
     if (pending_.empty()) return;
+    seat();
     std::map<std::uint64_t, std::vector<const chunk_rec*>> batches;
     unsigned passes = s_.prefetch;
     for (auto& [id, w] : workers_) passes = std::max(passes, window_of(w));
@@ -474,7 +521,7 @@ private:
     for (unsigned pass = 0; pass < passes && !pending_.empty(); ++pass) {
       for (auto& [id, w] : workers_) {
         if (pending_.empty()) break;
-        if (!w.ready || w.link->closed() || w.exited || w.retiring || w.held.size() > pass ||
+        if (!w.seated || !w.ready || w.link->closed() || w.exited || w.retiring || w.held.size() > pass ||
             w.held.size() >= window_of(w) || spent(w))
           continue;
         auto cid = pending_.front();
