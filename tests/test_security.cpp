@@ -53,6 +53,14 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+/// A self-signed certificate issued to `cn`, its own CA, as <dir>/cert.pem
+/// and <dir>/key.pem (the openssl command); false when that fails.
+bool self_signed(const std::string& dir, const std::string& cn) {
+  const auto cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=" + cn + " -days 1 -keyout " + dir +
+                   "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
 std::size_t count_lines(const std::string& path) {
   auto s = slurp(path);
   return std::size_t(std::count(s.begin(), s.end(), '\n'));
@@ -800,9 +808,7 @@ TEST_CASE("TLS end to end: a Pool whose workers dial back over tls+tcp with a se
   auto dir = temp_dir();
   // CN = the address workers dial (mbedTLS checks the URL host against it);
   // the same certificate is the CA, so both sides verify each other.
-  auto cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -days 1 -keyout " + dir + "/key.pem -out " +
-             dir + "/cert.pem >/dev/null 2>&1";
-  REQUIRE(std::system(cmd.c_str()) == 0);
+  REQUIRE(self_signed(dir, "127.0.0.1"));
   config_guard cfg{{"local_transport", "tls"},
                    {"tls_cert", dir + "/cert.pem"},
                    {"tls_key", dir + "/key.pem"},
@@ -841,9 +847,7 @@ TEST_CASE("tls name (child): a worker checks the master certificate's name", "[.
   auto dir = temp_dir();
   // Trusted (it is its own CA), but issued to another name than 127.0.0.1,
   // the address local workers dial: another service's certificate.
-  auto cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=fiber-elsewhere -days 1 -keyout " + dir +
-             "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
-  REQUIRE(std::system(cmd.c_str()) == 0);
+  REQUIRE(self_signed(dir, "fiber-elsewhere"));
   config_guard cfg{{"local_transport", "tls"},
                    {"tls_cert", dir + "/cert.pem"},
                    {"tls_key", dir + "/key.pem"},
