@@ -376,6 +376,50 @@ TEST_CASE("kubernetes: Pool map over 4 pods, over TLS by default", "[kube][pool]
     REQUIRE(cert);
     CHECK_THAT(*cert, Catch::StartsWith("-----BEGIN CERTIFICATE-----"));
     CHECK(*cert == read_file(fiber::detail::config_string("tls_cert")));
+    // Only the certificate: the workers pin it (their tls_ca) under the
+    // name it carries; they never hold the master's private key.
+    for (auto& [key, value] : secret["data"].items()) {
+      INFO(key);
+      CHECK((key == "tls-0" || key == "fiber-secret"));
+      CHECK(kube::base64_decode(value.get<std::string>())->find("PRIVATE KEY") == std::string::npos);
+    }
+    auto names = fake().pods("fiber.run=" + run);
+    REQUIRE_FALSE(names.empty());
+    auto [pst, pod] = fake().api("GET", "/api/v1/namespaces/default/pods/" + names[0]);
+    REQUIRE(pst == 200);
+    std::map<std::string, std::string> env;
+    for (auto& e : pod["spec"]["containers"][0]["env"]) env[e["name"]] = e.value("value", "");
+    CHECK(env["FIBER_TLS_CA"] == fiber::detail::config_string("tls_cert"));
+    CHECK(env["FIBER_TLS_SERVER_NAME"] == "fiber-" + run);
+    CHECK(env.count("FIBER_TLS_CERT") == 0);
+    CHECK(env.count("FIBER_TLS_KEY") == 0);
+    CHECK(pod["spec"]["volumes"][0]["secret"]["defaultMode"] == 0400);
+  }
+  check_clean();
+}
+
+// A pod's own service listens as its master does (tls+tcp://): the pod holds
+// no private key of the master's, so it serves with an ephemeral certificate.
+void queue_in_pod(fiber::Queue<fiber::Queue<int>> out, fiber::Queue<int> go) {
+  fiber::Queue<int> q;
+  q.put(7);
+  out.put(q);
+  (void)go.get();
+}
+
+TEST_CASE("kubernetes: a Queue made in a pod serves the master over TLS", "[kube][queue][tls]") {
+  configure();
+  {
+    fiber::Queue<fiber::Queue<int>> out;
+    fiber::Queue<int> go;
+    fiber::Process p{fiber::target<&queue_in_pod>, out, go};
+    p.start();
+    auto q = out.get(60s);
+    REQUIRE(q);
+    CHECK(q->get(30s) == std::optional<int>(7));
+    go.put(1);
+    REQUIRE(p.join(60s));
+    CHECK(p.exitcode() == 0);
   }
   check_clean();
 }

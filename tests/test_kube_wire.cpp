@@ -13,7 +13,7 @@
 
 #include <fiber/backend/detail/kube_config.hpp>
 #include <fiber/backend/detail/kube_wire.hpp>
-#include <fiber/backend/detail/self_signed_cert.hpp>
+#include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/detail/transport.hpp>
 
 #include <mbedtls/pk.h>
@@ -101,6 +101,8 @@ TEST_CASE("kubernetes: the worker pod document", "[kube][unit]") {
   CHECK(c["env"][0] == json({{"name", "FIBER_INTERNAL_MASTER"}, {"value", "tls+tcp://10.0.0.5:4000"}}));
   // TLS files: the Secret's keys mounted one by one at the master's paths.
   CHECK(spec["volumes"][0]["secret"]["secretName"] == "fiber-abc");
+  CHECK(spec["volumes"][0]["secret"]["defaultMode"] == 0400); // the owner's alone
+  CHECK(spec["volumes"][0]["secret"]["items"][0]["mode"] == 0400);
   CHECK(c["volumeMounts"][0] ==
         json({{"name", "fiber-run"}, {"mountPath", "/tmp/fiber-x/k8s.crt"}, {"subPath", "tls-0"}, {"readOnly", true}}));
   CHECK_FALSE(p["metadata"].contains("ownerReferences"));
@@ -418,48 +420,68 @@ TEST_CASE("kubernetes: the ephemeral certificate parses, matches its key, and se
   char subject[256];
   mbedtls_x509_dn_gets(subject, sizeof subject, &crt.subject);
   CHECK(std::string(subject) == "CN=fiber-unit");
+  REQUIRE(crt.subject_alt_names.buf.p != nullptr); // the name the workers verify
+  CHECK(std::string(reinterpret_cast<const char*>(crt.subject_alt_names.buf.p), crt.subject_alt_names.buf.len) ==
+        "fiber-unit");
   CHECK(mbedtls_x509_time_is_past(&crt.valid_from));
   CHECK(mbedtls_x509_time_is_future(&crt.valid_to));
   mbedtls_x509_crt_free(&crt);
   mbedtls_pk_free(&key);
   CHECK(fiber::detail::make_self_signed("fiber-unit").cert_pem != id.cert_pem); // fresh key and serial each time
 
-  // Written 0600; a tls+tcp:// listener with it; a client without a CA connects (encrypted, unverified).
+  // Written 0600; a tls+tcp:// listener with it. A client that pins it
+  // (its CA, its name) connects; one that pins another certificate of the
+  // same name, or expects another name, is refused: a relay with its own
+  // certificate passes neither.
   auto dir = temp_dir();
   auto [crt_file, key_file] = fiber::detail::write_self_signed(dir, "c", "fiber-unit");
+  auto other = fiber::detail::write_self_signed(dir, "other", "fiber-unit");
   CHECK(crt_file == dir + "/c.crt");
   CHECK((fs::status(key_file).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
   fiber::detail::transport_options server;
   server.tls_cert_file = crt_file;
   server.tls_key_file = key_file;
-  asio::io_context io;
-  fiber::detail::listener l(io.get_executor(), "tls+tcp://127.0.0.1:0", server);
-  std::string got;
-  std::optional<fiber::detail::stream> srv, cli;
-  l.async_accept([&](std::error_code ec, fiber::detail::stream s) {
-    if (ec) return void(got = "accept: " + ec.message());
-    srv.emplace(std::move(s));
-    srv->async_recv([&](std::error_code ec2, fiber::detail::message m) {
-      got = ec2 ? "recv: " + ec2.message() : std::string(reinterpret_cast<const char*>(m.data()), m.size());
+  auto exchange = [&](fiber::detail::transport_options client) {
+    asio::io_context io;
+    fiber::detail::listener l(io.get_executor(), "tls+tcp://127.0.0.1:0", server);
+    std::string got;
+    std::optional<fiber::detail::stream> srv, cli;
+    l.async_accept([&](std::error_code ec, fiber::detail::stream s) {
+      if (ec) return;
+      srv.emplace(std::move(s));
+      srv->async_recv([&](std::error_code ec2, fiber::detail::message m) {
+        got = ec2 ? "recv: " + ec2.message() : std::string(reinterpret_cast<const char*>(m.data()), m.size());
+      });
     });
-  });
-  fiber::detail::async_connect(io.get_executor(), l.url(), fiber::detail::transport_options{},
-                               [&](std::error_code ec, fiber::detail::stream s) {
-                                 if (ec) return void(got = "connect: " + ec.message());
-                                 cli.emplace(std::move(s));
-                                 const std::string hello = "hello over tls";
-                                 fiber::detail::message m(hello.size());
-                                 std::memcpy(m.data(), hello.data(), hello.size());
-                                 cli->async_send(std::move(m), [](std::error_code) {});
-                               });
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-       got.empty() && std::chrono::steady_clock::now() < deadline;)
+    fiber::detail::async_connect(io.get_executor(), l.url(), client, [&](std::error_code ec, fiber::detail::stream s) {
+      if (ec) return void(got = "connect: " + ec.message());
+      cli.emplace(std::move(s));
+      const std::string hello = "hello over tls";
+      fiber::detail::message m(hello.size());
+      std::memcpy(m.data(), hello.data(), hello.size());
+      cli->async_send(std::move(m), [&](std::error_code e) {
+        if (e) got = "send: " + e.message();
+      });
+    });
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         got.empty() && std::chrono::steady_clock::now() < deadline;)
+      io.run_for(std::chrono::milliseconds(50));
+    srv.reset();
+    cli.reset();
+    l = fiber::detail::listener{};
     io.run_for(std::chrono::milliseconds(50));
-  CHECK(got == "hello over tls");
-  srv.reset();
-  cli.reset();
-  l = fiber::detail::listener{};
-  io.run_for(std::chrono::milliseconds(50));
+    return got;
+  };
+  fiber::detail::transport_options pinned;
+  pinned.tls_ca_file = crt_file;
+  pinned.tls_server_name = "fiber-unit";
+  CHECK(exchange(pinned) == "hello over tls");
+  auto wrong_name = pinned;
+  wrong_name.tls_server_name = "fiber-other";
+  CHECK(exchange(wrong_name) != "hello over tls");
+  auto wrong_cert = pinned;
+  wrong_cert.tls_ca_file = other.first;
+  CHECK(exchange(wrong_cert) != "hello over tls");
   std::filesystem::remove_all(dir);
 }
 

@@ -104,7 +104,8 @@ k8s.api_server [] API server URL used as is, e.g. http://127.0.0.1:8001 (kubectl
 k8s.service_account_dir [/var/run/secrets/kubernetes.io/serviceaccount] in-cluster credentials: token, ca.crt,
     namespace
 k8s.kubectl [kubectl] kubectl, to resolve a kubeconfig and clean up after a killed master
-k8s.tls [true] workers dial tls+tcp:// (an ephemeral self-signed certificate when tls_cert is not set)
+k8s.tls [true] workers dial tls+tcp:// and pin the master's certificate (an ephemeral self-signed one when tls_cert
+    is not set)
 k8s.watch_silence_s [90] {1..3600} a pod watch that carries no event or bookmark this long is cancelled and the pods
     listed again (the API server bookmarks every minute)
 )";

@@ -65,15 +65,18 @@
 /// `listen_url()`: `tls+tcp://<addr>:0`, addr = `listen_address`, else the
 /// local address on the route to the API server (in a pod: its pod IP).
 /// TLS is on by default (`k8s.tls`): without `tls_cert`/`tls_key` the
-/// launcher makes an ephemeral self-signed ECDSA certificate when it starts
-/// (mbedTLS; 0600 files in the run's 0700 directory, set as tls_cert/tls_key
-/// in code) and workers dial without a CA: the channel is encrypted, and
-/// fiber's HMAC handshake authenticates both ends, but a relay terminating
-/// TLS on both sides goes unnoticed (docs/security.md); with `tls_ca`
-/// workers verify the master's certificate against that CA and its name
-/// (the address they dial, or `tls_server_name`). The certificate files the
-/// workers need (for their own listeners) reach them through the Secret,
-/// mounted read-only at the master's paths.
+/// launcher makes an ephemeral self-signed ECDSA certificate named
+/// `fiber-<run>` (CN and subjectAltName) when it starts (mbedTLS; 0600 files
+/// in the run's 0700 directory, set as tls_cert/tls_key in code). Workers
+/// pin it: it is their `tls_ca` and `fiber-<run>` their `tls_server_name`,
+/// so a relay with any other certificate fails their handshake. With your
+/// own `tls_cert` and no `tls_ca` they pin that certificate (it must be
+/// self-signed) under `tls_server_name`, else the address they dial. With
+/// `tls_ca` (mutual TLS) they verify the master against that CA and present
+/// the same certificate. The Secret, mounted read-only (mode 0400) at the
+/// master's paths, holds the certificate, and the private key only in the
+/// mutual case. A worker's own services serve over TLS with an ephemeral
+/// certificate of its own, which only its master accepts unverified.
 ///
 /// ## Exits
 /// One label-selected list, then a watch from its resourceVersion (re-listed

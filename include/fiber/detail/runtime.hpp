@@ -23,6 +23,7 @@
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/protocol.hpp>
 #include <fiber/detail/sched.hpp>
+#include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/detail/service.hpp>
 #include <fiber/detail/transport.hpp>
 #include <fiber/error.hpp>
@@ -219,7 +220,15 @@ public:
       if (auto it = listeners_.find(base); it != listeners_.end()) return it->second->url();
       std::string url = base;
       if (base == "ipc://") url = ipc_url();
-      auto l = std::make_shared<listener>(executor(), url, transport());
+      auto o = transport();
+      // A worker that pins its master's certificate (kubernetes) has none
+      // to serve with: an ephemeral one, which its master does not verify.
+      if (is_worker_ && is_tls_url(url) && o.tls_cert_file.empty()) {
+        auto id = make_self_signed("fiber-worker");
+        o.tls_cert_pem = std::move(id.cert_pem);
+        o.tls_key_pem = std::move(id.key_pem);
+      }
+      auto l = std::make_shared<listener>(executor(), url, o);
       listeners_.emplace(base, l);
       accept(l);
       return l->url();

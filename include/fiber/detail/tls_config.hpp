@@ -33,9 +33,19 @@ struct transport_options {
   /// empty when cert holds both.
   std::string tls_cert_file, tls_key_file, tls_ca_file;
   std::string tls_server_name;
+  /// A certificate and key held in memory (PEM), used instead of the files.
+  std::string tls_cert_pem, tls_key_pem;
 };
 
 inline bool is_tls_url(const std::string& url) { return url.rfind("tls+", 0) == 0; }
+
+/// Whether `key` says how one end of a TLS link verifies and presents itself
+/// (tls_cert, tls_key, tls_ca, tls_server_name): a worker that dialed over
+/// TLS keeps its launch's, which may differ from the master's.
+/// Example: is_tls_key("tls_ca") == true.
+inline bool is_tls_key(std::string_view key) {
+  return key == "tls_cert" || key == "tls_key" || key == "tls_ca" || key == "tls_server_name";
+}
 
 inline std::string read_text_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -67,10 +77,13 @@ inline tls_config_ptr make_tls_config(nng_tls_mode mode, const transport_options
   check(nng_tls_config_alloc(&raw, mode), "config (is nng built with TLS?)");
   tls_config_ptr cfg(raw);
   const bool server = mode == NNG_TLS_MODE_SERVER;
-  if (server && o.tls_cert_file.empty())
+  if (server && o.tls_cert_file.empty() && o.tls_cert_pem.empty())
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "fiber: a tls+tcp listener needs tls_cert_file and tls_key_file");
-  if (!o.tls_cert_file.empty()) {
+  if (!o.tls_cert_pem.empty()) {
+    check(nng_tls_config_own_cert(cfg.get(), o.tls_cert_pem.c_str(), o.tls_key_pem.c_str(), nullptr),
+          "in-memory certificate/key");
+  } else if (!o.tls_cert_file.empty()) {
     const std::string cert = read_text_file(o.tls_cert_file);
     const std::string key = o.tls_key_file.empty() ? cert : read_text_file(o.tls_key_file);
     check(nng_tls_config_own_cert(cfg.get(), cert.c_str(), key.c_str(), nullptr),

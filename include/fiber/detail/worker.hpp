@@ -414,6 +414,7 @@ private:
                    }
                  }
                  for (auto& [k, v] : cfg) {
+                   if (is_tls_url(url) && is_tls_key(k)) continue;
                    try {
                      set_config(k, v);
                    } catch (const config_error&) {

@@ -9,7 +9,7 @@
 #include <fiber/backend/detail/kube_reaper.hpp>
 #include <fiber/backend/detail/kube_wire.hpp>
 #include <fiber/backend/detail/net_address.hpp>
-#include <fiber/backend/detail/self_signed_cert.hpp>
+#include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>
@@ -272,14 +272,30 @@ private:
   void make_certificate() {
     std::pair<std::string, std::string> files;
     try {
-      files = write_self_signed(opts_.state_dir, "k8s-" + run_id_, "fiber-" + run_id_);
+      files = write_self_signed(opts_.state_dir, "k8s-" + run_id_, secret_name());
     } catch (const std::exception& e) {
       throw backend_error(std::string("kubernetes: TLS: ") + e.what());
     }
     opts_.tls_cert = files.first;
     opts_.tls_key = files.second;
+    own_cert_ = true;
     set_config("tls_cert", opts_.tls_cert);
     set_config("tls_key", opts_.tls_key);
+  }
+
+  // How workers verify the master: mutual TLS with tls_ca (they present the
+  // same certificate); else they pin the master's certificate, under
+  // fiber-<run> when fiber made it.
+  bool mutual_tls() const { return opts_.tls && !opts_.tls_ca.empty(); }
+  void worker_tls_env(std::vector<std::pair<std::string, std::string>>& env) const {
+    if (!opts_.tls || mutual_tls()) return;
+    auto var = [](const char* key) { return std::string(find_config_key(key)->env); };
+    std::erase_if(env, [&](auto& kv) {
+      return kv.first == var("tls_cert") || kv.first == var("tls_key") ||
+             (own_cert_ && kv.first == var("tls_server_name"));
+    });
+    env.emplace_back(var("tls_ca"), opts_.tls_cert);
+    if (own_cert_) env.emplace_back(var("tls_server_name"), secret_name());
   }
 
   // In a pod: its name, uid (workers' ownerReference), image (their default) and pull secrets.
@@ -413,10 +429,12 @@ private:
     return true;
   }
 
-  // The TLS files the workers read (at the same paths as the master's).
+  // The TLS files the workers read (at the same paths as the master's): no
+  // private key unless they present it (mutual TLS).
   std::vector<std::string> tls_files() const {
     std::vector<std::string> v;
     if (!opts_.tls) return v;
+    if (!mutual_tls()) return {opts_.tls_cert};
     for (auto* f : {&opts_.tls_cert, &opts_.tls_key, &opts_.tls_ca})
       if (!f->empty() && std::find(v.begin(), v.end(), *f) == v.end()) v.push_back(*f);
     return v;
@@ -430,6 +448,7 @@ private:
     in.automount_token = opts_.automount_token;
     in.argv = s.argv;
     in.env = s.env;
+    worker_tls_env(in.env);
     in.secret_env["FIBER_INTERNAL_SECRET"] = std::string(kube::secret_key);
     auto files = tls_files();
     for (std::size_t i = 0; i < files.size(); ++i) in.files.push_back({"tls-" + std::to_string(i), files[i]});
@@ -703,6 +722,7 @@ private:
   step owner_state_ = step::idle, secret_state_ = step::idle;
   std::string secret_error_, fatal_;
   bool has_secret_ = false;
+  bool own_cert_ = false; // the certificate is fiber's ephemeral one, named secret_name()
   std::optional<kube::owner_ref> owner_;
   std::string master_image_;
   nlohmann::json pull_secrets_;

@@ -66,7 +66,8 @@ inline std::string status_reason(const std::string& body) {
 // Documents fiber creates
 // ---------------------------------------------------------------------------
 
-/// A key of the run's Secret mounted as a file (read-only) at `path`.
+/// A key of the run's Secret mounted as a file at `path` (read-only, mode
+/// 0400: readable as root, or as any user of a pod that sets fsGroup).
 struct file_mount {
   std::string key, path;
 };
@@ -129,10 +130,11 @@ inline nlohmann::json pod_manifest(const pod_input& in) {
   if (!in.files.empty() && !in.secret_name.empty()) {
     json items = json::array(), mounts = json::array();
     for (auto& f : in.files) {
-      items.push_back({{"key", f.key}, {"path", f.key}});
+      items.push_back({{"key", f.key}, {"path", f.key}, {"mode", 0400}});
       mounts.push_back({{"name", "fiber-run"}, {"mountPath", f.path}, {"subPath", f.key}, {"readOnly", true}});
     }
-    volumes.push_back({{"name", "fiber-run"}, {"secret", {{"secretName", in.secret_name}, {"items", items}}}});
+    volumes.push_back({{"name", "fiber-run"},
+                       {"secret", {{"secretName", in.secret_name}, {"items", items}, {"defaultMode", 0400}}}});
     c["volumeMounts"] = mounts;
   }
   json labels = json::object();
