@@ -891,6 +891,79 @@ TEST_CASE("with tls_ca a worker checks the master certificate's name: the URL's 
   std::filesystem::remove_all(dir);
 }
 
+// A worker's dial through tests/tls_relay.py (its own certificate, the same
+// name as the master's) with `extra` environment; the relay's log and the
+// worker's exit status and stderr.
+struct relayed_dial {
+  std::string relay_log, err;
+  int status = -1;
+};
+relayed_dial dial_through_relay(const std::string& dir, const std::string& master_url, const std::string& extra) {
+  const std::string here = __FILE__;
+  const auto relay = here.substr(0, here.rfind('/')) + "/tls_relay.py";
+  const auto target = master_url.substr(std::string("tls+tcp://").size());
+  const auto start = "python3 " + relay + " " + dir + "/port " + target + " " + dir + "/relay/cert.pem " + dir +
+                     "/relay/key.pem " + dir + "/relay.log >" + dir + "/relay.out 2>&1 & echo $! >" + dir +
+                     "/relay.pid";
+  std::filesystem::remove(dir + "/port");
+  std::filesystem::remove(dir + "/relay.log");
+  REQUIRE(std::system(start.c_str()) == 0);
+  struct stop_relay {
+    std::string pid_file;
+    ~stop_relay() {
+      auto pid = std::atoi(slurp(pid_file).c_str());
+      if (pid > 0 && ::kill(pid, SIGKILL) == 0) fiber_test::process_gone(pid, 10s);
+    }
+  } stop{dir + "/relay.pid"};
+  REQUIRE(wait_until([&] { return std::filesystem::exists(dir + "/port"); }, 30s));
+  relayed_dial out;
+  const auto worker = "env FIBER_INTERNAL_MASTER=tls+tcp://127.0.0.1:" + slurp(dir + "/port") +
+                      " FIBER_INTERNAL_WORKER_ID=999 FIBER_INTERNAL_SECRET=" + fd::runtime::instance().secret() +
+                      " FIBER_START_TIMEOUT_S=20 " + extra + " timeout -s KILL 60 " +
+                      std::filesystem::read_symlink("/proc/self/exe").string() + " >/dev/null 2>" + dir + "/worker.err";
+  out.status = std::system(worker.c_str());
+  out.err = slurp(dir + "/worker.err");
+  // The relay logs a connection when it ends (the worker has exited).
+  REQUIRE(wait_until([&] { return !slurp(dir + "/relay.log").empty(); }, 10s));
+  out.relay_log = slurp(dir + "/relay.log");
+  return out;
+}
+
+// Issue 28: a TLS relay that terminates both sides passes fiber's handshake
+// through unless the worker verifies the master's certificate: pinned (the
+// kubernetes backend's default), the worker refuses the relay's.
+TEST_CASE("a TLS relay with its own certificate: a worker that pins the master's refuses it", "[security][tls]") {
+  if (std::system("command -v openssl >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1") != 0) {
+    WARN("openssl or python3 not found: TLS relay test skipped");
+    return;
+  }
+  auto dir = temp_dir();
+  std::filesystem::create_directory(dir + "/relay");
+  REQUIRE(self_signed(dir, "fiber-pinned"));
+  REQUIRE(self_signed(dir + "/relay", "fiber-pinned")); // same name, another key
+  config_guard cfg{{"tls_cert", dir + "/cert.pem"}, {"tls_key", dir + "/key.pem"}};
+  // A listener of its own (127.0.0.2): one made by an earlier test keeps that test's certificate.
+  const auto url = fd::runtime::instance().listen_url("tls+tcp://127.0.0.2:0");
+  {
+    INFO("unpinned: the relay reads the worker's handshake and passes it on");
+    auto r = dial_through_relay(dir, url, "");
+    INFO(r.relay_log << r.err);
+    REQUIRE(r.relay_log.rfind("relayed ", 0) == 0);
+    CHECK(std::stoul(r.relay_log.substr(8)) > 0);
+  }
+  {
+    INFO("pinned: the worker ends its TLS handshake with the relay; no byte crosses it");
+    auto r = dial_through_relay(dir, url, "FIBER_TLS_CA=" + dir + "/cert.pem FIBER_TLS_SERVER_NAME=fiber-pinned");
+    INFO(r.relay_log << r.err);
+    CHECK(r.relay_log.rfind("refused", 0) == 0);
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == fd::exit_refused);
+    CHECK(r.err.find("fiber-pinned") != std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+  fiber_test::require_no_children();
+}
+
 TEST_CASE("an authenticated peer's frame over max_message_size_mb drops its connection; the master is fine",
           "[security][limits]") {
   config_guard cfg{{"max_message_size_mb", "1"}};
