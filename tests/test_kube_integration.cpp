@@ -375,7 +375,6 @@ TEST_CASE("kubernetes: Pool map over 4 pods, over TLS by default", "[kube][pool]
     auto cert = kube::base64_decode(secret["data"].value("tls-0", ""));
     REQUIRE(cert);
     CHECK_THAT(*cert, Catch::StartsWith("-----BEGIN CERTIFICATE-----"));
-    CHECK(*cert == read_file(fiber::detail::config_string("tls_cert")));
     // Only the certificate: the workers pin it (their tls_ca) under the
     // name it carries; they never hold the master's private key.
     for (auto& [key, value] : secret["data"].items()) {
@@ -389,11 +388,18 @@ TEST_CASE("kubernetes: Pool map over 4 pods, over TLS by default", "[kube][pool]
     REQUIRE(pst == 200);
     std::map<std::string, std::string> env;
     for (auto& e : pod["spec"]["containers"][0]["env"]) env[e["name"]] = e.value("value", "");
-    CHECK(env["FIBER_TLS_CA"] == fiber::detail::config_string("tls_cert"));
+    CHECK(*cert == read_file(env["FIBER_TLS_CA"]));
     CHECK(env["FIBER_TLS_SERVER_NAME"] == "fiber-" + run);
     CHECK(env.count("FIBER_TLS_CERT") == 0);
     CHECK(env.count("FIBER_TLS_KEY") == 0);
     CHECK(pod["spec"]["volumes"][0]["secret"]["defaultMode"] == 0400);
+    // The master's key stays in its memory: no file of the run holds it.
+    CHECK(fiber::detail::config_string("tls_key").empty());
+    CHECK(fiber::detail::config_string("tls_cert").empty());
+    for (auto& f : fs::recursive_directory_iterator(fiber::detail::runtime::instance().run_dir())) {
+      INFO(f.path());
+      if (f.is_regular_file()) CHECK(read_file(f.path().string()).find("PRIVATE KEY") == std::string::npos);
+    }
   }
   check_clean();
 }

@@ -66,8 +66,9 @@
 /// local address on the route to the API server (in a pod: its pod IP).
 /// TLS is on by default (`k8s.tls`): without `tls_cert`/`tls_key` the
 /// launcher makes an ephemeral self-signed ECDSA certificate named
-/// `fiber-<run>` (CN and subjectAltName) when it starts (mbedTLS; 0600 files
-/// in the run's 0700 directory, set as tls_cert/tls_key in code). Workers
+/// `fiber-<run>` (CN and subjectAltName) when it starts (mbedTLS). The
+/// listener serves with it from memory: the key never touches the disk; the
+/// certificate is written (0600) to the run's 0700 directory. Workers
 /// pin it: it is their `tls_ca` and `fiber-<run>` their `tls_server_name`,
 /// so a relay with any other certificate fails their handshake. With your
 /// own `tls_cert` and no `tls_ca` they pin that certificate (it must be

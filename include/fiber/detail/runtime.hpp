@@ -223,10 +223,14 @@ public:
       auto o = transport();
       // A worker that pins its master's certificate (kubernetes) has none
       // to serve with: an ephemeral one, which its master does not verify.
-      if (is_worker_ && is_tls_url(url) && o.tls_cert_file.empty()) {
-        auto id = make_self_signed("fiber-worker");
-        o.tls_cert_pem = std::move(id.cert_pem);
-        o.tls_key_pem = std::move(id.key_pem);
+      // A generated certificate's listener asks no client for one: its
+      // tls_ca, if any, is what it verifies its master with.
+      if (is_tls_url(url) && !tls_identity_ && is_worker_ && o.tls_cert_file.empty())
+        tls_identity_ = make_self_signed("fiber-worker");
+      if (is_tls_url(url) && tls_identity_) {
+        o.tls_cert_pem = tls_identity_->cert_pem;
+        o.tls_key_pem = tls_identity_->key_pem;
+        o.tls_ca_file.clear();
       }
       auto l = std::make_shared<listener>(executor(), url, o);
       listeners_.emplace(base, l);
@@ -234,6 +238,11 @@ public:
       return l->url();
     });
   }
+
+  /// The certificate and key (PEM) this process's TLS listeners made from
+  /// now on serve with, instead of the files tls_cert/tls_key name: a key
+  /// made for the run never touches the disk. Runtime thread.
+  void set_tls_identity(pem_identity id) { tls_identity_ = std::move(id); }
 
   /// This process's ipc:// URL (its socket in the run dir).
   std::string ipc_url() const { return "ipc://" + run_dir_ + "/p" + std::to_string(::getpid()) + ".sock"; }
@@ -818,7 +827,8 @@ private:
   std::pair<std::string, std::string> master_alias_; // worker: master's ipc URL -> the URL it dialled
   std::vector<std::string> argv_;
   bool is_worker_ = false;
-  bool owns_run_dir_ = false; // made by this process: removed at its end
+  std::optional<pem_identity> tls_identity_; // runtime thread
+  bool owns_run_dir_ = false;                // made by this process: removed at its end
   std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;

@@ -143,28 +143,36 @@ inline pem_identity make_self_signed(std::string_view common_name,
   return out;
 }
 
+/// `dir`, or when it is "" a fresh 0700 directory under /tmp. Throws
+/// std::runtime_error when none can be made. Example: private_dir("") == "/tmp/fiber-cert-Ab12Cd".
+inline std::string private_dir(std::string dir) {
+  if (!dir.empty()) return dir;
+  dir = "/tmp/fiber-cert-XXXXXX";
+  if (!::mkdtemp(dir.data())) throw std::runtime_error("self-signed certificate: cannot create a directory in /tmp");
+  return dir;
+}
+
+/// Writes `text` to `path` (created or truncated, mode 0600) and returns
+/// `path`. Throws std::runtime_error when it cannot.
+/// Example: write_private_file(dir + "/c.crt", id.cert_pem).
+inline std::string write_private_file(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size());
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw std::runtime_error("self-signed certificate: cannot write " + path);
+  return path;
+}
+
 /// Makes a certificate as make_self_signed(common_name) does and writes it
 /// and its key (mode 0600) to `<dir>/<stem>.crt` and `<dir>/<stem>.key`;
 /// `dir` "" makes a fresh 0700 directory under /tmp. Returns the two paths.
 /// Throws std::runtime_error when a file cannot be written.
 inline std::pair<std::string, std::string> write_self_signed(std::string dir, const std::string& stem,
                                                              std::string_view common_name) {
-  if (dir.empty()) {
-    std::string t = "/tmp/fiber-cert-XXXXXX";
-    if (!::mkdtemp(t.data())) throw std::runtime_error("self-signed certificate: cannot create a directory in /tmp");
-    dir = t;
-  }
+  dir = private_dir(std::move(dir));
   auto id = make_self_signed(common_name);
-  auto write = [](const std::string& path, const std::string& text) {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size());
-    if (fd >= 0) ::close(fd);
-    if (!ok) throw std::runtime_error("self-signed certificate: cannot write " + path);
-  };
-  std::pair<std::string, std::string> paths{dir + "/" + stem + ".crt", dir + "/" + stem + ".key"};
-  write(paths.first, id.cert_pem);
-  write(paths.second, id.key_pem);
-  return paths;
+  return {write_private_file(dir + "/" + stem + ".crt", id.cert_pem),
+          write_private_file(dir + "/" + stem + ".key", id.key_pem)};
 }
 
 } // namespace fiber::detail

@@ -9,6 +9,7 @@
 #include <fiber/backend/detail/kube_reaper.hpp>
 #include <fiber/backend/detail/kube_wire.hpp>
 #include <fiber/backend/detail/net_address.hpp>
+#include <fiber/detail/runtime.hpp>
 #include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
@@ -267,20 +268,18 @@ private:
 
   // ---- TLS, the master's pod, the Secret ---------------------------------------
 
-  // An ephemeral certificate for the master's listener, written (0600) where
-  // the runtime's listener reads it: tls_cert/tls_key are set in code.
+  // An ephemeral certificate for the master's listener, which serves with
+  // it from memory (its key never touches the disk). The certificate, which
+  // workers pin, is written (0600) where the Secret is made from.
   void make_certificate() {
-    std::pair<std::string, std::string> files;
     try {
-      files = write_self_signed(opts_.state_dir, "k8s-" + run_id_, secret_name());
+      auto id = make_self_signed(secret_name());
+      opts_.tls_cert = write_private_file(private_dir(opts_.state_dir) + "/k8s-" + run_id_ + ".crt", id.cert_pem);
+      runtime::instance().set_tls_identity(std::move(id));
     } catch (const std::exception& e) {
       throw backend_error(std::string("kubernetes: TLS: ") + e.what());
     }
-    opts_.tls_cert = files.first;
-    opts_.tls_key = files.second;
     own_cert_ = true;
-    set_config("tls_cert", opts_.tls_cert);
-    set_config("tls_key", opts_.tls_key);
   }
 
   // How workers verify the master: mutual TLS with tls_ca (they present the
