@@ -11,6 +11,7 @@
 #include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/nng_error.hpp>
 #include <fiber/detail/stream.hpp>
+#include <fiber/detail/tls_config.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
 
@@ -145,6 +146,22 @@ inline auth_msg make_auth(const handshake_identity& me, const nonce_t& server_no
 struct tls_verify_failed : handshake_error {
   using handshake_error::handshake_error;
 };
+
+/// `e` with, when it is a tls_verify_failed and the client has a CA, the
+/// CA file and the name the master's certificate had to carry (tls_name_for
+/// `url`); else `e` itself. Example: e = name_tls_failure(e, url, transport()).
+inline std::exception_ptr name_tls_failure(std::exception_ptr e, const std::string& url, const transport_options& o) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const tls_verify_failed& t) {
+    if (o.tls_ca_file.empty()) return e;
+    return std::make_exception_ptr(handshake_error(std::string(t.what()) + ": its certificate must chain to tls_ca (" +
+                                                   o.tls_ca_file + ") and carry the name '" + tls_name_for(url, o) +
+                                                   "' (set tls_server_name to the name it carries)"));
+  } catch (...) {
+    return e;
+  }
+}
 
 /// The error for a stream that failed before the server proved itself.
 inline std::exception_ptr handshake_stream_error(std::error_code ec) {

@@ -524,7 +524,7 @@ private:
                              if (a->over) return;
                              a->over = true;
                              a->timer.cancel();
-                             if (e && is_tls_url(j->url)) e = name_tls_failure(std::move(e), j->url);
+                             if (e && is_tls_url(j->url)) e = name_tls_failure(std::move(e), j->url, transport());
                              if (e) // closed before authentication: a worker tries again
                                return dial_failed(j, e, j->r == role::worker && !is_refusal(e));
                              j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}),
@@ -543,21 +543,6 @@ private:
     t->expires_after(j->pause + std::chrono::milliseconds(jitter(retry_rng_)));
     j->pause = std::min(j->pause * 2, max_dial_pause);
     t->async_wait([this, t, j](std::error_code) { dial(j); });
-  }
-
-  // A failed TLS verification, with the name the certificate had to carry.
-  std::exception_ptr name_tls_failure(std::exception_ptr e, const std::string& url) const {
-    try {
-      std::rethrow_exception(e);
-    } catch (const tls_verify_failed& t) {
-      const auto o = transport();
-      if (o.tls_ca_file.empty()) return e;
-      return std::make_exception_ptr(handshake_error(
-          std::string(t.what()) + ": its certificate must chain to tls_ca (" + o.tls_ca_file +
-          ") and carry the name '" + tls_name_for(url, o) + "' (set tls_server_name to the name it carries)"));
-    } catch (...) {
-      return e;
-    }
   }
 
   // A refusal by the other end (another binary, a failed proof), as opposed
