@@ -49,7 +49,7 @@ inline bool process_gone(std::int64_t pid, std::chrono::seconds limit = std::chr
   auto deadline = std::chrono::steady_clock::now() + limit;
   while (process_exists(pid)) {
     if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1)); // a poll that leaves the cores to fiber's threads
   }
   return true;
 }
@@ -60,7 +60,7 @@ bool eventually(F cond, std::chrono::seconds limit = std::chrono::seconds(30)) {
   auto deadline = std::chrono::steady_clock::now() + limit;
   while (!cond()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1)); // a poll that leaves the cores to fiber's threads
   }
   return true;
 }
@@ -88,7 +88,8 @@ inline bool is_aborted(std::exception_ptr e) {
 
 inline void require_no_children(std::chrono::seconds limit = std::chrono::seconds(10)) {
   auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!children().empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  while (!children().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   INFO("children still alive: " << children().size());
   REQUIRE(children().empty());
 }

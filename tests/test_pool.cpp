@@ -604,7 +604,7 @@ TEST_CASE("terminate leaves no process behind", "[pool]") {
   {
     fiber::Pool pool{fiber::target<&sleep_for>, {.processes = 3}};
     auto res = pool.apply_async(30.0);
-    while (pool.live_workers() < 3) std::this_thread::yield();
+    while (pool.live_workers() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     pids = pool.worker_pids();
     pool.terminate();
     CHECK_THROWS_AS(res.get(), fiber::error);

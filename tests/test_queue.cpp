@@ -221,7 +221,8 @@ TEST_CASE("back-pressure: a producer process cannot finish until the master gets
   fiber::Process p{fiber::target<&fill>, q, 10};
   p.start();
   auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (q.qsize() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  while (q.qsize() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   REQUIRE(q.qsize() == 2);
   // 8 items are still to come and there is no room: the producer is stuck in put.
   CHECK_FALSE(p.join(300ms));

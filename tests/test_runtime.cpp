@@ -191,7 +191,8 @@ TEST_CASE("a worker whose master is SIGKILLed exits within 5 seconds", "[runtime
   master.start();
   // Wait (bounded) for the nested master to report its worker.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!std::filesystem::exists(pid_file) && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  while (!std::filesystem::exists(pid_file) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   REQUIRE(std::filesystem::exists(pid_file));
   std::int64_t worker = 0;
   std::ifstream(pid_file) >> worker;
