@@ -434,8 +434,11 @@ TEST_CASE("kubernetes: the ephemeral certificate parses, matches its key, and se
   // same name, or expects another name, is refused: a relay with its own
   // certificate passes neither.
   auto dir = temp_dir();
-  auto [crt_file, key_file] = fiber::detail::write_self_signed(dir, "c", "fiber-unit");
-  auto other = fiber::detail::write_self_signed(dir, "other", "fiber-unit");
+  auto written = fiber::detail::make_self_signed("fiber-unit");
+  const auto crt_file = fiber::detail::write_private_file(dir + "/c.crt", written.cert_pem);
+  const auto key_file = fiber::detail::write_private_file(dir + "/c.key", written.key_pem);
+  const auto other_crt = fiber::detail::write_private_file(dir + "/other.crt",
+                                                           fiber::detail::make_self_signed("fiber-unit").cert_pem);
   CHECK(crt_file == dir + "/c.crt");
   CHECK((fs::status(key_file).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
   fiber::detail::transport_options server;
@@ -480,7 +483,7 @@ TEST_CASE("kubernetes: the ephemeral certificate parses, matches its key, and se
   wrong_name.tls_server_name = "fiber-other";
   CHECK(exchange(wrong_name) != "hello over tls");
   auto wrong_cert = pinned;
-  wrong_cert.tls_ca_file = other.first;
+  wrong_cert.tls_ca_file = other_crt;
   CHECK(exchange(wrong_cert) != "hello over tls");
   std::filesystem::remove_all(dir);
 }

@@ -19,7 +19,6 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -161,18 +160,6 @@ inline std::string write_private_file(const std::string& path, const std::string
   if (fd >= 0) ::close(fd);
   if (!ok) throw std::runtime_error("self-signed certificate: cannot write " + path);
   return path;
-}
-
-/// Makes a certificate as make_self_signed(common_name) does and writes it
-/// and its key (mode 0600) to `<dir>/<stem>.crt` and `<dir>/<stem>.key`;
-/// `dir` "" makes a fresh 0700 directory under /tmp. Returns the two paths.
-/// Throws std::runtime_error when a file cannot be written.
-inline std::pair<std::string, std::string> write_self_signed(std::string dir, const std::string& stem,
-                                                             std::string_view common_name) {
-  dir = private_dir(std::move(dir));
-  auto id = make_self_signed(common_name);
-  return {write_private_file(dir + "/" + stem + ".crt", id.cert_pem),
-          write_private_file(dir + "/" + stem + ".key", id.key_pem)};
 }
 
 } // namespace fiber::detail

@@ -10,8 +10,10 @@
 #include <nng/nng.h>
 #include <nng/supplemental/tls/tls.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -39,12 +41,14 @@ struct transport_options {
 
 inline bool is_tls_url(const std::string& url) { return url.rfind("tls+", 0) == 0; }
 
-/// Whether `key` says how one end of a TLS link verifies and presents itself
-/// (tls_cert, tls_key, tls_ca, tls_server_name): a worker that dialed over
-/// TLS keeps its launch's, which may differ from the master's.
+/// The keys that say how one end of a TLS link verifies and presents itself.
+inline constexpr std::string_view tls_keys[] = {"tls_cert", "tls_key", "tls_ca", "tls_server_name"};
+
+/// Whether `key` is one of tls_keys: a worker that dialed over TLS keeps its
+/// launch's, which may differ from the master's.
 /// Example: is_tls_key("tls_ca") == true.
 inline bool is_tls_key(std::string_view key) {
-  return key == "tls_cert" || key == "tls_key" || key == "tls_ca" || key == "tls_server_name";
+  return std::find(std::begin(tls_keys), std::end(tls_keys), key) != std::end(tls_keys);
 }
 
 inline std::string read_text_file(const std::string& path) {

@@ -11,7 +11,9 @@
 #include <fiber/detail/tls_config.hpp>
 
 #include <cstdint>
+#include <iterator>
 #include <string>
+#include <string_view>
 #include <sys/stat.h>
 #include <vector>
 
@@ -78,9 +80,9 @@ inline backend::job_spec worker_spec(backend::launcher& l, std::uint64_t id, con
   // master's configuration (io_threads_batch when its runtime starts, TLS
   // material to dial): pass the master's values, also ones set in code,
   // the way users would.
-  std::vector<const char*> early_keys{"io_threads_batch"};
-  if (is_tls_url(url)) early_keys.insert(early_keys.end(), {"tls_cert", "tls_key", "tls_ca", "tls_server_name"});
-  for (const char* key : early_keys)
+  std::vector<std::string_view> early_keys{"io_threads_batch"};
+  if (is_tls_url(url)) early_keys.insert(early_keys.end(), std::begin(tls_keys), std::end(tls_keys));
+  for (auto key : early_keys)
     if (auto v = config_string(key); !v.empty()) s.env.emplace_back(std::string(find_config_key(key)->env), v);
   if (auto dir = config_string("worker_output_dir"); !dir.empty()) {
     ::mkdir(dir.c_str(), 0700);
