@@ -423,6 +423,71 @@ TEST_CASE("transport: a frame of a message and a shared tail arrives as one mess
   });
 }
 
+TEST_CASE("transport: frame MACs: sealed frames arrive whole; another key, a replay or a reordering fails",
+          "[transport][mac]") {
+  const fd::session_key k1{1}, k2{2}, k3{3};
+  SECTION("frame_mac alone: only the next frame in order, unchanged, opens") {
+    fd::frame_mac seal(k1), open(k1);
+    const message a = make_msg(100, 1), b = make_msg(5000, 2);
+    std::byte ta[fd::frame_tag_size], tb[fd::frame_tag_size];
+    seal.seal({a}, ta);
+    seal.seal({std::span<const std::byte>(b).first(10), std::span<const std::byte>(b).subspan(10)}, tb);
+    fd::frame_mac reordered(k1);
+    CHECK_FALSE(reordered.open(b, tb)); // b was sealed second
+    fd::frame_mac other_key(k2);
+    CHECK_FALSE(other_key.open(a, ta));
+    message changed = a;
+    changed[50] ^= std::byte{1};
+    fd::frame_mac tampered(k1);
+    CHECK_FALSE(tampered.open(changed, ta));
+    CHECK(open.open(a, ta));
+    CHECK_FALSE(open.open(a, ta)); // replayed: the sequence has moved on
+  }
+  SECTION("on a stream: async, batched, tailed and direct frames both ways; a frame under another key closes it") {
+    asio::io_context ctx;
+    fd::listener l(ctx.get_executor(), "tcp://127.0.0.1:0");
+    run_coro(ctx, [&]() -> asio::awaitable<void> {
+      auto [server, client] = co_await connect_pair(l, no_options);
+      co_await client.async_send(str_msg("before"), asio::use_awaitable); // no tag: sent before enabling
+      auto first = co_await server.async_recv(asio::use_awaitable);
+      CHECK(msg_str(first) == "before");
+      server.enable_mac(k1, k2);
+      client.enable_mac(k2, k1);
+      std::vector<std::pair<message, std::shared_ptr<const message>>> sent;
+      for (std::size_t head : {0u, 10u, 70000u})
+        for (std::size_t tail : {0u, 100000u})
+          sent.emplace_back(make_msg(head, unsigned(head)), std::make_shared<const message>(make_msg(tail, 3)));
+      std::size_t done = 0;
+      for (auto& [h, t] : sent)
+        client.async_send(h, fd::shared_bytes{t, *t}, [&](std::error_code ec) {
+          CHECK_FALSE(ec);
+          ++done;
+        });
+      for (auto& [h, t] : sent) {
+        auto got = co_await server.async_recv(asio::use_awaitable);
+        CHECK(got == joined(h, *t));
+      }
+      co_await poll_until([&] { return done >= sent.size(); }, 1ms, 5000);
+      const message h = make_msg(20, 1), t = make_msg(300000, 2);
+      bool ok = false;
+      std::thread writer([&, d = server.direct()] { ok = d.try_send(h, t); });
+      auto got = co_await client.async_recv(asio::use_awaitable);
+      writer.join();
+      CHECK(ok);
+      CHECK(got == joined(h, t));
+      // A client that seals under another key: the server's next receive fails.
+      auto [server2, client2] = co_await connect_pair(l, no_options);
+      server2.enable_mac(k1, k2);
+      client2.enable_mac(k3, k1);
+      co_await client2.async_send(str_msg("forged"), asio::use_awaitable);
+      auto [ec, m] = co_await server2.async_recv(asio::experimental::as_tuple(asio::use_awaitable));
+      CHECK(ec == fd::make_error_code(fd::frame_mac_errc::bad_tag));
+      CHECK(m.empty());
+      CHECK_FALSE(server2.is_open());
+    });
+  }
+}
+
 TEST_CASE("transport: buffer_cache hands large storage back out, bounded", "[transport]") {
   fd::buffer_cache cache; // not the process-wide one: other tests' frames leave buffers there
   const std::size_t n = (3u << 20) + 17;

@@ -6,6 +6,7 @@
 /// the peer has proven it knows the secret.
 
 #include <fiber/detail/frame.hpp>
+#include <fiber/detail/frame_mac.hpp>
 #include <fiber/error.hpp>
 #include <fiber/serialize.hpp>
 
@@ -56,8 +57,9 @@ struct auth_msg {
 };
 
 struct auth_ok_msg {
-  mac_t mac{}; ///< HMAC(secret, "fiber-s" | client nonce)
+  mac_t mac{}; ///< HMAC(secret, "fiber-s" | client nonce | config | frame_mac)
   std::map<std::string, std::string> config;
+  std::uint8_t frame_mac = 0; ///< 1: frames after this one carry tags (frame_mac.hpp)
 };
 
 struct refused_msg {
@@ -151,11 +153,34 @@ inline std::uint64_t process_incarnation() {
   return v;
 }
 
-inline mac_t server_proof(std::string_view secret, const nonce_t& client_nonce) {
+/// What the server's MAC covers: the client's nonce, and everything else
+/// auth_ok carries (a relay can neither rewrite the configuration a worker
+/// applies nor turn frame MACs off).
+inline mac_t server_proof(std::string_view secret, const nonce_t& client_nonce, const auth_ok_msg& ok) {
   writer w;
   w.write(std::string("fiber-s"));
   w.write(client_nonce);
+  w.write(ok.config);
+  w.write(ok.frame_mac);
   return hmac(secret, w.buffer());
+}
+
+/// The keys of one connection's frame MACs, one per direction: HMAC-SHA256
+/// under the run's secret (as a PRF, RFC 2104) of the client's proof, which
+/// covers the server's fresh nonce, and the client's fresh nonce. Both ends
+/// derive them; nobody without the secret can.
+struct session_keys {
+  session_key client_to_server, server_to_client;
+};
+inline session_keys derive_session_keys(std::string_view secret, const auth_msg& a) {
+  auto key = [&](const char* label) {
+    writer w;
+    w.write(std::string(label));
+    w.write(a.mac);
+    w.write(a.nonce);
+    return hmac(secret, w.buffer());
+  };
+  return {key("fiber-k-c2s"), key("fiber-k-s2c")};
 }
 
 inline std::string to_hex(std::span<const std::uint8_t> b) {

@@ -69,9 +69,11 @@ struct server_handshake_hooks {
 /// the bounded auth frame is read before the peer proves it knows the
 /// secret; a peer silent for 5 s is dropped. `config` is the configuration
 /// sent to an authenticated peer; frames after the handshake are bounded by
-/// `max_message_size`. `keep` lives as long as the handshake (a slot count).
+/// `max_message_size` and, with `frame_macs` on a link that is not ipc://,
+/// carry tags both ways (frame_mac.hpp). `keep` lives as long as the
+/// handshake (a slot count).
 inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s, const handshake_identity& me,
-                             std::map<std::string, std::string> config, std::size_t max_message_size,
+                             std::map<std::string, std::string> config, std::size_t max_message_size, bool frame_macs,
                              std::shared_ptr<void> keep, server_handshake_hooks hooks) {
   s->set_max_message_size(max_auth_frame); // refused before allocating
   auto nonce = random_nonce();
@@ -80,7 +82,7 @@ inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s
   timer->async_wait([s](std::error_code ec) {
     if (!ec) s->close(); // too slow: drop it
   });
-  s->async_recv([s, nonce, timer, keep, me, config = std::move(config), max_message_size,
+  s->async_recv([s, nonce, timer, keep, me, config = std::move(config), max_message_size, frame_macs,
                  hooks = std::move(hooks)](std::error_code ec, message m) mutable {
     timer->cancel();
     if (ec == asio::error::message_size) {
@@ -112,8 +114,13 @@ inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s
       s->async_send(frame(frame_kind::refused, refused_msg{reason}), [s](std::error_code) { s->close(); });
       return hooks.mismatched(peer, reason);
     }
-    s->async_send(frame(frame_kind::auth_ok, auth_ok_msg{server_proof(me.secret, a.nonce), std::move(config)}),
-                  [](std::error_code) {});
+    auth_ok_msg ok{{}, std::move(config), std::uint8_t(frame_macs && !s->is_ipc())};
+    ok.mac = server_proof(me.secret, a.nonce, ok);
+    s->async_send(frame(frame_kind::auth_ok, ok), [](std::error_code) {}); // queued before: no tag
+    if (ok.frame_mac) {
+      const auto k = derive_session_keys(me.secret, a);
+      s->enable_mac(k.server_to_client, k.client_to_server);
+    }
     hooks.authenticated(std::move(peer), std::move(*s));
   });
 }
@@ -187,9 +194,13 @@ inline void await_auth_ok(std::shared_ptr<stream> s, const handshake_identity& m
         throw handshake_error(peer_text(deserialize<refused_msg>(body).reason, max_refusal_text));
       if (k != frame_kind::auth_ok) throw handshake_error("fiber: unexpected handshake reply");
       auto ok = deserialize<auth_ok_msg>(body);
-      if (!mac_equal(ok.mac, server_proof(me.secret, a.nonce)))
+      if (!mac_equal(ok.mac, server_proof(me.secret, a.nonce, ok)))
         throw handshake_error("fiber: the master failed to authenticate");
       s->set_max_message_size(max_message_size);
+      if (ok.frame_mac) {
+        const auto k = derive_session_keys(me.secret, a);
+        s->enable_mac(k.client_to_server, k.server_to_client);
+      }
       done(nullptr, std::move(*s), std::move(ok.config));
     } catch (...) {
       done(std::current_exception(), stream{}, {});
@@ -198,7 +209,8 @@ inline void await_auth_ok(std::shared_ptr<stream> s, const handshake_identity& m
 }
 
 /// Client side on a connected stream: answer the challenge as `r` (worker
-/// `worker_id`, or a client), then check the server's proof. A local worker
+/// `worker_id`, or a client), then check the server's proof (which covers
+/// its configuration, and whether frames carry tags from then on). A local worker
 /// given a one-time nonce at spawn (`issued`) proves itself at once instead,
 /// which saves the wait for the challenge. Until the server has proven
 /// itself frames are bounded by max_handshake_reply; afterwards by

@@ -648,7 +648,8 @@ private:
       h(l);
     };
     detail::server_handshake(executor(), std::move(s), identity(), effective_config(), transport().max_message_size,
-                             std::make_shared<pending_slot>(pending_handshakes_), std::move(hooks));
+                             config_bool("frame_mac"), std::make_shared<pending_slot>(pending_handshakes_),
+                             std::move(hooks));
   }
 
   /// The client's proof covers this connection's challenge or, for a local

@@ -149,6 +149,16 @@ public:
   std::chrono::steady_clock::time_point last_received() const noexcept {
     return core_ ? core_->last_received() : std::chrono::steady_clock::time_point{};
   }
+  /// From now on every frame sent carries a tag under `send` and every frame
+  /// received must carry one under `recv`, counted from here (frame_mac.hpp):
+  /// a frame that fails closes the stream with frame_mac_errc::bad_tag and
+  /// logs one rate-limited line. Messages queued before the call go
+  /// without. Call once, on the executor, before the read side is lent.
+  void enable_mac(const session_key& send, const session_key& recv) {
+    if (core_) core_->enable_mac(send, recv);
+  }
+  /// Whether the peer is on an ipc:// socket (a local process).
+  bool is_ipc() const { return core_ && core_->is_ipc(); }
   /// The current frame limit (set_max_message_size), in bytes; 0 for an empty stream.
   std::size_t max_message_size() const noexcept { return core_ ? core_->max_message_size() : 0; }
   /// Counters since the stream was created (zero for an empty stream).

@@ -10,6 +10,8 @@
 #include <fiber/detail/bytes.hpp>
 #include <fiber/detail/completion.hpp>
 #include <fiber/detail/frame_buffer.hpp>
+#include <fiber/detail/frame_mac.hpp>
+#include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/nng_error.hpp>
 #include <fiber/detail/nng_ptr.hpp>
 #include <fiber/detail/tls_config.hpp>
@@ -77,7 +79,7 @@ public:
     if (m.size() + tail.bytes.size() > max_) return done(via::post, asio::error::message_size);
     const auto id = ++next_id_;
     install_canceller(done.slot(), id, true);
-    sendq_.push_back({id, std::move(m), std::move(tail), std::move(done)});
+    sendq_.push_back({id, std::move(m), std::move(tail), std::move(done), seal_ != nullptr});
     bool direct_busy;
     {
       std::lock_guard lk(wire_mu_);
@@ -95,16 +97,21 @@ public:
   /// nothing (use async_send). A failed write closes the stream and returns false.
   bool try_send_direct(std::span<const std::byte> m, std::span<const std::byte> tail = {}) {
     if (m.size() + tail.size() > max_.load(std::memory_order_relaxed)) return false;
+    frame_mac* mac;
     {
       std::lock_guard lk(wire_mu_);
       if (exec_busy_ || direct_busy_ || wire_dead_) return false;
       direct_busy_ = true;
+      mac = seal_.get(); // set once, under wire_mu_; its sequence is the wire owner's
     }
     int rv = lazy_sync_aio(daio_);
     std::size_t written = 0, calls = 0;
-    const frame_header hdr(static_cast<std::uint32_t>(m.size() + tail.size()));
-    std::span<const std::byte> parts[3] = {{hdr.bytes, frame_header_size}, m, tail};
-    const std::size_t total = frame_header_size + m.size() + tail.size();
+    std::byte tag[frame_tag_size];
+    if (mac) mac->seal({m, tail}, tag);
+    const std::size_t tag_size = mac ? frame_tag_size : 0;
+    const frame_header hdr(static_cast<std::uint32_t>(m.size() + tail.size() + tag_size));
+    std::span<const std::byte> parts[4] = {{hdr.bytes, frame_header_size}, m, tail, {tag, tag_size}};
+    const std::size_t total = frame_header_size + m.size() + tail.size() + tag_size;
     std::span<const std::span<const std::byte>> todo = parts;
     if (tls_ && total <= tls_coalesce_limit) {
       // nng 1.5.2's TLS makes one record per iov element, and flushes those
@@ -115,7 +122,7 @@ public:
       todo = todo.first(1);
     }
     while (rv == 0 && written < total) { // nng may write part of the iov: go on from there
-      nng_iov iov[3];
+      nng_iov iov[4];
       unsigned k = 0;
       std::size_t skip = written;
       for (auto p : todo) {
@@ -156,6 +163,21 @@ public:
     install_canceller(done.slot(), id, false);
     recvq_.push_back({id, std::move(done)});
     pump_recv(via::post);
+  }
+
+  /// From now on frames queued or written are sealed with `send` and frames
+  /// read are checked with `recv` (see frame_mac). Executor only, once,
+  /// while the read side is not lent. Throws fiber::error if mbedTLS fails.
+  void enable_mac(const session_key& send, const session_key& recv) {
+    auto s = std::make_unique<frame_mac>(send);
+    open_ = std::make_unique<frame_mac>(recv);
+    std::lock_guard lk(wire_mu_);
+    seal_ = std::move(s);
+  }
+  /// Whether the peer is a local process on an ipc:// socket.
+  bool is_ipc() const {
+    nng_sockaddr sa{};
+    return nng_stream_get_addr(s_.get(), NNG_OPT_REMADDR, &sa) == 0 && sa.s_family == NNG_AF_IPC;
   }
 
   /// Starts the read pump (called once the core is owned by a shared_ptr).
@@ -320,7 +342,7 @@ private:
   void start_write() {
     cancel_write_ = false;
     inline_tried_ = false;
-    batch_.fill(sendq_);
+    batch_.fill(sendq_, seal_.get());
     submit_write();
   }
 
@@ -437,9 +459,12 @@ private:
   // Extracts the next whole frame if buffered. While a read is in flight the
   // buffer's free region belongs to nng: only consume, never move data.
   bool next_frame(message& m, via v) {
-    if (closed_) return false;
-    switch (rbuf_.parse(m, max_, reading_)) {
-    case frame_buffer::parsed::frame: return true;
+    if (closed_ || tampered_) return false;
+    switch (rbuf_.parse(m, max_ + tag_size(), reading_)) {
+    case frame_buffer::parsed::frame:
+      if (authentic(m)) return true;
+      shutdown(make_error_code(frame_mac_errc::bad_tag), v);
+      return false;
     case frame_buffer::parsed::too_big: shutdown(asio::error::message_size, v); return false;
     default: return false;
     }
@@ -514,9 +539,13 @@ public:
       lend_state_ = lend_state::lent_reading;
     }
     std::error_code ec;
-    for (;;) {
-      auto p = rbuf_.parse(m, max_, false);
-      if (p == frame_buffer::parsed::frame) break;
+    if (tampered_) ec = make_error_code(frame_mac_errc::bad_tag);
+    while (!ec) {
+      auto p = rbuf_.parse(m, max_ + tag_size(), false);
+      if (p == frame_buffer::parsed::frame) {
+        if (!authentic(m)) ec = make_error_code(frame_mac_errc::bad_tag);
+        break;
+      }
       if (p == frame_buffer::parsed::too_big) {
         ec = asio::error::message_size;
         break;
@@ -574,6 +603,25 @@ public:
 
 private:
 
+  std::size_t tag_size() const noexcept { return open_ ? frame_tag_size : 0; }
+
+  // With frame MACs on: checks `m`'s tag and strips it. Whoever holds the
+  // read side (the executor, or the borrower).
+  bool authentic(message& m) {
+    if (!open_) return true;
+    const bool ok = m.size() >= frame_tag_size &&
+                    open_->open(std::span<const std::byte>(m).first(m.size() - frame_tag_size),
+                                std::span<const std::byte>(m).last(frame_tag_size));
+    if (!ok) {
+      tampered_ = true; // nothing after it is delivered
+      refusal_log()(log_level::error, "fiber: a frame from ", peer_address(),
+                    " failed its authentication tag (changed in transit?): link closed");
+      return false;
+    }
+    m.resize(m.size() - frame_tag_size);
+    return true;
+  }
+
   // Bytes arrived: one relaxed store per completed read (liveness).
   void note_progress() noexcept { last_rx_.store(std::chrono::steady_clock::now(), std::memory_order_relaxed); }
 
@@ -597,6 +645,9 @@ private:
   std::uint64_t next_id_ = 0;
   stream_stats stats_;
 
+  std::unique_ptr<frame_mac> seal_; // frame MACs: the write side's (set under wire_mu_)
+  std::unique_ptr<frame_mac> open_; // and the read side's (its holder's)
+  std::atomic<bool> tampered_{false};
   std::deque<send_op> sendq_;
   write_batch batch_;
   bool writing_ = false, cancel_write_ = false;

@@ -8,6 +8,7 @@
 #include <fiber/detail/bytes.hpp>
 #include <fiber/detail/completion.hpp>
 #include <fiber/detail/frame_buffer.hpp>
+#include <fiber/detail/frame_mac.hpp>
 
 #include <nng/nng.h>
 
@@ -22,12 +23,14 @@
 
 namespace fiber::detail {
 
-/// One queued message: `msg` then `tail` (not copied), as one frame.
+/// One queued message: `msg` then `tail` (not copied), as one frame;
+/// `sealed`: followed by its tag (queued after frame MACs were enabled).
 struct send_op {
   std::uint64_t id;
   message msg;
   shared_bytes tail;
   completion<std::error_code> done;
+  bool sealed = false;
 };
 
 /// The frames of one nng_stream_send and how far it got. Headers and parts
@@ -43,8 +46,8 @@ public:
   write_batch() { coalesce_.reserve(coalesce_limit); }
 
   /// Starts a new batch from the front of `q`: at least one message, then as
-  /// many as fit the limits.
-  void fill(std::deque<send_op>& q) {
+  /// many as fit the limits. Sealed messages get their tags from `mac`.
+  void fill(std::deque<send_op>& q, frame_mac* mac) {
     ops_.clear();
     iov_.clear();
     pos_ = 0;
@@ -57,13 +60,15 @@ public:
     while (!q.empty()) {
       auto& op = q.front();
       const std::span<const std::byte> parts[2] = {op.msg, op.tail.bytes};
-      std::size_t add = frame_header_size, iovs = 2; // header segment ... closing segment
+      const bool seal = op.sealed && mac;
+      std::size_t add = frame_header_size + (seal ? frame_tag_size : 0), iovs = 2; // header ... closing segment
       for (auto p : parts) {
         if (p.size() < copy_threshold) add += p.size();
         else iovs += 2; // the part, and the segment after it
       }
       if (!ops_.empty() && (coalesce_.size() + add > coalesce_limit || iov_.size() + iovs > max_iov)) break;
-      const frame_header hdr(static_cast<std::uint32_t>(parts[0].size() + parts[1].size()));
+      const frame_header hdr(static_cast<std::uint32_t>(parts[0].size() + parts[1].size() +
+                                                        (seal ? frame_tag_size : 0)));
       coalesce_.insert(coalesce_.end(), hdr.bytes, hdr.bytes + frame_header_size);
       for (auto p : parts) {
         if (p.size() < copy_threshold) {
@@ -72,6 +77,11 @@ public:
           close_segment();
           iov_.push_back({const_cast<std::byte*>(p.data()), p.size()});
         }
+      }
+      if (seal) {
+        std::byte tag[frame_tag_size];
+        mac->seal({parts[0], parts[1]}, tag);
+        coalesce_.insert(coalesce_.end(), tag, tag + frame_tag_size);
       }
       ops_.push_back(std::move(q.front()));
       q.pop_front();
