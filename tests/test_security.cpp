@@ -241,7 +241,13 @@ void authenticate(raw_peer& p) {
   auto ok = p.recv_frame();
   REQUIRE(ok);
   auto m = fd::decode_frame<fd::auth_ok_msg>(fd::frame_kind::auth_ok, *ok);
-  REQUIRE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce)));
+  REQUIRE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, m)));
+  auto changed = m; // the proof covers the configuration and the frame MAC flag
+  changed.config["heartbeat_timeout_ms"] = "86400000";
+  REQUIRE_FALSE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, changed)));
+  changed = m;
+  changed.frame_mac ^= 1;
+  REQUIRE_FALSE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, changed)));
 }
 
 /// Accepts one connection on `l` as a fake master would: sends a challenge,
@@ -572,7 +578,7 @@ TEST_CASE("a local worker's proof over its issued nonce: accepted without a chal
     auto ok = p.recv_frame();
     REQUIRE(ok);
     auto m = fd::decode_frame<fd::auth_ok_msg>(fd::frame_kind::auth_ok, *ok);
-    CHECK(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce)));
+    CHECK(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, m)));
     CHECK(wait_until([&] { return connected.load() == 1; }, 5s));
   }
   // (c) the same frame replayed while the worker is expected again: the
@@ -894,6 +900,30 @@ TEST_CASE("with tls_ca a worker checks the master certificate's name: the URL's 
   std::filesystem::remove_all(dir);
 }
 
+/// A relay script of tests/ run as `python3 SCRIPT <dir>/port ARGS`, until
+/// this is destroyed (SIGKILL, then reaped); port() is the port it listens on.
+class relay_process {
+public:
+  relay_process(const std::string& dir, const std::string& script, const std::string& args) : dir_(dir) {
+    const std::string here = __FILE__;
+    const auto start = "python3 " + here.substr(0, here.rfind('/')) + "/" + script + " " + dir + "/port " + args +
+                       " >" + dir + "/relay.out 2>&1 & echo $! >" + dir + "/relay.pid";
+    std::filesystem::remove(dir + "/port");
+    REQUIRE(std::system(start.c_str()) == 0);
+    REQUIRE(wait_until([&] { return std::filesystem::exists(dir + "/port"); }, 30s));
+  }
+  ~relay_process() {
+    auto pid = std::atoi(slurp(dir_ + "/relay.pid").c_str());
+    if (pid > 0 && ::kill(pid, SIGKILL) == 0) fiber_test::process_gone(pid, 10s);
+  }
+  relay_process(const relay_process&) = delete;
+  relay_process& operator=(const relay_process&) = delete;
+  std::string port() const { return slurp(dir_ + "/port"); }
+
+private:
+  std::string dir_;
+};
+
 // A worker's dial through tests/tls_relay.py (its own certificate, the same
 // name as the master's) with `extra` environment; the relay's log and the
 // worker's exit status and stderr.
@@ -902,25 +932,12 @@ struct relayed_dial {
   int status = -1;
 };
 relayed_dial dial_through_relay(const std::string& dir, const std::string& master_url, const std::string& extra) {
-  const std::string here = __FILE__;
-  const auto relay = here.substr(0, here.rfind('/')) + "/tls_relay.py";
-  const auto target = master_url.substr(std::string("tls+tcp://").size());
-  const auto start = "python3 " + relay + " " + dir + "/port " + target + " " + dir + "/relay/cert.pem " + dir +
-                     "/relay/key.pem " + dir + "/relay.log >" + dir + "/relay.out 2>&1 & echo $! >" + dir +
-                     "/relay.pid";
-  std::filesystem::remove(dir + "/port");
   std::filesystem::remove(dir + "/relay.log");
-  REQUIRE(std::system(start.c_str()) == 0);
-  struct stop_relay {
-    std::string pid_file;
-    ~stop_relay() {
-      auto pid = std::atoi(slurp(pid_file).c_str());
-      if (pid > 0 && ::kill(pid, SIGKILL) == 0) fiber_test::process_gone(pid, 10s);
-    }
-  } stop{dir + "/relay.pid"};
-  REQUIRE(wait_until([&] { return std::filesystem::exists(dir + "/port"); }, 30s));
+  relay_process relay(dir, "tls_relay.py",
+                      master_url.substr(std::string("tls+tcp://").size()) + " " + dir + "/relay/cert.pem " + dir +
+                          "/relay/key.pem " + dir + "/relay.log");
   relayed_dial out;
-  const auto worker = "env FIBER_INTERNAL_MASTER=tls+tcp://127.0.0.1:" + slurp(dir + "/port") +
+  const auto worker = "env FIBER_INTERNAL_MASTER=tls+tcp://127.0.0.1:" + relay.port() +
                       " FIBER_INTERNAL_WORKER_ID=999 FIBER_INTERNAL_SECRET=" + fd::runtime::instance().secret() +
                       " FIBER_START_TIMEOUT_S=20 " + extra + " timeout -s KILL 60 " +
                       std::filesystem::read_symlink("/proc/self/exe").string() + " >/dev/null 2>" + dir + "/worker.err";
@@ -962,6 +979,93 @@ TEST_CASE("a TLS relay with its own certificate: a worker that pins the master's
     CHECK(WIFEXITED(r.status));
     CHECK(WEXITSTATUS(r.status) == fd::exit_refused);
     CHECK(r.err.find("fiber-pinned") != std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+  fiber_test::require_no_children();
+}
+
+/// Sum of `v`.
+std::int64_t sum_ints(std::vector<std::int32_t> v) { return std::accumulate(v.begin(), v.end(), std::int64_t(0)); }
+
+/// Where relayed_launcher sends its first worker.
+struct relay_route {
+  std::string relayed; ///< the URL the first worker launched dials instead of the master's
+  int launched = 0;
+};
+relay_route& route() {
+  static relay_route r;
+  return r;
+}
+
+/// Local jobs over tcp://127.0.0.1 whose first one dials the master through
+/// route().relayed; the others dial it directly.
+class relayed_launcher final : public fiber::backend::launcher {
+public:
+  explicit relayed_launcher(asio::any_io_executor ex) : local_(std::make_shared<fd::local_launcher>(std::move(ex))) {}
+  std::string_view name() const noexcept override { return "relayed-local"; }
+  fiber::backend::launcher_traits traits() const noexcept override { return {false, true, true}; }
+  std::string listen_url() override { return "tcp://127.0.0.1:0"; }
+  std::vector<fiber::backend::job> launch(const std::vector<fiber::backend::job_spec>& specs,
+                                          std::vector<fiber::backend::exit_handler> on_exit) override {
+    auto s = specs;
+    for (auto& spec : s)
+      if (route().launched++ == 0)
+        for (auto& [k, v] : spec.env)
+          if (k == "FIBER_INTERNAL_MASTER") v = route().relayed;
+    return local_->launch(s, std::move(on_exit));
+  }
+  void cancel(const fiber::backend::job& j, int sig) override { local_->cancel(j, sig); }
+
+private:
+  std::shared_ptr<fd::local_launcher> local_;
+};
+struct relayed_local {
+  static std::shared_ptr<fiber::backend::launcher> make(asio::any_io_executor ex) {
+    return std::make_shared<relayed_launcher>(std::move(ex));
+  }
+};
+
+// Issue 28: after the handshake a man in the middle on plain TCP
+// (tests/flip_relay.py) flips one bit in the middle of a task's arguments.
+// With frame MACs the worker refuses the frame, its link closes and the task
+// reruns on a worker that dials directly; without, the bit reaches the target.
+TEST_CASE(
+    "a relay that flips a bit of a task after the handshake: the link closes, the task reruns, the answer is right",
+    "[security][mac]") {
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0) {
+    WARN("python3 not found: relay test skipped");
+    return;
+  }
+  auto dir = temp_dir();
+  const auto url = fd::runtime::instance().listen_url("tcp://127.0.0.1:0"); // the listener relayed_launcher's jobs dial
+  relay_process relay(dir, "flip_relay.py", url.substr(std::string("tcp://").size()) + " " + dir + "/relay.log");
+  route().relayed = "tcp://127.0.0.1:" + relay.port();
+  const std::vector<std::int32_t> ones(4096, 1);
+  auto workers_err = [&] {
+    std::string all;
+    for (auto& e : std::filesystem::directory_iterator(dir + "/out"))
+      if (e.path().extension() == ".err") all += slurp(e.path().string());
+    return all;
+  };
+  {
+    INFO("frame MACs (the default): the worker refuses the frame; the task reruns on a direct link");
+    config_guard cfg{{"worker_output_dir", dir + "/out"}};
+    route().launched = 0;
+    fiber::Pool<&sum_ints, relayed_local> pool{fiber::target<&sum_ints>, {.processes = 1}};
+    CHECK(pool.apply(ones) == 4096);
+    CHECK(route().launched >= 2); // the relayed worker died; a direct one ran the task
+    CHECK(count_lines(dir + "/relay.log") == 1);
+    const auto err = workers_err();
+    INFO(err);
+    CHECK(err.find("failed its authentication tag") != std::string::npos);
+  }
+  {
+    INFO("frame_mac = false: the flipped bit reaches the target");
+    config_guard cfg{{"frame_mac", "false"}};
+    route().launched = 0;
+    fiber::Pool<&sum_ints, relayed_local> pool{fiber::target<&sum_ints>, {.processes = 1}};
+    CHECK(pool.apply(ones) != 4096);
+    CHECK(count_lines(dir + "/relay.log") == 2);
   }
   std::filesystem::remove_all(dir);
   fiber_test::require_no_children();

@@ -8,11 +8,13 @@
 #   tls_relay.py PORT_FILE TARGET_HOST:PORT CERT KEY LOG
 # PORT_FILE receives the port it listens on (127.0.0.1); it runs until killed.
 
-import os
 import socket
 import ssl
 import sys
 import threading
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from relay_listen import serve_forever  # noqa: E402
 
 port_file, target, cert, key, log_path = sys.argv[1:6]
 host, port = target.rsplit(":", 1)
@@ -64,16 +66,7 @@ def main():
     client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client_ctx.check_hostname = False
     client_ctx.verify_mode = ssl.CERT_NONE
-    ls = socket.socket()
-    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", 0))
-    ls.listen(16)
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(ls.getsockname()[1]))
-    os.rename(port_file + ".tmp", port_file)
-    while True:
-        conn, _ = ls.accept()
-        threading.Thread(target=serve, args=(conn, server_ctx, client_ctx), daemon=True).start()
+    serve_forever(port_file, lambda conn: serve(conn, server_ctx, client_ctx))
 
 
 main()
