@@ -443,6 +443,19 @@ TEST_CASE("transport: frame MACs: sealed frames arrive whole; another key, a rep
     CHECK(open.open(a, ta));
     CHECK_FALSE(open.open(a, ta)); // replayed: the sequence has moved on
   }
+  SECTION("OpenSSL's libcrypto, where it loads, and mbedTLS give the same tags") {
+    fd::frame_mac best(k1), portable(k1, fd::mac_engine::mbedtls);
+    CHECK(portable.engine() == fd::mac_engine::mbedtls);
+    if (!fd::libcrypto_api::get()) WARN("libcrypto not loadable: only mbedTLS is checked");
+    for (std::size_t n : {0u, 1u, 64u, 1000u, 70000u}) {
+      const message m = make_msg(n, unsigned(n));
+      const auto half = std::span<const std::byte>(m).first(n / 2), rest = std::span<const std::byte>(m).subspan(n / 2);
+      std::byte t1[fd::frame_tag_size], t2[fd::frame_tag_size];
+      best.seal({half, rest}, t1);
+      portable.seal({m}, t2);
+      CHECK(std::memcmp(t1, t2, fd::frame_tag_size) == 0);
+    }
+  }
   SECTION("on a stream: async, batched, tailed and direct frames both ways; a frame under another key closes it") {
     asio::io_context ctx;
     fd::listener l(ctx.get_executor(), "tcp://127.0.0.1:0");

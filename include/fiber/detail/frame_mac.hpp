@@ -5,10 +5,12 @@
 /// 16-byte tag under a per-connection, per-direction key, with the frame's
 /// sequence number as nonce (no forgery, replay, reordering or deletion).
 
+#include <fiber/detail/libcrypto_loader.hpp>
 #include <fiber/error.hpp>
 
 #include <mbedtls/chachapoly.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -41,23 +43,35 @@ inline const std::error_category& frame_mac_category() noexcept {
 
 inline std::error_code make_error_code(frame_mac_errc e) noexcept { return {int(e), frame_mac_category()}; }
 
+/// Which library computes the tags; both give the same ones.
+enum class mac_engine {
+  best,    ///< OpenSSL's libcrypto when it can be loaded (SIMD), else mbedTLS
+  mbedtls, ///< mbedTLS's portable C
+};
+
 /// One direction's sealing or checking: ChaCha20-Poly1305 (RFC 8439, §2.8)
-/// through mbedTLS with the payload as additional data and no plaintext, the
-/// nonce the frame's sequence number (64-bit little-endian, zero-padded).
-/// Counts frames itself, so the sender's and the receiver's must see the
-/// same frames in the same order. Not thread-safe: one owner at a time (the
-/// stream's write side or read side).
+/// with the payload as additional data and no plaintext, the nonce the
+/// frame's sequence number (64-bit little-endian, zero-padded); computed by
+/// OpenSSL's libcrypto where the process can load it (libcrypto_loader.hpp),
+/// else by mbedTLS. Counts frames itself, so the sender's and the
+/// receiver's must see the same frames in the same order. Not thread-safe:
+/// one owner at a time (the stream's write side or read side).
 class frame_mac {
 public:
-  /// Throws fiber::error if mbedTLS refuses the key.
-  explicit frame_mac(const session_key& key) {
+  /// Throws fiber::error if the library refuses the key.
+  explicit frame_mac(const session_key& key, mac_engine e = mac_engine::best)
+      : ssl_(e == mac_engine::best ? libcrypto_api::get() : nullptr) {
     mbedtls_chachapoly_init(&ctx_);
-    if (mbedtls_chachapoly_setkey(&ctx_, key.data()) != 0) {
-      mbedtls_chachapoly_free(&ctx_);
-      throw error("fiber: ChaCha20-Poly1305 key setup failed (mbedTLS)");
+    const unsigned char zero[12] = {};
+    const bool ok = ssl_ ? (evp_ = ssl_->ctx_new()) &&
+                               ssl_->init(evp_, ssl_->chacha20_poly1305(), nullptr, key.data(), zero) == 1
+                         : mbedtls_chachapoly_setkey(&ctx_, key.data()) == 0;
+    if (!ok) {
+      release();
+      throw error("fiber: ChaCha20-Poly1305 key setup failed");
     }
   }
-  ~frame_mac() { mbedtls_chachapoly_free(&ctx_); }
+  ~frame_mac() { release(); }
   frame_mac(const frame_mac&) = delete;
   frame_mac& operator=(const frame_mac&) = delete;
 
@@ -79,11 +93,20 @@ public:
     return diff == 0;
   }
 
+  /// Which library computes this one's tags.
+  mac_engine engine() const noexcept { return ssl_ ? mac_engine::best : mac_engine::mbedtls; }
+
 private:
+  void release() noexcept {
+    if (evp_) ssl_->ctx_free(evp_);
+    mbedtls_chachapoly_free(&ctx_);
+  }
+
   void compute(std::initializer_list<std::span<const std::byte>> parts, unsigned char* tag) {
     unsigned char nonce[12] = {};
     for (int i = 0; i < 8; ++i) nonce[i] = static_cast<unsigned char>(seq_ >> (8 * i));
     ++seq_;
+    if (ssl_) return compute_evp(parts, nonce, tag);
     int rv = mbedtls_chachapoly_starts(&ctx_, nonce, MBEDTLS_CHACHAPOLY_ENCRYPT);
     for (auto p : parts)
       if (rv == 0 && !p.empty())
@@ -92,6 +115,24 @@ private:
     if (rv != 0) throw error("fiber: ChaCha20-Poly1305 failed (mbedTLS)");
   }
 
+  void compute_evp(std::initializer_list<std::span<const std::byte>> parts, const unsigned char* nonce,
+                   unsigned char* tag) {
+    int n = 0;
+    bool ok = ssl_->init(evp_, nullptr, nullptr, nullptr, nonce) == 1; // the key stays
+    for (auto p : parts)
+      for (std::size_t at = 0; ok && at < p.size(); at += std::size_t(n)) { // int lengths: 1 GiB at a time
+        const int len = int(std::min<std::size_t>(p.size() - at, std::size_t(1) << 30));
+        ok = ssl_->update(evp_, nullptr, &n, reinterpret_cast<const unsigned char*>(p.data()) + at, len) == 1 &&
+             n == len;
+      }
+    unsigned char none[16];
+    ok = ok && ssl_->final(evp_, none, &n) == 1 &&
+         ssl_->ctrl(evp_, libcrypto_api::ctrl_aead_get_tag, int(frame_tag_size), tag) == 1;
+    if (!ok) throw error("fiber: ChaCha20-Poly1305 failed (OpenSSL)");
+  }
+
+  const libcrypto_api* ssl_;
+  void* evp_ = nullptr; // EVP_CIPHER_CTX*
   mbedtls_chachapoly_context ctx_;
   std::uint64_t seq_ = 0;
 };

@@ -15,6 +15,7 @@
 #include <fiber/detail/dir_watch.hpp>
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/handshake_session.hpp>
+#include <fiber/detail/libcrypto_loader.hpp>
 #include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/host_name.hpp>
 #include <fiber/detail/liveness.hpp>
@@ -308,6 +309,8 @@ public:
   std::shared_ptr<backend::launcher> prepared_launcher() {
     auto l = sync([&] { return launcher<Policy>(); });
     l->prepare();
+    if (const auto t = config_string("local_transport"); !l->traits().shares_filesystem || (t != "ipc" && !t.empty()))
+      libcrypto_api::get(); // its links carry frame MACs: read the library here, not on the runtime thread
     return l;
   }
 

@@ -8,6 +8,7 @@
 /// itself (see worker_main). A vanished or silent master ends the
 /// process at once (std::_Exit: nothing of the user's must outlive it).
 
+#include <fiber/detail/libcrypto_loader.hpp>
 #include <fiber/detail/log_writer.hpp>
 #include <fiber/detail/runtime.hpp>
 
@@ -391,6 +392,7 @@ private:
   // Services this worker owns listen as its master does: ipc, or the same
   // scheme (tcp://, tls+tcp://) and host with an ephemeral port.
   rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : own_listen_base(url));
+  if (!url.starts_with("ipc://")) libcrypto_api::get(); // frame MACs: read the library here, not on the runtime thread
 
   auto& main = worker_main::instance();
   // A target that calls std::exit(n) ends the job with n (as in Python's
