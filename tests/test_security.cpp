@@ -603,7 +603,8 @@ TEST_CASE("a local worker's proof over its issued nonce: accepted without a chal
   CHECK(rt.refused_peers_.load() - refused0 == 2);
 }
 
-TEST_CASE("run dir 0700, secret file 0600; the secret is in no worker's command line or environment", "[security]") {
+TEST_CASE("run dir 0700, the secret in a memfd; the secret is in no worker's command line or environment",
+          "[security]") {
   auto& rt = fd::runtime::instance();
   fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
   pool.map(std::vector<int>{1, 2, 3, 4});
@@ -615,9 +616,16 @@ TEST_CASE("run dir 0700, secret file 0600; the secret is in no worker's command 
   REQUIRE(::stat(rt.run_dir().c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
   CHECK(st.st_uid == ::getuid());
-  REQUIRE(::stat((rt.run_dir() + "/secret").c_str(), &st) == 0);
-  CHECK((st.st_mode & 0777) == 0600);
-  CHECK(slurp(rt.run_dir() + "/secret") == rt.secret());
+  // The secret lives in a memfd of this process, which only its user (and
+  // root) can open through /proc/PID/fd; no file in the run dir.
+  const auto own_fds = "/proc/" + std::to_string(::getpid()) + "/fd";
+  CHECK(rt.secret_file().rfind(own_fds + "/", 0) == 0);
+  CHECK(std::filesystem::read_symlink(rt.secret_file()).string().rfind("/memfd:fiber-secret", 0) == 0);
+  CHECK(slurp(rt.secret_file()) == rt.secret());
+  CHECK_FALSE(std::filesystem::exists(rt.run_dir() + "/secret"));
+  REQUIRE(::stat(own_fds.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0500);
+  CHECK(st.st_uid == ::getuid());
   CHECK(rt.secret().size() >= 64); // 256 bits from getrandom
   for (auto& url : rt.listener_urls())
     if (url.rfind("ipc://", 0) == 0) CHECK(url.rfind("ipc://" + rt.run_dir() + "/", 0) == 0);
@@ -1130,6 +1138,49 @@ TEST_CASE("master SIGKILLed: its pool workers and its Process all exit within 5 
   master.join();
   for (auto p : pids) CHECK(fiber_test::process_gone(p, 5s));
   CHECK(steady::now() - t0 < 5s);
+  std::filesystem::remove_all(dir);
+  fiber_test::require_no_children();
+}
+
+TEST_CASE("secret (child): a master that made its run directory reports where its secret is", "[.][secret-child]") {
+  fiber::Pool pool{fiber::target<&square>, {.processes = 1}};
+  REQUIRE(pool.apply(3) == 9); // the run directory and the secret exist now
+  const std::string report = std::getenv("FIBER_TEST_REPORT");
+  std::ofstream(report + ".tmp") << fd::runtime::instance().secret_file() << "\n" << fd::runtime::instance().run_dir();
+  std::rename((report + ".tmp").c_str(), report.c_str());
+  std::this_thread::sleep_for(std::chrono::minutes(5)); // until SIGKILLed
+}
+
+// Issue 28: a SIGKILLed master used to leave its secret in a file of its run
+// directory in $TMPDIR; now it is a memfd of the master, gone with it.
+TEST_CASE("master SIGKILLed: no copy of its secret is left behind", "[security][lifetime]") {
+  auto dir = temp_dir();
+  const auto start = "FIBER_TEST_REPORT=" + dir + "/secret-path " +
+                     std::filesystem::read_symlink("/proc/self/exe").string() + " '[secret-child]' >" + dir +
+                     "/child.log 2>&1 & echo $! >" + dir + "/child.pid";
+  REQUIRE(std::system(start.c_str()) == 0);
+  const int pid = std::atoi(slurp(dir + "/child.pid").c_str());
+  REQUIRE(pid > 0);
+  struct kill_guard {
+    int pid;
+    ~kill_guard() {
+      if (::kill(pid, SIGKILL) == 0) fiber_test::process_gone(pid, 10s);
+    }
+  } guard{pid};
+  const bool reported = wait_until([&] { return std::filesystem::exists(dir + "/secret-path"); }, 120s);
+  INFO(slurp(dir + "/child.log"));
+  REQUIRE(reported);
+  std::istringstream paths(slurp(dir + "/secret-path"));
+  std::string secret, run_dir;
+  std::getline(paths, secret);
+  std::getline(paths, run_dir);
+  REQUIRE_FALSE(secret.empty());
+  REQUIRE(std::filesystem::exists(secret));
+  CHECK(slurp(secret).size() >= 64); // readable by this user while the master lives
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  REQUIRE(fiber_test::process_gone(pid, 10s));
+  CHECK_FALSE(std::filesystem::exists(secret));
+  if (run_dir.rfind("/tmp/fiber-", 0) == 0) std::filesystem::remove_all(run_dir); // its stale sockets
   std::filesystem::remove_all(dir);
   fiber_test::require_no_children();
 }

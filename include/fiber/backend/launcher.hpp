@@ -72,8 +72,8 @@ using exit_handler = std::function<void(const job_exit&)>;
 /// the supervisor adapt to these, never to a backend's name. The defaults
 /// suit a job on another machine.
 struct launcher_traits {
-  /// Jobs see the master's files: they read the run's secret from its 0600
-  /// file and dial back over `local_transport` (ipc:// in the 0700 run
+  /// Jobs see the master's files and processes: they read the run's secret
+  /// from the master's memfd and dial back over `local_transport` (ipc:// in the 0700 run
   /// directory by default). Otherwise the secret travels in the job's
   /// environment and workers dial the launcher's listen_url().
   bool shares_filesystem = false;

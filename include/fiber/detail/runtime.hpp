@@ -16,6 +16,7 @@
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/handshake_session.hpp>
 #include <fiber/detail/libcrypto_loader.hpp>
+#include <fiber/detail/secret_fd.hpp>
 #include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/host_name.hpp>
 #include <fiber/detail/liveness.hpp>
@@ -125,7 +126,8 @@ public:
   // ---- identity --------------------------------------------------------
 
   const std::string& secret() const { return secret_; }
-  /// The 0600 file holding the secret (workers on this machine read it).
+  /// Where workers on this machine read the secret: "/proc/PID/fd/N", a
+  /// memfd of the process that made the run directory (secret_fd.hpp).
   const std::string& secret_file() const { return secret_file_; }
   /// This executable's path (/proc/self/exe resolved at start).
   const std::string& executable() const { return exe_; }
@@ -152,7 +154,7 @@ public:
     if (nonce_t v{}; !env.worker_nonce.empty() && from_hex(env.worker_nonce, v)) own_nonce_ = v;
     if (masters_dir && !env.run_dir.empty()) {
       run_dir_ = env.run_dir;
-      secret_file_ = env.secret_file.empty() ? run_dir_ + "/secret" : env.secret_file;
+      secret_file_ = env.secret_file;
     }
     // A job-backed worker (another machine, maybe) reaches the services its
     // master named by its ipc:// URL through the URL it dialled (worker_spec).
@@ -566,7 +568,7 @@ private:
     return n > 0 ? std::string(buf, std::size_t(n)) : std::string("/proc/self/exe");
   }
 
-  // A new 0700 directory under $TMPDIR, with the secret's 0600 file.
+  // A new 0700 directory under $TMPDIR, and the secret in memory (write_secret_file).
   void make_run_dir() {
     const char* tmp = std::getenv("TMPDIR");
     std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/fiber-XXXXXX";
@@ -574,7 +576,6 @@ private:
       throw backend_error("fiber: cannot create run directory " + tmpl + ": " + std::strerror(errno));
     run_dir_ = tmpl; // mkdtemp makes it 0700
     owns_run_dir_ = true;
-    secret_file_ = run_dir_ + "/secret";
     write_secret_file();
     watch_run_dir();
   }
@@ -591,16 +592,10 @@ private:
     });
   }
 
-  // Written beside it and renamed: a worker never reads half of it.
+  // In memory: it goes with this process, however it ends (secret_fd.hpp).
   void write_secret_file() {
-    const auto tmp = secret_file_ + ".tmp" + std::to_string(::getpid());
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    bool ok = fd >= 0 && ::write(fd, secret_.data(), secret_.size()) == ssize_t(secret_.size());
-    if (fd >= 0) ::close(fd);
-    if (!ok || ::rename(tmp.c_str(), secret_file_.c_str()) != 0) {
-      ::unlink(tmp.c_str());
-      throw backend_error("fiber: cannot write " + secret_file_ + ": " + std::strerror(errno));
-    }
+    if (!secret_mem_) secret_mem_ = secret_fd(secret_);
+    secret_file_ = secret_mem_.path();
   }
 
   void accept(const std::shared_ptr<listener>& l) {
@@ -812,6 +807,7 @@ private:
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};
   std::string secret_, secret_file_, run_dir_, name_ = "master", build_id_, exe_;
+  secret_fd secret_mem_; // the secret secret_file_ names, when this process made it
   std::string default_base_ = "ipc://";
   std::pair<std::string, std::string> master_alias_; // worker: master's ipc URL -> the URL it dialled
   std::vector<std::string> argv_;

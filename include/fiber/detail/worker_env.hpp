@@ -25,7 +25,7 @@ namespace fiber::detail {
 struct worker_env {
   std::string master;      ///< URL to dial (FIBER_INTERNAL_MASTER); empty: not a worker
   std::string secret;      ///< the run's secret, when it came in the environment (cluster jobs)
-  std::string secret_file; ///< the 0600 file holding it (jobs on the master's machine)
+  std::string secret_file; ///< where it is read: /proc/PID/fd/N of a memfd (jobs on the master's machine)
   std::string worker_id, name, run_dir;
   std::string parent_name, parent_pid, parent_host; ///< for fiber::parent_process()
   std::string worker_nonce;                         ///< one-time nonce for the first proof (local workers)
