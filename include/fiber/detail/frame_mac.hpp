@@ -52,8 +52,8 @@ enum class mac_engine {
 /// One direction's sealing or checking: ChaCha20-Poly1305 (RFC 8439, §2.8)
 /// with the payload as additional data and no plaintext, the nonce the
 /// frame's sequence number (64-bit little-endian, zero-padded); computed by
-/// OpenSSL's libcrypto where the process can load it (libcrypto_loader.hpp),
-/// else by mbedTLS. Counts frames itself, so the sender's and the
+/// OpenSSL's libcrypto where the process can load it (libcrypto_loader.hpp)
+/// for frames of 4 KiB and more, else by mbedTLS (the same tags). Counts frames itself, so the sender's and the
 /// receiver's must see the same frames in the same order. Not thread-safe:
 /// one owner at a time (the stream's write side or read side).
 class frame_mac {
@@ -63,9 +63,9 @@ public:
       : ssl_(e == mac_engine::best ? libcrypto_api::get() : nullptr) {
     mbedtls_chachapoly_init(&ctx_);
     const unsigned char zero[12] = {};
-    const bool ok = ssl_ ? (evp_ = ssl_->ctx_new()) &&
-                               ssl_->init(evp_, ssl_->chacha20_poly1305(), nullptr, key.data(), zero) == 1
-                         : mbedtls_chachapoly_setkey(&ctx_, key.data()) == 0;
+    const bool ok = mbedtls_chachapoly_setkey(&ctx_, key.data()) == 0 &&
+                    (!ssl_ || ((evp_ = ssl_->ctx_new()) &&
+                               ssl_->init(evp_, ssl_->chacha20_poly1305(), nullptr, key.data(), zero) == 1));
     if (!ok) {
       release();
       throw error("fiber: ChaCha20-Poly1305 key setup failed");
@@ -106,7 +106,9 @@ private:
     unsigned char nonce[12] = {};
     for (int i = 0; i < 8; ++i) nonce[i] = static_cast<unsigned char>(seq_ >> (8 * i));
     ++seq_;
-    if (ssl_) return compute_evp(parts, nonce, tag);
+    std::size_t n = 0;
+    for (auto p : parts) n += p.size();
+    if (ssl_ && n >= evp_threshold) return compute_evp(parts, nonce, tag);
     int rv = mbedtls_chachapoly_starts(&ctx_, nonce, MBEDTLS_CHACHAPOLY_ENCRYPT);
     for (auto p : parts)
       if (rv == 0 && !p.empty())
@@ -130,6 +132,10 @@ private:
          ssl_->ctrl(evp_, libcrypto_api::ctrl_aead_get_tag, int(frame_tag_size), tag) == 1;
     if (!ok) throw error("fiber: ChaCha20-Poly1305 failed (OpenSSL)");
   }
+
+  // Below this many bytes mbedTLS's few instructions beat OpenSSL's EVP
+  // layers, which a round trip finds cold in the caches (docs/RATIONALE.md).
+  static constexpr std::size_t evp_threshold = 4096;
 
   const libcrypto_api* ssl_;
   void* evp_ = nullptr; // EVP_CIPHER_CTX*

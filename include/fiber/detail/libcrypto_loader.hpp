@@ -14,13 +14,15 @@ namespace fiber::detail {
 /// The EVP functions of OpenSSL (1.1 or 3) that frame_mac uses, with
 /// their C signatures over opaque pointers (no OpenSSL headers needed).
 struct libcrypto_api {
-  void* (*ctx_new)() = nullptr;                      ///< EVP_CIPHER_CTX_new
-  void (*ctx_free)(void*) = nullptr;                 ///< EVP_CIPHER_CTX_free
-  const void* (*chacha20_poly1305)() = nullptr;      ///< EVP_chacha20_poly1305
-  int (*init)(void*, const void*, void*, const unsigned char*, const unsigned char*) = nullptr; ///< EVP_EncryptInit_ex
-  int (*update)(void*, unsigned char*, int*, const unsigned char*, int) = nullptr; ///< EVP_EncryptUpdate
-  int (*final)(void*, unsigned char*, int*) = nullptr;                             ///< EVP_EncryptFinal_ex
-  int (*ctrl)(void*, int, int, void*) = nullptr;                                   ///< EVP_CIPHER_CTX_ctrl
+  // EVP_CIPHER_CTX_new, EVP_CIPHER_CTX_free, EVP_chacha20_poly1305
+  void* (*ctx_new)() = nullptr;
+  void (*ctx_free)(void*) = nullptr;
+  const void* (*chacha20_poly1305)() = nullptr;
+  // EVP_EncryptInit_ex, EVP_EncryptUpdate, EVP_EncryptFinal_ex, EVP_CIPHER_CTX_ctrl
+  int (*init)(void*, const void*, void*, const unsigned char*, const unsigned char*) = nullptr;
+  int (*update)(void*, unsigned char*, int*, const unsigned char*, int) = nullptr;
+  int (*final)(void*, unsigned char*, int*) = nullptr;
+  int (*ctrl)(void*, int, int, void*) = nullptr;
   static constexpr int ctrl_aead_get_tag = 0x10; ///< EVP_CTRL_AEAD_GET_TAG
 
   /// The process's table, loaded on first call and never unloaded; nullptr
