@@ -17,6 +17,11 @@
 //  - payload: 1 MiB vector<float> argument and result, 1 worker: MiB/s moved
 //    (arguments + results) against nng PUSH/PULL of 1 MiB messages (one
 //    way, as bench_payload); target ≥ 0.8x over tcp://; TLS shown too;
+//  - price of frame MACs (docs/security.md): the round trip and the payload
+//    over tcp:// once more with frame_mac = false, next to the runs above
+//    (on; before them in odd repetitions, after them in even ones): the
+//    medians of the differences and ratios within each repetition; targets
+//    ≤ +5 µs and ≥ 0.9x;
 //  - 1 ms overhead, bench_overhead's method: n tasks sleeping 1 ms,
 //    chunksize 1, W = 2 workers (righost1, righost2), n so that the ideal
 //    n·d/W is --ideal s; excess per task above an in-process control run next
@@ -39,7 +44,7 @@
 // --require-rig: 1).
 //
 //   bench_hosts [--reps 5] [--pairs 9] [--trips 2000] [--stream 20000] [--tasks 200] [--ideal 2.0]
-//               [--hosts 3] [--transports tcp,tls] [--parts rtt,stream,payload,overhead] [--slurm]
+//               [--hosts 3] [--transports tcp,tls] [--parts rtt,stream,payload,mac,overhead] [--slurm]
 //               [--require-rig] [--smoke]
 // --transports / --parts: a subset (for profiling one figure; rows of the
 // others then read n/a); --no-baseline: fiber alone (for perf stat / strace).
@@ -257,7 +262,7 @@ int main(int argc, char** argv) {
   const bool require_rig = std::find(a.rest.begin(), a.rest.end(), "--require-rig") != a.rest.end();
   const bool no_baseline = std::find(a.rest.begin(), a.rest.end(), "--no-baseline") != a.rest.end();
   const std::string transports = bench::opt(a, "--transports").value_or("tcp,tls"), parts = [&] {
-    auto p = bench::opt(a, "--parts").value_or("rtt,stream,payload,overhead");
+    auto p = bench::opt(a, "--parts").value_or("rtt,stream,payload,mac,overhead");
     return p == "one" ? std::string("rtt,stream,payload") : p;
   }();
   auto in = [](const std::string& list, const std::string& x) {
@@ -299,7 +304,26 @@ int main(int argc, char** argv) {
   std::string nng_tests;
   for (auto [part, test] : {std::pair{"rtt", "rtt"}, {"stream", "push64"}, {"payload", "push1m"}})
     if (in(parts, part)) nng_tests += (nng_tests.empty() ? "" : ",") + std::string(test);
+  // The same over tcp:// without frame MACs, before the runs with them in odd
+  // repetitions and after them in even ones.
+  const bool mac_part = in(transports, "tcp") && in(parts, "mac");
+  auto run_nomac = [&](int rep) {
+    fiber_one fo;
+    fiber::set_config("frame_mac", "false");
+    try {
+      fo = run_fiber_one<hosts_tcp>(trips, 0, tasks);
+    } catch (const std::exception& e) {
+      std::printf("fiber over tcp without frame MACs failed: %s\n", e.what());
+    }
+    fiber::set_config("frame_mac", "true");
+    s["rtt_nomac"].push_back(fo.rtt_us);
+    s["payload_nomac"].push_back(fo.payload_mibs);
+    std::printf("rep %d tcp, frame_mac = false: apply RTT median %.1f µs || payload %.0f MiB/s\n", rep + 1, fo.rtt_us,
+                fo.payload_mibs);
+    std::fflush(stdout);
+  };
   for (int rep = 0; rep < a.reps && one_worker; ++rep) {
+    if (mac_part && rep % 2 == 1) run_nomac(rep);
     for (bool use_tls : {false, true}) {
       const std::string k = use_tls ? "tls" : "tcp";
       if ((use_tls && !have_tls) || !in(transports, k)) continue;
@@ -325,6 +349,7 @@ int main(int argc, char** argv) {
                   fo.payload_mibs, nn.push1m_mibs);
       std::fflush(stdout);
     }
+    if (mac_part && rep % 2 == 0) run_nomac(rep);
   }
 
   // ---- 1 ms overhead: pairs (control, tcp, tls) ----
@@ -416,6 +441,24 @@ int main(int argc, char** argv) {
                "raw nng tls / tcp: " + bench::fmt("%.0f", m("nng_push1m_tls")) + " / " +
                    bench::fmt("%.0f", m("nng_push1m_tcp")),
                bench::fmt("%.2fx", pr), "-", "-");
+  }
+  if (in(parts, "mac")) { // medians of the differences and ratios within each repetition
+    std::vector<double> dr, pq;
+    for (std::size_t i = 0; i < s["rtt_nomac"].size() && i < s["rtt_tcp"].size(); ++i) {
+      dr.push_back(s["rtt_tcp"][i] - s["rtt_nomac"][i]);
+      pq.push_back(s["payload_tcp"][i] / s["payload_nomac"][i]);
+    }
+    const double d = bench::median(dr), pr = bench::median(pq);
+    bench::row("hosts: price of frame MACs, apply round trip" + one,
+               "tcp:// median µs, frame MACs on − off (median of the differences in each repetition)",
+               bench::fmt("%.1f", m("rtt_tcp")) + " − " + bench::fmt("%.1f", m("rtt_nomac")),
+               "frame_mac = false: " + bench::fmt("%.1f", m("rtt_nomac")), bench::fmt("%+.1f µs", d), "≤ +5 µs",
+               bench::verdict(d <= 5.0, !std::isnan(d)));
+    bench::row("hosts: price of frame MACs, 1 MiB payload" + one,
+               "tcp:// MiB/s, frame MACs on / off (median of the ratios in each repetition)",
+               bench::fmt("%.0f", m("payload_tcp")) + " / " + bench::fmt("%.0f", m("payload_nomac")),
+               "frame_mac = false: " + bench::fmt("%.0f", m("payload_nomac")), bench::fmt("%.2fx", pr), "≥ 0.9x",
+               bench::verdict(pr >= 0.9, !std::isnan(pr)));
   }
   if (!std::isnan(slurm_rtt))
     bench::row("hosts tcp://: apply round trip, 1 worker a Slurm job on " + ns_name(1) + " (check: same path)",

@@ -33,8 +33,8 @@
 # BENCH_PEERS (default bench/baselines), BENCH_PYTHON (default
 # /usr/bin/python3), SKIP_BUILD=1 (use the binaries already in BUILD_DIR),
 # ONLY="overhead throughput ..." (a subset of: serialize overhead throughput
-# latency payload startup startup_static actors es scale scale_static curves
-# hosts es_hosts curves_slurm), NAME_static being bench_NAME built in
+# latency payload frame_mac startup startup_static actors es scale scale_static
+# curves hosts es_hosts curves_slurm), NAME_static being bench_NAME built in
 # BUILD_DIR-static with -DFIBER_STATIC_DEPS=ON (start-up with fiber's
 # dependencies linked statically),
 # NO_RIG=1 (skip the multi-host benchmarks, never touch a rig).
@@ -73,8 +73,8 @@ if ((smoke)); then
   plotdir=$logdir/plots
   bench_args=(--smoke)
 fi
-benches=(serialize overhead throughput latency payload startup startup_static actors es scale scale_static curves hosts
-  es_hosts curves_slurm)
+benches=(serialize overhead throughput latency payload frame_mac startup startup_static actors es scale scale_static
+  curves hosts es_hosts curves_slurm)
 if [[ -n ${ONLY:-} ]]; then read -r -a benches <<<"$ONLY"; fi
 rig_benches=" hosts es_hosts curves_slurm " # need the multi-host rig; run last
 # Arguments of each benchmark beyond --smoke.
@@ -356,6 +356,9 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   meaning.
 - **payload**: a Pool of one worker is two processes, like nng_pingpong's PUSH/PULL; the
   figure counts arguments and results (both cross between the processes).
+- **frame MACs** (`bench_frame_mac`): the same Pool over tcp://127.0.0.1 with and without
+  `frame_mac`, both in each repetition, in alternating order; every MiB moved is tagged
+  by one process and checked by the other, on the same 2 CPUs.
 - **actors sync** and **latency** are one process pair each: vCPU placement moves them
   most; the spread between runs is in the logs.
 - **hosts** (`bench_hosts`): the master in the root network namespace, its workers started
