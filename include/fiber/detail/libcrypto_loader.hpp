@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <initializer_list>
 #include <type_traits>
 
@@ -23,7 +24,8 @@ struct libcrypto_api {
   int (*update)(void*, unsigned char*, int*, const unsigned char*, int) = nullptr;
   int (*final)(void*, unsigned char*, int*) = nullptr;
   int (*ctrl)(void*, int, int, void*) = nullptr;
-  static constexpr int ctrl_aead_get_tag = 0x10; ///< EVP_CTRL_AEAD_GET_TAG
+  static constexpr int ctrl_aead_get_tag = 0x10;              ///< EVP_CTRL_AEAD_GET_TAG
+  static constexpr std::uint64_t init_no_atexit = 0x00080000; ///< OPENSSL_INIT_NO_ATEXIT
 
   /// The process's table, loaded on first call and never unloaded; nullptr
   /// when libcrypto (Debian: libssl3) cannot be opened or lacks a function,
@@ -60,7 +62,11 @@ private:
     sym(a.update, "EVP_EncryptUpdate");
     sym(a.final, "EVP_EncryptFinal_ex");
     sym(a.ctrl, "EVP_CIPHER_CTX_ctrl");
-    if (!all) a = {};
+    int (*init_crypto)(std::uint64_t, const void*) = nullptr; // OPENSSL_init_crypto
+    sym(init_crypto, "OPENSSL_init_crypto");
+    // No cleanup at exit: streams that outlive it (the runtime's, destroyed
+    // after atexit handlers registered later) would free into an unloaded provider.
+    if (!all || init_crypto(init_no_atexit, nullptr) != 1) a = {};
     return a;
   }
 };
