@@ -53,9 +53,10 @@ enum class mac_engine {
 /// with the payload as additional data and no plaintext, the nonce the
 /// frame's sequence number (64-bit little-endian, zero-padded); computed by
 /// OpenSSL's libcrypto where the process can load it (libcrypto_loader.hpp)
-/// for frames of 4 KiB and more, else by mbedTLS (the same tags). Counts frames itself, so the sender's and the
-/// receiver's must see the same frames in the same order. Not thread-safe:
-/// one owner at a time (the stream's write side or read side).
+/// for frames of 4 KiB and more, else by mbedTLS (the same tags). Counts
+/// frames itself, so the sender's and the receiver's must see the same
+/// frames in the same order. Not thread-safe: one owner at a time (the
+/// stream's write side or read side).
 class frame_mac {
 public:
   /// Throws fiber::error if the library refuses the key.
