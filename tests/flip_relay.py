@@ -6,7 +6,7 @@
 # to LOG when it does.
 #
 #   flip_relay.py PORT_FILE TARGET_HOST:PORT LOG
-# PORT_FILE receives the port it listens on (127.0.0.1); it runs until killed.
+# PORT_FILE receives the port it listens on (relay_listen.py); it runs until killed.
 
 import socket
 import struct

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSL-1.0
 # What test_security's relays (tls_relay.py, flip_relay.py) share: listen on
-# 127.0.0.1, write the port to PORT_FILE (atomically), serve each connection
-# on a thread of its own, until killed.
+# 127.0.0.1 (or $FIBER_TEST_RELAY_HOST), write the port to PORT_FILE
+# (atomically), serve each connection on a thread of its own, until killed.
 
 import os
 import socket
@@ -11,7 +11,7 @@ import threading
 def serve_forever(port_file, serve):
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", 0))
+    ls.bind((os.environ.get("FIBER_TEST_RELAY_HOST", "127.0.0.1"), 0))
     ls.listen(16)
     with open(port_file + ".tmp", "w") as f:
         f.write(str(ls.getsockname()[1]))

@@ -2,7 +2,9 @@
 // Security and fault tolerance (issue 8): rogue peers on the master's
 // listeners, the run directory and secret, hung/crashing/leaking workers,
 // the fd limit, TLS end to end, message and handshake limits, and workers
-// outliving a SIGKILLed master.
+// outliving a SIGKILLed master. The hidden [netns] cases (men in the middle
+// placed by DNAT on the network-namespace rig; root) run as CTest
+// test_security_netns in CI's faults stage (test_security.cmake).
 #include <fiber/fiber.hpp>
 
 #include <catch2/catch.hpp>
@@ -908,44 +910,84 @@ TEST_CASE("with tls_ca a worker checks the master certificate's name: the URL's 
   std::filesystem::remove_all(dir);
 }
 
-/// A relay script of tests/ run as `python3 SCRIPT <dir>/port ARGS`, until
-/// this is destroyed (SIGKILL, then reaped); port() is the port it listens on.
+/// A relay script of tests/ run as `python3 SCRIPT <dir>/port ARGS`, listening
+/// on `host`, until this is destroyed (SIGKILL, then reaped); port() is the
+/// port it listens on.
 class relay_process {
 public:
-  relay_process(const std::string& dir, const std::string& script, const std::string& args) : dir_(dir) {
+  relay_process(const std::string& dir, const std::string& script, const std::string& args,
+                const std::string& host = "127.0.0.1") {
     const std::string here = __FILE__;
-    const auto start = "python3 " + here.substr(0, here.rfind('/')) + "/" + script + " " + dir + "/port " + args +
-                       " >" + dir + "/relay.out 2>&1 & echo $! >" + dir + "/relay.pid";
+    // A process group of its own, killed whole (python3 may be a launcher).
+    const auto start = "FIBER_TEST_RELAY_HOST=" + host + " setsid python3 " + here.substr(0, here.rfind('/')) + "/" +
+                       script + " " + dir + "/port " + args + " >" + dir + "/relay.out 2>&1 & echo $! >" + dir +
+                       "/relay.pid";
     std::filesystem::remove(dir + "/port");
     REQUIRE(std::system(start.c_str()) == 0);
+    pid_ = std::atoi(slurp(dir + "/relay.pid").c_str());
     REQUIRE(wait_until([&] { return std::filesystem::exists(dir + "/port"); }, 30s));
+    port_ = slurp(dir + "/port");
   }
   ~relay_process() {
-    auto pid = std::atoi(slurp(dir_ + "/relay.pid").c_str());
-    if (pid > 0 && ::kill(pid, SIGKILL) == 0) fiber_test::process_gone(pid, 10s);
+    if (pid_ > 0 && ::kill(-pid_, SIGKILL) == 0) fiber_test::process_gone(pid_, 10s);
   }
   relay_process(const relay_process&) = delete;
   relay_process& operator=(const relay_process&) = delete;
-  std::string port() const { return slurp(dir_ + "/port"); }
+  std::string port() const { return port_; }
 
 private:
-  std::string dir_;
+  int pid_ = 0;
+  std::string port_;
 };
 
-// A worker's dial through tests/tls_relay.py (its own certificate, the same
-// name as the master's) with `extra` environment; the relay's log and the
-// worker's exit status and stderr.
+/// An iptables DNAT rule in rig host `ns` (comment fiber-mitm): its dials to
+/// `to` (host:port) reach `relay` (host:port) instead; removed when destroyed.
+class dnat_rule {
+public:
+  dnat_rule(std::string ns, const std::string& to, const std::string& relay) : ns_(std::move(ns)) {
+    const auto colon = to.rfind(':');
+    rule_ = "OUTPUT -p tcp -d " + to.substr(0, colon) + " --dport " + to.substr(colon + 1) +
+            " -j DNAT --to-destination " + relay + " -m comment --comment fiber-mitm";
+    REQUIRE(std::system(("ip netns exec " + ns_ + " iptables -w -t nat -A " + rule_).c_str()) == 0);
+  }
+  ~dnat_rule() {
+    (void)std::system(("ip netns exec " + ns_ + " iptables -w -t nat -D " + rule_ + " 2>/dev/null").c_str());
+  }
+  dnat_rule(const dnat_rule&) = delete;
+  dnat_rule& operator=(const dnat_rule&) = delete;
+
+private:
+  std::string ns_, rule_;
+};
+
+/// How a relayed worker reaches the relay: on localhost, the worker dials the
+/// relay's port; with `netns` (a rig host), the worker runs there and dials
+/// the master's own address, which a DNAT rule there sends to the relay.
+struct relay_path {
+  std::string host = "127.0.0.1"; ///< the relay listens here
+  std::string netns;
+};
+
+// A worker's dial through tests/tls_relay.py (the certificate and key in
+// `relay_dir`) with `extra` environment; the relay's log and the worker's
+// exit status and stderr.
 struct relayed_dial {
   std::string relay_log, err;
   int status = -1;
 };
-relayed_dial dial_through_relay(const std::string& dir, const std::string& master_url, const std::string& extra) {
+relayed_dial dial_through_relay(const std::string& dir, const std::string& master_url, const std::string& extra,
+                                const std::string& relay_dir, const relay_path& path = {}) {
   std::filesystem::remove(dir + "/relay.log");
+  const auto master = master_url.substr(std::string("tls+tcp://").size());
   relay_process relay(dir, "tls_relay.py",
-                      master_url.substr(std::string("tls+tcp://").size()) + " " + dir + "/relay/cert.pem " + dir +
-                          "/relay/key.pem " + dir + "/relay.log");
+                      master + " " + relay_dir + "/cert.pem " + relay_dir + "/key.pem " + dir + "/relay.log",
+                      path.host);
+  std::optional<dnat_rule> dnat;
+  if (!path.netns.empty()) dnat.emplace(path.netns, master, path.host + ":" + relay.port());
   relayed_dial out;
-  const auto worker = "env FIBER_INTERNAL_MASTER=tls+tcp://127.0.0.1:" + relay.port() +
+  const auto dial = path.netns.empty() ? "tls+tcp://127.0.0.1:" + relay.port() : master_url;
+  const auto worker = (path.netns.empty() ? "" : "ip netns exec " + path.netns + " ") +
+                      "env FIBER_INTERNAL_MASTER=" + dial +
                       " FIBER_INTERNAL_WORKER_ID=999 FIBER_INTERNAL_SECRET=" + fd::runtime::instance().secret() +
                       " FIBER_START_TIMEOUT_S=20 " + extra + " timeout -s KILL 60 " +
                       std::filesystem::read_symlink("/proc/self/exe").string() + " >/dev/null 2>" + dir + "/worker.err";
@@ -974,14 +1016,15 @@ TEST_CASE("a TLS relay with its own certificate: a worker that pins the master's
   const auto url = fd::runtime::instance().listen_url("tls+tcp://127.0.0.2:0");
   {
     INFO("unpinned: the relay reads the worker's handshake and passes it on");
-    auto r = dial_through_relay(dir, url, "");
+    auto r = dial_through_relay(dir, url, "", dir + "/relay");
     INFO(r.relay_log << r.err);
     REQUIRE(r.relay_log.rfind("relayed ", 0) == 0);
     CHECK(std::stoul(r.relay_log.substr(8)) > 0);
   }
   {
     INFO("pinned: the worker ends its TLS handshake with the relay; no byte crosses it");
-    auto r = dial_through_relay(dir, url, "FIBER_TLS_CA=" + dir + "/cert.pem FIBER_TLS_SERVER_NAME=fiber-pinned");
+    auto r = dial_through_relay(dir, url, "FIBER_TLS_CA=" + dir + "/cert.pem FIBER_TLS_SERVER_NAME=fiber-pinned",
+                                dir + "/relay");
     INFO(r.relay_log << r.err);
     CHECK(r.relay_log.rfind("refused", 0) == 0);
     CHECK(WIFEXITED(r.status));
@@ -995,9 +1038,11 @@ TEST_CASE("a TLS relay with its own certificate: a worker that pins the master's
 /// Sum of `v`.
 std::int64_t sum_ints(std::vector<std::int32_t> v) { return std::accumulate(v.begin(), v.end(), std::int64_t(0)); }
 
-/// Where relayed_launcher sends its first worker.
+/// Where relayed_launcher sends its first worker, and where its workers run.
 struct relay_route {
-  std::string relayed; ///< the URL the first worker launched dials instead of the master's
+  std::string relayed{}; ///< the URL the first worker launched dials instead of the master's (if not empty)
+  std::string listen = "tcp://127.0.0.1:0";
+  std::vector<std::string> first_prefix{}, rest_prefix{}; ///< put before argv (e.g. ip netns exec HOST)
   int launched = 0;
 };
 relay_route& route() {
@@ -1005,21 +1050,24 @@ relay_route& route() {
   return r;
 }
 
-/// Local jobs over tcp://127.0.0.1 whose first one dials the master through
+/// Local jobs over route().listen whose first one dials the master through
 /// route().relayed; the others dial it directly.
 class relayed_launcher final : public fiber::backend::launcher {
 public:
   explicit relayed_launcher(asio::any_io_executor ex) : local_(std::make_shared<fd::local_launcher>(std::move(ex))) {}
   std::string_view name() const noexcept override { return "relayed-local"; }
   fiber::backend::launcher_traits traits() const noexcept override { return {false, true, true}; }
-  std::string listen_url() override { return "tcp://127.0.0.1:0"; }
+  std::string listen_url() override { return route().listen; }
   std::vector<fiber::backend::job> launch(const std::vector<fiber::backend::job_spec>& specs,
                                           std::vector<fiber::backend::exit_handler> on_exit) override {
     auto s = specs;
-    for (auto& spec : s)
-      if (route().launched++ == 0)
-        for (auto& [k, v] : spec.env)
-          if (k == "FIBER_INTERNAL_MASTER") v = route().relayed;
+    for (auto& spec : s) {
+      const bool first = route().launched++ == 0;
+      for (auto& [k, v] : spec.env)
+        if (k == "FIBER_INTERNAL_MASTER" && first && !route().relayed.empty()) v = route().relayed;
+      const auto& prefix = first ? route().first_prefix : route().rest_prefix;
+      spec.argv.insert(spec.argv.begin(), prefix.begin(), prefix.end());
+    }
     return local_->launch(s, std::move(on_exit));
   }
   void cancel(const fiber::backend::job& j, int sig) override { local_->cancel(j, sig); }
@@ -1032,6 +1080,14 @@ struct relayed_local {
     return std::make_shared<relayed_launcher>(std::move(ex));
   }
 };
+
+/// What the workers whose output went to `out` wrote to stderr.
+std::string workers_err(const std::string& out) {
+  std::string all;
+  for (auto& e : std::filesystem::directory_iterator(out))
+    if (e.path().extension() == ".err") all += slurp(e.path().string());
+  return all;
+}
 
 // Issue 28: after the handshake a man in the middle on plain TCP
 // (tests/flip_relay.py) flips one bit in the middle of a task's arguments.
@@ -1047,14 +1103,8 @@ TEST_CASE(
   auto dir = temp_dir();
   const auto url = fd::runtime::instance().listen_url("tcp://127.0.0.1:0"); // the listener relayed_launcher's jobs dial
   relay_process relay(dir, "flip_relay.py", url.substr(std::string("tcp://").size()) + " " + dir + "/relay.log");
-  route().relayed = "tcp://127.0.0.1:" + relay.port();
+  route() = {.relayed = "tcp://127.0.0.1:" + relay.port()};
   const std::vector<std::int32_t> ones(4096, 1);
-  auto workers_err = [&] {
-    std::string all;
-    for (auto& e : std::filesystem::directory_iterator(dir + "/out"))
-      if (e.path().extension() == ".err") all += slurp(e.path().string());
-    return all;
-  };
   {
     INFO("frame MACs (the default): the worker refuses the frame; the task reruns on a direct link");
     config_guard cfg{{"worker_output_dir", dir + "/out"}};
@@ -1063,7 +1113,7 @@ TEST_CASE(
     CHECK(pool.apply(ones) == 4096);
     CHECK(route().launched >= 2); // the relayed worker died; a direct one ran the task
     CHECK(count_lines(dir + "/relay.log") == 1);
-    const auto err = workers_err();
+    const auto err = workers_err(dir + "/out");
     INFO(err);
     CHECK(err.find("failed its authentication tag") != std::string::npos);
   }
@@ -1075,6 +1125,105 @@ TEST_CASE(
     CHECK(pool.apply(ones) != 4096);
     CHECK(count_lines(dir + "/relay.log") == 2);
   }
+  std::filesystem::remove_all(dir);
+  fiber_test::require_no_children();
+}
+
+// ------------------------------------------- men in the middle on the rig
+// Hidden [netns] cases (CTest: test_security_netns, CI's faults stage; root
+// and tests/rigs/netns-up.sh). A relay sits where a man in the middle would:
+// a DNAT rule in a rig host sends that host's dials to the master's address
+// to the relay, which passes them on to the master.
+
+constexpr const char* rig_master = "10.200.0.1"; // the root namespace on the rig's bridge
+
+bool netns_rig() { return ::geteuid() == 0 && std::filesystem::exists("/run/netns/righost2"); }
+
+/// A CA of its own (<dir>/ca.pem, ca.key) that issues a certificate to `cn`
+/// in <dir>/<sub>/ (cert.pem, key.pem); false when openssl fails.
+bool ca_issued(const std::string& dir, const std::string& sub, const std::string& cn) {
+  const auto d = dir + "/" + sub;
+  std::filesystem::create_directories(d);
+  std::string cmd;
+  if (!std::filesystem::exists(dir + "/ca.pem"))
+    cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=fiber-test-ca -days 1 -keyout " + dir + "/ca.key -out " +
+          dir + "/ca.pem >/dev/null 2>&1 && ";
+  cmd += "openssl req -newkey rsa:2048 -nodes -subj /CN=" + cn + " -keyout " + d + "/key.pem -out " + d +
+         "/req.pem >/dev/null 2>&1 && openssl x509 -req -in " + d + "/req.pem -CA " + dir + "/ca.pem -CAkey " + dir +
+         "/ca.key -CAcreateserial -days 1 -out " + d + "/cert.pem >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// Issue 28: a TLS relay (tests/tls_relay.py: its own certificate, no check of
+// the master's) between righost1 and the master. A worker that verifies the
+// master with tls_ca refuses a certificate of another CA, and one of the
+// right CA issued to another name; the relay gets no byte of fiber's
+// handshake, so no task frame can cross it.
+TEST_CASE("netns: TLS relays placed by DNAT before the master: a worker that verifies refuses them",
+          "[.][netns][security][tls]") {
+  if (!netns_rig()) FAIL("needs root and the rig's hosts: bash tests/rigs/netns-up.sh 3");
+  auto dir = temp_dir();
+  REQUIRE(ca_issued(dir, "master", rig_master));           // the name a worker checks: the URL's host
+  REQUIRE(ca_issued(dir, "other", "fiber-other-service")); // the right CA, another name
+  std::filesystem::create_directory(dir + "/own");
+  REQUIRE(self_signed(dir + "/own", rig_master)); // the right name, another CA
+  config_guard cfg{{"tls_cert", dir + "/master/cert.pem"}, {"tls_key", dir + "/master/key.pem"}};
+  const auto url = fd::runtime::instance().listen_url(std::string("tls+tcp://") + rig_master + ":0");
+  const relay_path path{rig_master, "righost1"};
+  const auto verify = "FIBER_TLS_CA=" + dir + "/ca.pem";
+  auto relayed = [](const relayed_dial& r) {
+    return r.relay_log.rfind("relayed ", 0) == 0 && std::stoul(r.relay_log.substr(8)) > 0;
+  };
+  {
+    INFO("control: a worker that verifies nothing passes its handshake through the relay");
+    auto r = dial_through_relay(dir, url, "", dir + "/own", path);
+    INFO(r.relay_log << r.err);
+    CHECK(relayed(r));
+  }
+  {
+    INFO("control: the master's own certificate and key (stolen) pass the check");
+    auto r = dial_through_relay(dir, url, verify, dir + "/master", path);
+    INFO(r.relay_log << r.err);
+    CHECK(relayed(r));
+  }
+  for (auto sub : {"own", "other"}) {
+    INFO("the relay's certificate: " << sub << "; no byte crosses it");
+    auto r = dial_through_relay(dir, url, verify, dir + "/" + sub, path);
+    INFO(r.relay_log << r.err);
+    CHECK(r.relay_log.rfind("refused", 0) == 0);
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == fd::exit_refused);
+    CHECK(r.err.find(std::string("'") + rig_master + "'") != std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+  fiber_test::require_no_children();
+}
+
+// Issue 28: tests/flip_relay.py between righost1 and the master flips one bit
+// of the first task. The first worker runs on righost1; the link closes, the
+// task reruns on a worker on righost2, which no rule diverts.
+TEST_CASE("netns: a relay placed by DNAT flips a bit of a task: the link closes, the task reruns, the answer is right",
+          "[.][netns][security][mac]") {
+  if (!netns_rig()) FAIL("needs root and the rig's hosts: bash tests/rigs/netns-up.sh 3");
+  auto dir = temp_dir();
+  const std::string listen = std::string("tcp://") + rig_master + ":0";
+  const auto master = fd::runtime::instance().listen_url(listen).substr(std::string("tcp://").size());
+  relay_process relay(dir, "flip_relay.py", master + " " + dir + "/relay.log", rig_master);
+  dnat_rule dnat("righost1", master, std::string(rig_master) + ":" + relay.port());
+  route() = {.listen = listen,
+             .first_prefix = {"ip", "netns", "exec", "righost1"},
+             .rest_prefix = {"ip", "netns", "exec", "righost2"}};
+  {
+    config_guard cfg{{"worker_output_dir", dir + "/out"}};
+    fiber::Pool<&sum_ints, relayed_local> pool{fiber::target<&sum_ints>, {.processes = 1}};
+    CHECK(pool.apply(std::vector<std::int32_t>(4096, 1)) == 4096);
+    CHECK(route().launched >= 2);
+  }
+  CHECK(slurp(dir + "/relay.log").rfind("flipped ", 0) == 0);
+  const auto err = workers_err(dir + "/out");
+  INFO(err);
+  CHECK(err.find("failed its authentication tag") != std::string::npos);
+  route() = {};
   std::filesystem::remove_all(dir);
   fiber_test::require_no_children();
 }

@@ -6,7 +6,7 @@
 # read from the client and passed on) or "refused <reason>".
 #
 #   tls_relay.py PORT_FILE TARGET_HOST:PORT CERT KEY LOG
-# PORT_FILE receives the port it listens on (127.0.0.1); it runs until killed.
+# PORT_FILE receives the port it listens on (relay_listen.py); it runs until killed.
 
 import socket
 import ssl
