@@ -148,6 +148,41 @@ asio::awaitable<pair> connect_pair(fd::listener& l, fd::transport_options copt) 
   co_return pair{std::move(s), std::move(c)};
 }
 
+// Queues one frame of a message and a shared tail from `from` for each head
+// size x tail size (one batch) and checks that `to` receives each whole, in
+// order; then waits until every send completed (the direct writer needs the
+// stream idle).
+asio::awaitable<void> check_tailed_frames(fd::stream& from, fd::stream& to, const std::vector<std::size_t>& tails) {
+  std::vector<std::pair<message, std::shared_ptr<const message>>> sent;
+  for (std::size_t head : {0u, 10u, 70000u})
+    for (std::size_t tail : tails)
+      sent.emplace_back(make_msg(head, unsigned(head)), std::make_shared<const message>(make_msg(tail, 3)));
+  std::size_t done = 0;
+  for (auto& [h, t] : sent)
+    from.async_send(h, fd::shared_bytes{t, *t}, [&](std::error_code ec) {
+      CHECK_FALSE(ec);
+      ++done;
+    });
+  for (auto& [h, t] : sent) {
+    auto got = co_await to.async_recv(asio::use_awaitable);
+    CHECK(got == joined(h, *t));
+  }
+  co_await poll_until([&] { return done >= sent.size(); }, 1ms, 5000);
+  CHECK(done == sent.size());
+}
+
+// One frame of a head and a tail from `from`'s direct writer (another
+// thread, which blocks until `to` reads it).
+asio::awaitable<void> check_direct_frame(fd::stream& from, fd::stream& to) {
+  const message h = make_msg(20, 1), t = make_msg(300000, 2);
+  bool ok = false;
+  std::thread writer([&, d = from.direct()] { ok = d.try_send(h, t); });
+  auto got = co_await to.async_recv(asio::use_awaitable);
+  writer.join();
+  CHECK(ok);
+  CHECK(got == joined(h, t));
+}
+
 const fd::transport_options no_options;
 
 } // namespace
@@ -393,33 +428,9 @@ TEST_CASE("transport: a frame of a message and a shared tail arrives as one mess
   fd::listener l(ctx.get_executor(), dir.ipc("tail.ipc"));
   run_coro(ctx, [&]() -> asio::awaitable<void> {
     auto [server, client] = co_await connect_pair(l, no_options);
-    // Small and large heads and tails, queued together (one batch), order kept.
-    std::vector<std::pair<message, std::shared_ptr<const message>>> sent;
-    for (std::size_t head : {0u, 10u, 70000u})
-      for (std::size_t tail : {0u, 5u, 100000u})
-        sent.emplace_back(make_msg(head, unsigned(head)), std::make_shared<const message>(make_msg(tail, 3)));
-    std::size_t done = 0;
-    for (auto& [h, t] : sent)
-      client.async_send(h, fd::shared_bytes{t, *t}, [&](std::error_code ec) {
-        REQUIRE_FALSE(ec);
-        ++done;
-      });
-    for (auto& [h, t] : sent) {
-      auto got = co_await server.async_recv(asio::use_awaitable);
-      CHECK(got == joined(h, *t));
-    }
-    // The last write's completion may reach the client after the server
-    // read it; the direct writer below needs the stream idle.
-    co_await poll_until([&] { return done >= sent.size(); }, 1ms, 5000);
-    CHECK(done == sent.size());
-    // The direct writer (another thread): head and tail in one frame.
-    const message h = make_msg(20, 1), t = make_msg(300000, 2);
-    bool ok = false;
-    std::thread writer([&, d = client.direct()] { ok = d.try_send(h, t); }); // blocks until read
-    auto got = co_await server.async_recv(asio::use_awaitable);
-    writer.join();
-    CHECK(ok);
-    CHECK(got == joined(h, t));
+    const std::vector<std::size_t> tails{0, 5, 100000};
+    co_await check_tailed_frames(client, server, tails);
+    co_await check_direct_frame(client, server);
   });
 }
 
@@ -466,28 +477,9 @@ TEST_CASE("transport: frame MACs: sealed frames arrive whole; another key, a rep
       CHECK(msg_str(first) == "before");
       server.enable_mac(k1, k2);
       client.enable_mac(k2, k1);
-      std::vector<std::pair<message, std::shared_ptr<const message>>> sent;
-      for (std::size_t head : {0u, 10u, 70000u})
-        for (std::size_t tail : {0u, 100000u})
-          sent.emplace_back(make_msg(head, unsigned(head)), std::make_shared<const message>(make_msg(tail, 3)));
-      std::size_t done = 0;
-      for (auto& [h, t] : sent)
-        client.async_send(h, fd::shared_bytes{t, *t}, [&](std::error_code ec) {
-          CHECK_FALSE(ec);
-          ++done;
-        });
-      for (auto& [h, t] : sent) {
-        auto got = co_await server.async_recv(asio::use_awaitable);
-        CHECK(got == joined(h, *t));
-      }
-      co_await poll_until([&] { return done >= sent.size(); }, 1ms, 5000);
-      const message h = make_msg(20, 1), t = make_msg(300000, 2);
-      bool ok = false;
-      std::thread writer([&, d = server.direct()] { ok = d.try_send(h, t); });
-      auto got = co_await client.async_recv(asio::use_awaitable);
-      writer.join();
-      CHECK(ok);
-      CHECK(got == joined(h, t));
+      const std::vector<std::size_t> tails{0, 100000};
+      co_await check_tailed_frames(client, server, tails);
+      co_await check_direct_frame(server, client);
       // A client that seals under another key: the server's next receive fails.
       auto [server2, client2] = co_await connect_pair(l, no_options);
       server2.enable_mac(k1, k2);

@@ -5,6 +5,7 @@
 /// 16-byte tag under a per-connection, per-direction key, with the frame's
 /// sequence number as nonce (no forgery, replay, reordering or deletion).
 
+#include <fiber/detail/constant_time.hpp>
 #include <fiber/detail/libcrypto_loader.hpp>
 #include <fiber/error.hpp>
 
@@ -88,10 +89,7 @@ public:
   bool open(std::span<const std::byte> payload, std::span<const std::byte> tag) {
     unsigned char want[frame_tag_size];
     compute({payload}, want);
-    if (tag.size() != frame_tag_size) return false;
-    unsigned char diff = 0;
-    for (std::size_t i = 0; i < frame_tag_size; ++i) diff |= want[i] ^ std::to_integer<unsigned char>(tag[i]);
-    return diff == 0;
+    return constant_time_equal(std::as_bytes(std::span(want)), tag);
   }
 
   /// Which library computes this one's tags.

@@ -5,6 +5,7 @@
 /// run's secret; nothing but the small, bounded auth frame is decoded before
 /// the peer has proven it knows the secret.
 
+#include <fiber/detail/constant_time.hpp>
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/frame_mac.hpp>
 #include <fiber/error.hpp>
@@ -113,12 +114,9 @@ inline mac_t hmac(std::string_view key, std::span<const std::byte> data) {
   return out;
 }
 
-/// Constant-time comparison: the time taken does not depend on where the
-/// MACs differ.
+/// Whether two MACs are equal, in constant time (constant_time_equal).
 inline bool mac_equal(const mac_t& a, const mac_t& b) {
-  volatile std::uint8_t diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff = std::uint8_t(diff | (a[i] ^ b[i]));
-  return diff == 0;
+  return constant_time_equal(std::as_bytes(std::span(a)), std::as_bytes(std::span(b)));
 }
 
 /// What the client's MAC covers: the server's nonce and every field of the

@@ -16,6 +16,7 @@
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/handshake_session.hpp>
 #include <fiber/detail/libcrypto_loader.hpp>
+#include <fiber/detail/local_transport.hpp>
 #include <fiber/detail/secret_fd.hpp>
 #include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/host_name.hpp>
@@ -311,7 +312,7 @@ public:
   std::shared_ptr<backend::launcher> prepared_launcher() {
     auto l = sync([&] { return launcher<Policy>(); });
     l->prepare();
-    if (const auto t = config_string("local_transport"); !l->traits().shares_filesystem || (t != "ipc" && !t.empty()))
+    if (!l->traits().shares_filesystem || local_listen_base() != "ipc://")
       libcrypto_api::get(); // its links carry frame MACs: read the library here, not on the runtime thread
     return l;
   }

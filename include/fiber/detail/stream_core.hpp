@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 #include <string>
@@ -176,8 +177,8 @@ public:
   }
   /// Whether the peer is a local process on an ipc:// socket.
   bool is_ipc() const {
-    nng_sockaddr sa{};
-    return nng_stream_get_addr(s_.get(), NNG_OPT_REMADDR, &sa) == 0 && sa.s_family == NNG_AF_IPC;
+    auto sa = remote_addr();
+    return sa && sa->s_family == NNG_AF_IPC;
   }
 
   /// Starts the read pump (called once the core is owned by a shared_ptr).
@@ -203,8 +204,9 @@ public:
   void set_max_message_size(std::size_t n) noexcept { max_ = std::min<std::size_t>(n, UINT32_MAX); }
 
   std::string peer_address() const {
-    nng_sockaddr sa{};
-    if (nng_stream_get_addr(s_.get(), NNG_OPT_REMADDR, &sa) != 0) return {};
+    const auto addr = remote_addr();
+    if (!addr) return {};
+    const auto& sa = *addr;
     char buf[INET6_ADDRSTRLEN] = {};
     std::uint64_t pid = 0;
     switch (sa.s_family) {
@@ -620,6 +622,12 @@ private:
     }
     m.resize(m.size() - frame_tag_size);
     return true;
+  }
+
+  std::optional<nng_sockaddr> remote_addr() const {
+    nng_sockaddr sa{};
+    if (nng_stream_get_addr(s_.get(), NNG_OPT_REMADDR, &sa) != 0) return std::nullopt;
+    return sa;
   }
 
   // Bytes arrived: one relaxed store per completed read (liveness).

@@ -5,6 +5,7 @@
 /// authenticate with its master in the environment, shaped by the backend's traits.
 
 #include <fiber/detail/host_name.hpp>
+#include <fiber/detail/local_transport.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/detail/runtime.hpp>
@@ -20,17 +21,6 @@
 #include <unistd.h>
 
 namespace fiber::detail {
-
-/// Where local workers dial back (config key local_transport): ipc in the
-/// 0700 run dir by default; tcp/tls listen on the loopback interface only.
-/// Throws config_error for another value.
-inline std::string local_listen_base() {
-  auto t = config_string("local_transport");
-  if (t == "ipc" || t.empty()) return "ipc://";
-  if (t == "tcp") return "tcp://127.0.0.1:0";
-  if (t == "tls") return "tls+tcp://127.0.0.1:0";
-  throw config_error("fiber: configuration key 'local_transport' must be ipc, tcp or tls, got '" + t + "'");
-}
 
 /// A job spec that runs this executable as worker `id` of this process:
 /// argv as the master's, and what the worker needs to dial back and
