@@ -17,11 +17,12 @@
 //  - payload: 1 MiB vector<float> argument and result, 1 worker: MiB/s moved
 //    (arguments + results) against nng PUSH/PULL of 1 MiB messages (one
 //    way, as bench_payload); target ≥ 0.8x over tcp://; TLS shown too;
-//  - price of frame MACs (docs/security.md): the round trip and the payload
-//    over tcp:// once more with frame_mac = false, next to the runs above
-//    (on; before them in odd repetitions, after them in even ones): the
-//    medians of the differences and ratios within each repetition; targets
-//    ≤ +5 µs and ≥ 0.9x;
+//  - price of frame MACs (docs/security.md): the round trip, the unchunked
+//    stream and the payload over tcp:// on two Pools alive together, one
+//    with frame MACs and one without, by turns (trip by trip, batch by
+//    batch; which is made first alternates between repetitions): the
+//    medians of the differences and ratios of the repetitions;
+//    targets ≤ +5 µs and ≥ 0.9x;
 //  - 1 ms overhead, bench_overhead's method: n tasks sleeping 1 ms,
 //    chunksize 1, W = 2 workers (righost1, righost2), n so that the ideal
 //    n·d/W is --ideal s; excess per task above an in-process control run next
@@ -59,7 +60,9 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <thread>
+#include <utility>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -183,6 +186,84 @@ fiber_one run_fiber_one(int trips, int stream, int tasks) {
   return r;
 }
 
+/// A Pool of one worker on righost1 whose link carries frame MACs or not (the
+/// master reads frame_mac when the worker dials: its first call, `args`).
+template <auto F, class Backend, class... A>
+std::unique_ptr<fiber::Pool<F, Backend>> pool_with_mac(bool mac, const A&... args) {
+  fiber::set_config("frame_mac", mac ? "true" : "false");
+  place_on({1});
+  auto p = std::make_unique<fiber::Pool<F, Backend>>(fiber::target<F>, fiber::pool_options{.processes = 1});
+  (void)p->apply(args...);
+  fiber::set_config("frame_mac", "true");
+  return p;
+}
+
+/// Two Pools running `F` on righost1, {with frame MACs, without}, made in the
+/// order `on_first` says (the Pool made first is the slower here, whichever
+/// it is: repetitions alternate the order).
+template <auto F, class Backend, class... A>
+auto pools_on_off(bool on_first, const A&... args) {
+  std::unique_ptr<fiber::Pool<F, Backend>> on, off;
+  if (on_first) on = pool_with_mac<F, Backend>(true, args...);
+  off = pool_with_mac<F, Backend>(false, args...);
+  if (!on_first) on = pool_with_mac<F, Backend>(true, args...);
+  return std::pair{std::move(on), std::move(off)};
+}
+
+/// Runs `step(pool, mac)` on `on` and `off` by turns, `n` times each,
+/// alternating which goes first: a change in the machine's load falls on both.
+template <class P, class Step>
+void by_turns(P& on, P& off, int n, Step step) {
+  for (int i = 0; i < n; ++i)
+    if (i % 2 == 0) step(on, true), step(off, false);
+    else step(off, false), step(on, true);
+}
+
+/// The price of frame MACs: round trips, unchunked stream batches and 1 MiB
+/// payload batches over tcp:// on two Pools alive together, one with frame
+/// MACs and one without, by turns. trips, stream or tasks 0: not run.
+template <class Backend>
+std::pair<fiber_one, fiber_one> run_mac_pair(int trips, int stream, int tasks, bool on_first) {
+  fiber_one on, off;
+  {
+    auto [p_on, p_off] = pools_on_off<&f, Backend>(on_first, 0);
+    std::vector<double> t_on, t_off;
+    by_turns(*p_on, *p_off, trips ? trips + 100 : 0, [&, i = 0](auto& pool, bool mac) mutable {
+      auto t0 = bench::clk::now();
+      (void)pool.apply(1);
+      if (i++ >= 200) (mac ? t_on : t_off).push_back(bench::seconds_since(t0) * 1e6);
+    });
+    on.rtt_us = bench::median(t_on);
+    off.rtt_us = bench::median(t_off);
+    const int batches = 10, per = stream / batches;
+    double s_on = 0, s_off = 0;
+    by_turns(*p_on, *p_off, per > 0 ? batches : 0, [&](auto& pool, bool mac) {
+      auto t0 = bench::clk::now();
+      std::vector<fiber::async_result<int>> hs;
+      for (int i = 0; i < per; ++i) hs.push_back(pool.apply_async(i));
+      for (auto& h : hs) (void)h.get();
+      (mac ? s_on : s_off) += bench::seconds_since(t0);
+    });
+    if (per > 0) on.stream_tasks = per * batches / s_on, off.stream_tasks = per * batches / s_off;
+  }
+  if (!tasks) return {on, off};
+  std::vector<float> v(floats, 1.0f);
+  auto [p_on, p_off] = pools_on_off<&echo, Backend>(on_first, v);
+  const int per = std::min(tasks, 20), batches = (tasks + per - 1) / per;
+  double s_on = 0, s_off = 0;
+  by_turns(*p_on, *p_off, batches, [&](auto& pool, bool mac) {
+    auto t0 = bench::clk::now();
+    std::vector<fiber::async_result<std::vector<float>>> hs;
+    for (int i = 0; i < per; ++i) hs.push_back(pool.apply_async(v));
+    for (auto& h : hs)
+      if (h.get().size() != floats) std::fprintf(stderr, "bench_hosts: bad payload result\n");
+    (mac ? s_on : s_off) += bench::seconds_since(t0);
+  });
+  on.payload_mibs = 2.0 * per * batches / s_on;
+  off.payload_mibs = 2.0 * per * batches / s_off;
+  return {on, off};
+}
+
 struct overhead_run {
   double excess_us = NAN; // (wall - ideal) / n
   double gap_median = NAN, gap_mean = NAN;
@@ -304,26 +385,27 @@ int main(int argc, char** argv) {
   std::string nng_tests;
   for (auto [part, test] : {std::pair{"rtt", "rtt"}, {"stream", "push64"}, {"payload", "push1m"}})
     if (in(parts, part)) nng_tests += (nng_tests.empty() ? "" : ",") + std::string(test);
-  // The same over tcp:// without frame MACs, before the runs with them in odd
-  // repetitions and after them in even ones.
+  // The price of frame MACs over tcp://: two Pools, with and without, by turns.
   const bool mac_part = in(transports, "tcp") && in(parts, "mac");
-  auto run_nomac = [&](int rep) {
-    fiber_one fo;
-    fiber::set_config("frame_mac", "false");
+  auto run_mac = [&](int rep) {
+    std::pair<fiber_one, fiber_one> r;
     try {
-      fo = run_fiber_one<hosts_tcp>(trips, 0, tasks);
+      r = run_mac_pair<hosts_tcp>(trips, in(parts, "stream") ? stream : 0, tasks, rep % 2 == 0);
     } catch (const std::exception& e) {
-      std::printf("fiber over tcp without frame MACs failed: %s\n", e.what());
+      std::printf("fiber over tcp with and without frame MACs failed: %s\n", e.what());
     }
-    fiber::set_config("frame_mac", "true");
-    s["rtt_nomac"].push_back(fo.rtt_us);
-    s["payload_nomac"].push_back(fo.payload_mibs);
-    std::printf("rep %d tcp, frame_mac = false: apply RTT median %.1f µs || payload %.0f MiB/s\n", rep + 1, fo.rtt_us,
-                fo.payload_mibs);
+    for (auto [k, fo] : {std::pair{"mac", r.first}, {"nomac", r.second}}) {
+      s[std::string("rtt_") + k].push_back(fo.rtt_us);
+      s[std::string("stream_") + k].push_back(fo.stream_tasks);
+      s[std::string("payload_") + k].push_back(fo.payload_mibs);
+    }
+    std::printf("rep %d tcp, frame MACs on / off by turns: apply RTT median %.1f / %.1f µs || stream %.0f / %.0f "
+                "tasks/s || payload %.0f / %.0f MiB/s\n",
+                rep + 1, r.first.rtt_us, r.second.rtt_us, r.first.stream_tasks, r.second.stream_tasks,
+                r.first.payload_mibs, r.second.payload_mibs);
     std::fflush(stdout);
   };
   for (int rep = 0; rep < a.reps && one_worker; ++rep) {
-    if (mac_part && rep % 2 == 1) run_nomac(rep);
     for (bool use_tls : {false, true}) {
       const std::string k = use_tls ? "tls" : "tcp";
       if ((use_tls && !have_tls) || !in(transports, k)) continue;
@@ -349,7 +431,7 @@ int main(int argc, char** argv) {
                   fo.payload_mibs, nn.push1m_mibs);
       std::fflush(stdout);
     }
-    if (mac_part && rep % 2 == 0) run_nomac(rep);
+    if (mac_part) run_mac(rep);
   }
 
   // ---- 1 ms overhead: pairs (control, tcp, tls) ----
@@ -443,22 +525,28 @@ int main(int argc, char** argv) {
                bench::fmt("%.2fx", pr), "-", "-");
   }
   if (in(parts, "mac")) { // medians of the differences and ratios within each repetition
-    std::vector<double> dr, pq;
-    for (std::size_t i = 0; i < s["rtt_nomac"].size() && i < s["rtt_tcp"].size(); ++i) {
-      dr.push_back(s["rtt_tcp"][i] - s["rtt_nomac"][i]);
-      pq.push_back(s["payload_tcp"][i] / s["payload_nomac"][i]);
+    std::vector<double> dr, pq, sq;
+    for (std::size_t i = 0; i < s["rtt_nomac"].size(); ++i) {
+      dr.push_back(s["rtt_mac"][i] - s["rtt_nomac"][i]);
+      pq.push_back(s["payload_mac"][i] / s["payload_nomac"][i]);
+      if (s["stream_nomac"][i] > 0) sq.push_back(s["stream_mac"][i] / s["stream_nomac"][i]);
     }
-    const double d = bench::median(dr), pr = bench::median(pq);
+    const double d = bench::median(dr), pr = bench::median(pq), sr = sq.empty() ? NAN : bench::median(sq);
     bench::row("hosts: price of frame MACs, apply round trip" + one,
-               "tcp:// median µs, frame MACs on − off (median of the differences in each repetition)",
-               bench::fmt("%.1f", m("rtt_tcp")) + " − " + bench::fmt("%.1f", m("rtt_nomac")),
+               "tcp:// median µs, frame MACs on − off, two Pools by turns (median of the differences)",
+               bench::fmt("%.1f", m("rtt_mac")) + " − " + bench::fmt("%.1f", m("rtt_nomac")),
                "frame_mac = false: " + bench::fmt("%.1f", m("rtt_nomac")), bench::fmt("%+.1f µs", d), "≤ +5 µs",
                bench::verdict(d <= 5.0, !std::isnan(d)));
     bench::row("hosts: price of frame MACs, 1 MiB payload" + one,
-               "tcp:// MiB/s, frame MACs on / off (median of the ratios in each repetition)",
-               bench::fmt("%.0f", m("payload_tcp")) + " / " + bench::fmt("%.0f", m("payload_nomac")),
+               "tcp:// MiB/s, frame MACs on / off, two Pools by turns (median of the ratios)",
+               bench::fmt("%.0f", m("payload_mac")) + " / " + bench::fmt("%.0f", m("payload_nomac")),
                "frame_mac = false: " + bench::fmt("%.0f", m("payload_nomac")), bench::fmt("%.2fx", pr), "≥ 0.9x",
                bench::verdict(pr >= 0.9, !std::isnan(pr)));
+    if (in(parts, "stream"))
+      bench::row("hosts: price of frame MACs, unchunked stream" + one,
+                 "tcp:// tasks/s, frame MACs on / off, two Pools by turns (median of the ratios)",
+                 bench::fmt("%.0f", m("stream_mac")) + " / " + bench::fmt("%.0f", m("stream_nomac")),
+                 "frame_mac = false: " + bench::fmt("%.0f", m("stream_nomac")), bench::fmt("%.2fx", sr), "-", "-");
   }
   if (!std::isnan(slurm_rtt))
     bench::row("hosts tcp://: apply round trip, 1 worker a Slurm job on " + ns_name(1) + " (check: same path)",
