@@ -17,7 +17,7 @@
 #include <fiber/detail/handshake_session.hpp>
 #include <fiber/detail/libcrypto_loader.hpp>
 #include <fiber/detail/local_transport.hpp>
-#include <fiber/detail/secret_fd.hpp>
+#include <fiber/detail/run_dir.hpp>
 #include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/host_name.hpp>
 #include <fiber/detail/liveness.hpp>
@@ -89,7 +89,7 @@ public:
   runtime(const runtime&) = delete;
   ~runtime() {
     stop();
-    remove_own_run_dir();
+    dir_.remove_own();
   }
 
   asio::any_io_executor executor() { return ctx_.get_executor(); }
@@ -129,10 +129,10 @@ public:
   const std::string& secret() const { return secret_; }
   /// Where workers on this machine read the secret: "/proc/PID/fd/N", a
   /// memfd of the process that made the run directory (secret_fd.hpp).
-  const std::string& secret_file() const { return secret_file_; }
+  const std::string& secret_file() const { return dir_.secret_file(); }
   /// This executable's path (/proc/self/exe resolved at start).
   const std::string& executable() const { return exe_; }
-  const std::string& run_dir() const { return run_dir_; }
+  const std::string& run_dir() const { return dir_.path(); }
   bool is_worker() const { return is_worker_; }
   const std::string& process_name() const { return name_; }
   std::uint64_t registry_hash() const {
@@ -153,10 +153,7 @@ public:
     name_ = std::move(name);
     secret_ = std::move(secret);
     if (nonce_t v{}; !env.worker_nonce.empty() && from_hex(env.worker_nonce, v)) own_nonce_ = v;
-    if (masters_dir && !env.run_dir.empty()) {
-      run_dir_ = env.run_dir;
-      secret_file_ = env.secret_file;
-    }
+    if (masters_dir && !env.run_dir.empty()) dir_.adopt(env.run_dir, env.secret_file);
     // A job-backed worker (another machine, maybe) reaches the services its
     // master named by its ipc:// URL through the URL it dialled (worker_spec).
     if (!env.master_ipc.empty()) master_alias_ = {env.master_ipc, env.master};
@@ -172,21 +169,15 @@ public:
   /// again at the same path if a tmp cleaner removed them. Runtime thread.
   /// Throws backend_error.
   void ensure_run_dir() {
-    if (run_dir_.empty()) return make_run_dir();
-    struct stat st {};
-    if (::lstat(run_dir_.c_str(), &st) != 0) {
-      if (errno != ENOENT || (::mkdir(run_dir_.c_str(), 0700) != 0 && errno != EEXIST))
-        throw backend_error("fiber: cannot recreate the run directory " + run_dir_ + ": " + std::strerror(errno));
-      if (::lstat(run_dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
-          (st.st_mode & 077) != 0)
-        throw backend_error("fiber: the run directory " + run_dir_ + " was removed and is now something not ours");
-      log(log_level::warning, "the run directory ", run_dir_, " was removed (by a tmp cleaner?): made it again");
-      if (owns_run_dir_) watch_run_dir();
+    if (dir_.empty()) return make_run_dir();
+    if (dir_.restore(secret_)) {
+      log(log_level::warning, "the run directory ", dir_.path(), " was removed (by a tmp cleaner?): made it again");
+      if (dir_.owned()) watch_run_dir();
     }
-    if (::access(secret_file_.c_str(), F_OK) != 0) write_secret_file();
     if (auto it = listeners_.find("ipc://"); it != listeners_.end()) {
       const auto url = it->second->url();
-      if (::lstat(url.substr(6).c_str(), &st) != 0) { // its socket is gone: listen again at the same path
+      if (struct stat st{};
+          ::lstat(url.substr(6).c_str(), &st) != 0) { // its socket is gone: listen again at the same path
         it->second->close();
         it->second = std::make_shared<listener>(executor(), url, transport());
         accept(it->second);
@@ -196,12 +187,7 @@ public:
 
   /// Removes the run directory this process made (a master's, or a
   /// worker's own on another machine). At exit.
-  void remove_own_run_dir() noexcept {
-    if (!owns_run_dir_) return;
-    owns_run_dir_ = false;
-    std::error_code ec;
-    std::filesystem::remove_all(run_dir_, ec);
-  }
+  void remove_own_run_dir() noexcept { dir_.remove_own(); }
 
   transport_options transport() const {
     transport_options o;
@@ -249,7 +235,7 @@ public:
   void set_tls_identity(pem_identity id) { tls_identity_ = std::move(id); }
 
   /// This process's ipc:// URL (its socket in the run dir).
-  std::string ipc_url() const { return "ipc://" + run_dir_ + "/p" + std::to_string(::getpid()) + ".sock"; }
+  std::string ipc_url() const { return "ipc://" + dir_.path() + "/p" + std::to_string(::getpid()) + ".sock"; }
 
   /// Every URL this process listens on. Any thread.
   std::vector<std::string> listener_urls() {
@@ -569,34 +555,21 @@ private:
     return n > 0 ? std::string(buf, std::size_t(n)) : std::string("/proc/self/exe");
   }
 
-  // A new 0700 directory under $TMPDIR, and the secret in memory (write_secret_file).
   void make_run_dir() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/fiber-XXXXXX";
-    if (!::mkdtemp(tmpl.data()))
-      throw backend_error("fiber: cannot create run directory " + tmpl + ": " + std::strerror(errno));
-    run_dir_ = tmpl; // mkdtemp makes it 0700
-    owns_run_dir_ = true;
-    write_secret_file();
+    dir_.make(secret_);
     watch_run_dir();
   }
 
   // Made again as soon as it is removed, not only when the next worker starts.
   void watch_run_dir() {
     if (run_dir_watch_) return run_dir_watch_->rewatch();
-    run_dir_watch_ = dir_watch::start(executor(), run_dir_, [this] {
+    run_dir_watch_ = dir_watch::start(executor(), dir_.path(), [this] {
       try {
         ensure_run_dir();
       } catch (const std::exception& e) {
         log(log_level::error, e.what());
       }
     });
-  }
-
-  // In memory: it goes with this process, however it ends (secret_fd.hpp).
-  void write_secret_file() {
-    if (!secret_mem_) secret_mem_ = secret_fd(secret_);
-    secret_file_ = secret_mem_.path();
   }
 
   void accept(const std::shared_ptr<listener>& l) {
@@ -807,14 +780,13 @@ private:
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};
-  std::string secret_, secret_file_, run_dir_, name_ = "master", build_id_, exe_;
-  secret_fd secret_mem_; // the secret secret_file_ names, when this process made it
+  std::string secret_, name_ = "master", build_id_, exe_;
+  detail::run_dir dir_;
   std::string default_base_ = "ipc://";
   std::pair<std::string, std::string> master_alias_; // worker: master's ipc URL -> the URL it dialled
   std::vector<std::string> argv_;
   bool is_worker_ = false;
   std::optional<pem_identity> tls_identity_; // runtime thread
-  bool owns_run_dir_ = false;                // made by this process: removed at its end
   std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
