@@ -14,6 +14,7 @@
 // more than the tags cost).
 //
 //   bench_frame_mac [--reps 15] [--trips 1000] [--tasks 200] [--smoke]
+#include "bench_mac_pair.hpp"
 #include "bench_util.hpp"
 
 #include <fiber/fiber.hpp>
@@ -33,71 +34,44 @@ struct figures {
   double rtt_us = NAN, payload_mibs = NAN;
 };
 
-/// A Pool of one worker running `F`, its link made with frame MACs on or off
-/// (the master reads the key when the worker dials: one call, `args`, first).
-template <auto F, class... A>
-std::unique_ptr<fiber::Pool<F>> pool_with(bool mac, const A&... args) {
-  fiber::set_config("frame_mac", mac ? "true" : "false");
-  auto p = std::make_unique<fiber::Pool<F>>(fiber::target<F>, fiber::pool_options{.processes = 1});
-  (void)p->apply(args...);
-  fiber::set_config("frame_mac", "true");
-  return p;
-}
-
-/// Two Pools running `F`, {with frame MACs, without}, made in the order
-/// `on_first` says: the Pool made first is the slower by 5-15 µs a round
-/// trip here, whichever it is, so repetitions alternate the order.
-template <auto F, class... A>
-auto pools_on_off(bool on_first, const A&... args) {
-  std::unique_ptr<fiber::Pool<F>> on, off;
-  if (on_first) on = pool_with<F>(true, args...);
-  off = pool_with<F>(false, args...);
-  if (!on_first) on = pool_with<F>(true, args...);
-  return std::pair{std::move(on), std::move(off)};
-}
+void nowhere() {}                          // nothing to choose before a Pool is made
+using from_env = fiber::backend::from_env; // as fiber::Pool by default
 
 /// One repetition: {on, off}.
 std::pair<figures, figures> run(int trips, int tasks, const std::vector<float>& v, bool on_first) {
   figures on{}, off{};
   {
-    auto [p_on, p_off] = pools_on_off<&nothing>(on_first);
+    auto [p_on, p_off] = bench::pools_on_off<&nothing, from_env>(on_first, nowhere);
     for (int i = 0; i < 50; ++i) p_on->apply(), p_off->apply();
     std::vector<double> us_on, us_off;
-    auto trip = [](auto& pool, std::vector<double>& us) {
+    bench::by_turns(*p_on, *p_off, trips, [&](auto& pool, bool mac) {
       auto t0 = bench::clk::now();
       pool.apply();
-      us.push_back(1e6 * bench::seconds_since(t0));
-    };
-    for (int i = 0; i < trips; ++i) {
-      if (i % 2 == 0) trip(*p_on, us_on), trip(*p_off, us_off);
-      else trip(*p_off, us_off), trip(*p_on, us_on);
-    }
+      (mac ? us_on : us_off).push_back(1e6 * bench::seconds_since(t0));
+    });
     on.rtt_us = bench::median(us_on);
     off.rtt_us = bench::median(us_off);
   }
   if (tasks <= 0) return {on, off};
-  auto [p_on, p_off] = pools_on_off<&echo>(on_first, v);
+  auto [p_on, p_off] = bench::pools_on_off<&echo, from_env>(on_first, nowhere, v);
   for (int i = 0; i < 2; ++i) (void)p_on->apply(v), (void)p_off->apply(v);
   std::size_t bad = 0;
-  auto batch = [&](auto& pool, int n) { // seconds
+  const int per_batch = std::min(tasks, 20), batches = (tasks + per_batch - 1) / per_batch;
+  double s_on = 0, s_off = 0;
+  bench::by_turns(*p_on, *p_off, batches, [&](auto& pool, bool mac) {
     auto t0 = bench::clk::now();
     std::vector<fiber::async_result<std::vector<float>>> hs;
-    for (int i = 0; i < n; ++i) hs.push_back(pool.apply_async(v));
+    for (int i = 0; i < per_batch; ++i) hs.push_back(pool.apply_async(v));
     for (auto& h : hs) bad += h.get().size() != floats;
-    return bench::seconds_since(t0);
-  };
-  const int per_batch = std::min(tasks, 20);
-  double s_on = 0, s_off = 0;
-  for (int done = 0, k = 0; done < tasks; done += per_batch, ++k) {
-    if (k % 2 == 0) s_on += batch(*p_on, per_batch), s_off += batch(*p_off, per_batch);
-    else s_off += batch(*p_off, per_batch), s_on += batch(*p_on, per_batch);
-  }
-  const int moved = 2 * ((tasks + per_batch - 1) / per_batch) * per_batch;
+    (mac ? s_on : s_off) += bench::seconds_since(t0);
+  });
+  const int moved = 2 * batches * per_batch;
   on.payload_mibs = moved / s_on;
   off.payload_mibs = moved / s_off;
   if (bad) std::fprintf(stderr, "bench_frame_mac: %zu bad results\n", bad);
   return {on, off};
 }
+
 /// The CPU time, in µs, of the tags one apply round trip adds: two seals and
 /// two opens of a 64-byte frame (under 4 KiB: the engine frames that small use).
 double tag_cpu_us() {

@@ -49,6 +49,7 @@
 //               [--require-rig] [--smoke]
 // --transports / --parts: a subset (for profiling one figure; rows of the
 // others then read n/a); --no-baseline: fiber alone (for perf stat / strace).
+#include "bench_mac_pair.hpp"
 #include "bench_netns.hpp"
 #include "bench_tasks.hpp"
 #include "bench_util.hpp"
@@ -186,49 +187,18 @@ fiber_one run_fiber_one(int trips, int stream, int tasks) {
   return r;
 }
 
-/// A Pool of one worker on righost1 whose link carries frame MACs or not (the
-/// master reads frame_mac when the worker dials: its first call, `args`).
-template <auto F, class Backend, class... A>
-std::unique_ptr<fiber::Pool<F, Backend>> pool_with_mac(bool mac, const A&... args) {
-  fiber::set_config("frame_mac", mac ? "true" : "false");
-  place_on({1});
-  auto p = std::make_unique<fiber::Pool<F, Backend>>(fiber::target<F>, fiber::pool_options{.processes = 1});
-  (void)p->apply(args...);
-  fiber::set_config("frame_mac", "true");
-  return p;
-}
-
-/// Two Pools running `F` on righost1, {with frame MACs, without}, made in the
-/// order `on_first` says (the Pool made first is the slower here, whichever
-/// it is: repetitions alternate the order).
-template <auto F, class Backend, class... A>
-auto pools_on_off(bool on_first, const A&... args) {
-  std::unique_ptr<fiber::Pool<F, Backend>> on, off;
-  if (on_first) on = pool_with_mac<F, Backend>(true, args...);
-  off = pool_with_mac<F, Backend>(false, args...);
-  if (!on_first) on = pool_with_mac<F, Backend>(true, args...);
-  return std::pair{std::move(on), std::move(off)};
-}
-
-/// Runs `step(pool, mac)` on `on` and `off` by turns, `n` times each,
-/// alternating which goes first: a change in the machine's load falls on both.
-template <class P, class Step>
-void by_turns(P& on, P& off, int n, Step step) {
-  for (int i = 0; i < n; ++i)
-    if (i % 2 == 0) step(on, true), step(off, false);
-    else step(off, false), step(on, true);
-}
-
 /// The price of frame MACs: round trips, unchunked stream batches and 1 MiB
 /// payload batches over tcp:// on two Pools alive together, one with frame
 /// MACs and one without, by turns. trips, stream or tasks 0: not run.
+inline void on_righost1() { place_on({1}); }
+
 template <class Backend>
 std::pair<fiber_one, fiber_one> run_mac_pair(int trips, int stream, int tasks, bool on_first) {
   fiber_one on, off;
   {
-    auto [p_on, p_off] = pools_on_off<&f, Backend>(on_first, 0);
+    auto [p_on, p_off] = bench::pools_on_off<&f, Backend>(on_first, on_righost1, 0);
     std::vector<double> t_on, t_off;
-    by_turns(*p_on, *p_off, trips ? trips + 100 : 0, [&, i = 0](auto& pool, bool mac) mutable {
+    bench::by_turns(*p_on, *p_off, trips ? trips + 100 : 0, [&, i = 0](auto& pool, bool mac) mutable {
       auto t0 = bench::clk::now();
       (void)pool.apply(1);
       if (i++ >= 200) (mac ? t_on : t_off).push_back(bench::seconds_since(t0) * 1e6);
@@ -237,7 +207,7 @@ std::pair<fiber_one, fiber_one> run_mac_pair(int trips, int stream, int tasks, b
     off.rtt_us = bench::median(t_off);
     const int batches = 10, per = stream / batches;
     double s_on = 0, s_off = 0;
-    by_turns(*p_on, *p_off, per > 0 ? batches : 0, [&](auto& pool, bool mac) {
+    bench::by_turns(*p_on, *p_off, per > 0 ? batches : 0, [&](auto& pool, bool mac) {
       auto t0 = bench::clk::now();
       std::vector<fiber::async_result<int>> hs;
       for (int i = 0; i < per; ++i) hs.push_back(pool.apply_async(i));
@@ -248,10 +218,10 @@ std::pair<fiber_one, fiber_one> run_mac_pair(int trips, int stream, int tasks, b
   }
   if (!tasks) return {on, off};
   std::vector<float> v(floats, 1.0f);
-  auto [p_on, p_off] = pools_on_off<&echo, Backend>(on_first, v);
+  auto [p_on, p_off] = bench::pools_on_off<&echo, Backend>(on_first, on_righost1, v);
   const int per = std::min(tasks, 20), batches = (tasks + per - 1) / per;
   double s_on = 0, s_off = 0;
-  by_turns(*p_on, *p_off, batches, [&](auto& pool, bool mac) {
+  bench::by_turns(*p_on, *p_off, batches, [&](auto& pool, bool mac) {
     auto t0 = bench::clk::now();
     std::vector<fiber::async_result<std::vector<float>>> hs;
     for (int i = 0; i < per; ++i) hs.push_back(pool.apply_async(v));
