@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/frame_mac.hpp
-/// Frames authenticated after the handshake: each payload is followed by a
-/// 16-byte tag under a per-connection, per-direction key, with the frame's
-/// sequence number as nonce (no forgery, replay, reordering or deletion).
+/// Frames protected after the handshake: each payload (in clear, or
+/// encrypted) is followed by a 16-byte tag under a per-connection,
+/// per-direction key, with the frame's sequence number as nonce (no
+/// forgery, replay, reordering or deletion).
 
 #include <fiber/detail/constant_time.hpp>
 #include <fiber/detail/libcrypto_loader.hpp>
@@ -50,9 +51,11 @@ enum class mac_engine {
   mbedtls, ///< mbedTLS's portable C
 };
 
-/// One direction's sealing or checking: ChaCha20-Poly1305 (RFC 8439, §2.8)
-/// with the payload as additional data and no plaintext, the nonce the
-/// frame's sequence number (64-bit little-endian, zero-padded); computed by
+/// One direction's sealing or checking: ChaCha20-Poly1305 (RFC 8439, §2.8),
+/// the nonce the frame's sequence number (64-bit little-endian,
+/// zero-padded); either the payload is additional data and nothing is
+/// encrypted (seal/open), or the payload is encrypted (encrypt/decrypt;
+/// one way per direction and connection). Computed by
 /// OpenSSL's libcrypto where the process can load it (libcrypto_loader.hpp)
 /// for frames of 4 KiB and more, else by mbedTLS (the same tags). Counts
 /// frames itself, so the sender's and the receiver's must see the same
@@ -62,7 +65,7 @@ class frame_mac {
 public:
   /// Throws fiber::error if the library refuses the key.
   explicit frame_mac(const session_key& key, mac_engine e = mac_engine::best)
-      : ssl_(e == mac_engine::best ? libcrypto_api::get() : nullptr) {
+      : ssl_(e == mac_engine::best ? libcrypto_api::get() : nullptr), key_(key) {
     mbedtls_chachapoly_init(&ctx_);
     const unsigned char zero[12] = {};
     const bool ok = mbedtls_chachapoly_setkey(&ctx_, key.data()) == 0 &&
@@ -83,6 +86,44 @@ public:
     compute(parts, reinterpret_cast<unsigned char*>(tag));
   }
 
+  /// Encrypts the next frame, whose plaintext is `parts` in order, into
+  /// `out` (their total size; it may be the storage of a single part), and
+  /// writes its tag. Example: `m.encrypt({msg, tail}, wire.data(), tag)`.
+  void encrypt(std::initializer_list<std::span<const std::byte>> parts, std::byte* out,
+               std::byte (&tag)[frame_tag_size]) {
+    compute(parts, reinterpret_cast<unsigned char*>(tag), reinterpret_cast<unsigned char*>(out));
+  }
+
+  /// Decrypts the next frame in place; whether `tag` is the one the peer
+  /// made for it (in constant time). When false, `payload` holds garbage
+  /// and the sequence has advanced: a stream reads no further.
+  bool decrypt(std::span<std::byte> payload, std::span<const std::byte> tag) {
+    auto* p = reinterpret_cast<unsigned char*>(payload.data());
+    const auto nonce = next_nonce();
+    if (ssl_ && payload.size() >= evp_threshold) {
+      int n = 0;
+      bool ok = ssl_->dinit(evp_, ssl_->chacha20_poly1305(), nullptr, key_.data(), nonce.data()) == 1;
+      for (std::size_t at = 0; ok && at < payload.size(); at += std::size_t(n)) {
+        const int len = int(std::min<std::size_t>(payload.size() - at, std::size_t(1) << 30));
+        ok = ssl_->dupdate(evp_, p + at, &n, p + at, len) == 1 && n == len;
+      }
+      unsigned char t[frame_tag_size], none[16];
+      std::copy_n(reinterpret_cast<const unsigned char*>(tag.data()), frame_tag_size, t);
+      ok = ok && ssl_->ctrl(evp_, libcrypto_api::ctrl_aead_set_tag, int(frame_tag_size), t) == 1;
+      const bool authentic = ok && ssl_->dfinal(evp_, none, &n) == 1;
+      // The next seal re-keys the context for encryption.
+      if (ssl_->init(evp_, ssl_->chacha20_poly1305(), nullptr, key_.data(), nonce.data()) != 1)
+        throw error("fiber: ChaCha20-Poly1305 failed (OpenSSL)");
+      return authentic;
+    }
+    unsigned char want[frame_tag_size];
+    int rv = mbedtls_chachapoly_starts(&ctx_, nonce.data(), MBEDTLS_CHACHAPOLY_DECRYPT);
+    if (rv == 0 && !payload.empty()) rv = mbedtls_chachapoly_update(&ctx_, payload.size(), p, p);
+    if (rv == 0) rv = mbedtls_chachapoly_finish(&ctx_, want);
+    if (rv != 0) throw error("fiber: ChaCha20-Poly1305 failed (mbedTLS)");
+    return constant_time_equal(std::as_bytes(std::span(want)), tag.first(frame_tag_size));
+  }
+
   /// Whether `payload` followed by `tag` is the next frame the peer sealed
   /// (constant time in the tag's bytes). The sequence advances either way:
   /// a stream never reads on after a failure.
@@ -101,30 +142,42 @@ private:
     mbedtls_chachapoly_free(&ctx_);
   }
 
-  void compute(std::initializer_list<std::span<const std::byte>> parts, unsigned char* tag) {
-    unsigned char nonce[12] = {};
-    for (int i = 0; i < 8; ++i) nonce[i] = static_cast<unsigned char>(seq_ >> (8 * i));
+  std::array<unsigned char, 12> next_nonce() noexcept {
+    std::array<unsigned char, 12> nonce{};
+    for (std::size_t i = 0; i < 8; ++i) nonce[i] = static_cast<unsigned char>(seq_ >> (8 * i));
     ++seq_;
+    return nonce;
+  }
+
+  // The tag of the next frame: over `parts` as additional data, or with
+  // `out`, over their encryption into it.
+  void compute(std::initializer_list<std::span<const std::byte>> parts, unsigned char* tag,
+               unsigned char* out = nullptr) {
+    const auto nonce = next_nonce();
     std::size_t n = 0;
     for (auto p : parts) n += p.size();
-    if (ssl_ && n >= evp_threshold) return compute_evp(parts, nonce, tag);
-    int rv = mbedtls_chachapoly_starts(&ctx_, nonce, MBEDTLS_CHACHAPOLY_ENCRYPT);
-    for (auto p : parts)
+    if (ssl_ && n >= evp_threshold) return compute_evp(parts, nonce.data(), tag, out);
+    int rv = mbedtls_chachapoly_starts(&ctx_, nonce.data(), MBEDTLS_CHACHAPOLY_ENCRYPT);
+    for (auto p : parts) {
+      const auto* in = reinterpret_cast<const unsigned char*>(p.data());
       if (rv == 0 && !p.empty())
-        rv = mbedtls_chachapoly_update_aad(&ctx_, reinterpret_cast<const unsigned char*>(p.data()), p.size());
+        rv = out ? mbedtls_chachapoly_update(&ctx_, p.size(), in, out)
+                 : mbedtls_chachapoly_update_aad(&ctx_, in, p.size());
+      if (out) out += p.size();
+    }
     if (rv == 0) rv = mbedtls_chachapoly_finish(&ctx_, tag);
     if (rv != 0) throw error("fiber: ChaCha20-Poly1305 failed (mbedTLS)");
   }
 
   void compute_evp(std::initializer_list<std::span<const std::byte>> parts, const unsigned char* nonce,
-                   unsigned char* tag) {
+                   unsigned char* tag, unsigned char* out) {
     int n = 0;
     bool ok = ssl_->init(evp_, nullptr, nullptr, nullptr, nonce) == 1; // the key stays
     for (auto p : parts)
       for (std::size_t at = 0; ok && at < p.size(); at += std::size_t(n)) { // int lengths: 1 GiB at a time
         const int len = int(std::min<std::size_t>(p.size() - at, std::size_t(1) << 30));
-        ok = ssl_->update(evp_, nullptr, &n, reinterpret_cast<const unsigned char*>(p.data()) + at, len) == 1 &&
-             n == len;
+        ok = ssl_->update(evp_, out, &n, reinterpret_cast<const unsigned char*>(p.data()) + at, len) == 1 && n == len;
+        if (out) out += n;
       }
     unsigned char none[16];
     ok = ok && ssl_->final(evp_, none, &n) == 1 &&
@@ -137,6 +190,7 @@ private:
   static constexpr std::size_t evp_threshold = 4096;
 
   const libcrypto_api* ssl_;
+  session_key key_;     // decrypt re-keys the EVP context per frame
   void* evp_ = nullptr; // EVP_CIPHER_CTX*
   mbedtls_chachapoly_context ctx_;
   std::uint64_t seq_ = 0;

@@ -4,11 +4,9 @@
 /// OpenSSL's libcrypto, opened with dlopen the first time a frame MAC is
 /// made, for its SIMD ChaCha20-Poly1305; absent, fiber uses mbedTLS's.
 
-#include <dlfcn.h>
+#include <fiber/detail/dl_symbols.hpp>
 
 #include <cstdint>
-#include <initializer_list>
-#include <type_traits>
 
 namespace fiber::detail {
 
@@ -24,7 +22,12 @@ struct libcrypto_api {
   int (*update)(void*, unsigned char*, int*, const unsigned char*, int) = nullptr;
   int (*final)(void*, unsigned char*, int*) = nullptr;
   int (*ctrl)(void*, int, int, void*) = nullptr;
+  // EVP_DecryptInit_ex, EVP_DecryptUpdate, EVP_DecryptFinal_ex
+  int (*dinit)(void*, const void*, void*, const unsigned char*, const unsigned char*) = nullptr;
+  int (*dupdate)(void*, unsigned char*, int*, const unsigned char*, int) = nullptr;
+  int (*dfinal)(void*, unsigned char*, int*) = nullptr;
   static constexpr int ctrl_aead_get_tag = 0x10;              ///< EVP_CTRL_AEAD_GET_TAG
+  static constexpr int ctrl_aead_set_tag = 0x11;              ///< EVP_CTRL_AEAD_SET_TAG
   static constexpr std::uint64_t init_no_atexit = 0x00080000; ///< OPENSSL_INIT_NO_ATEXIT
 
   /// The process's table, loaded on first call and never unloaded; nullptr
@@ -45,25 +48,21 @@ private:
     return {};
 #endif
 #endif
-    void* lib = nullptr;
-    for (const char* name : {"libcrypto.so.3", "libcrypto.so.1.1"})
-      if ((lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    void* lib = dl_open_first({"libcrypto.so.3", "libcrypto.so.1.1"});
     libcrypto_api a;
     if (!lib) return a;
-    bool all = true;
-    auto sym = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
-      all = all && fn;
-    };
-    sym(a.ctx_new, "EVP_CIPHER_CTX_new");
-    sym(a.ctx_free, "EVP_CIPHER_CTX_free");
-    sym(a.chacha20_poly1305, "EVP_chacha20_poly1305");
-    sym(a.init, "EVP_EncryptInit_ex");
-    sym(a.update, "EVP_EncryptUpdate");
-    sym(a.final, "EVP_EncryptFinal_ex");
-    sym(a.ctrl, "EVP_CIPHER_CTX_ctrl");
+    bool all = dl_bind(lib, a.ctx_new, "EVP_CIPHER_CTX_new");
+    all &= dl_bind(lib, a.ctx_free, "EVP_CIPHER_CTX_free");
+    all &= dl_bind(lib, a.chacha20_poly1305, "EVP_chacha20_poly1305");
+    all &= dl_bind(lib, a.init, "EVP_EncryptInit_ex");
+    all &= dl_bind(lib, a.update, "EVP_EncryptUpdate");
+    all &= dl_bind(lib, a.final, "EVP_EncryptFinal_ex");
+    all &= dl_bind(lib, a.ctrl, "EVP_CIPHER_CTX_ctrl");
+    all &= dl_bind(lib, a.dinit, "EVP_DecryptInit_ex");
+    all &= dl_bind(lib, a.dupdate, "EVP_DecryptUpdate");
+    all &= dl_bind(lib, a.dfinal, "EVP_DecryptFinal_ex");
     int (*init_crypto)(std::uint64_t, const void*) = nullptr; // OPENSSL_init_crypto
-    sym(init_crypto, "OPENSSL_init_crypto");
+    all &= dl_bind(lib, init_crypto, "OPENSSL_init_crypto");
     // No cleanup at exit: streams that outlive it (the runtime's, destroyed
     // after atexit handlers registered later) would free into an unloaded provider.
     if (!all || init_crypto(init_no_atexit, nullptr) != 1) a = {};
