@@ -11,7 +11,9 @@
 #include <nng/supplemental/tls/tls.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -38,6 +40,12 @@ struct transport_options {
   /// A certificate and key held in memory (PEM), used instead of the files.
   std::string tls_cert_pem, tls_key_pem;
 };
+
+/// 32 bytes both ends of one TLS connection derive alike and nobody else
+/// can: the exporter of RFC 9266 (label "EXPORTER-Channel-Binding", no
+/// context). A relay that terminates TLS on both sides holds two
+/// connections, hence two different bindings. All zero without TLS.
+using channel_binding = std::array<std::uint8_t, 32>;
 
 inline bool is_tls_url(const std::string& url) { return url.rfind("tls+", 0) == 0; }
 
