@@ -26,6 +26,7 @@ case $N in '' | *[!0-9]*) rig_die "N must be a number, got '$N'" ;; esac
 { [ "$N" -ge 1 ] && [ "$N" -le 200 ]; } || rig_die "N must be 1..200"
 case $NET in 10.200.*) ;; *) rig_die "NETNS_RIG_NET must lie inside 10.200.0.0/16" ;; esac
 command -v ip >/dev/null 2>&1 || rig_apt_install iproute2
+command -v iptables >/dev/null 2>&1 || rig_apt_install iptables # the tests' DNAT and partition rules
 mkdir -p "$STATE" /etc/netns
 
 # Guard: in the root namespace, any 10.200.0.0/16 address not on the bridge is
