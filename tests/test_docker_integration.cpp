@@ -506,9 +506,11 @@ TEST_CASE("docker: workers dial back over tls+tcp when the master has a certific
   if (std::system("command -v openssl >/dev/null 2>&1") != 0) FAIL("openssl is needed to make a certificate");
   const auto dir = shared_dir() + "/tls";
   fs::create_directories(dir);
-  REQUIRE(std::system(("openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -days 1 -keyout " + dir +
-                       "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1")
-                          .c_str()) == 0);
+  REQUIRE(
+      std::system(
+          ("openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -days 1 -keyout " +
+           dir + "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1")
+              .c_str()) == 0);
   for (auto [k, v] : {std::pair{"tls_cert", "/cert.pem"}, {"tls_key", "/key.pem"}, {"tls_ca", "/cert.pem"}})
     fiber::set_config(k, dir + v);
   {

@@ -57,9 +57,15 @@ std::string slurp(const std::string& path) {
 
 /// A self-signed certificate issued to `cn`, its own CA, as <dir>/cert.pem
 /// and <dir>/key.pem (the openssl command); false when that fails.
+/// The subjectAltName naming `cn`: an IPv4 address (which OpenSSL matches
+/// only against IP entries) or a DNS name.
+std::string san_for(const std::string& cn) {
+  return (cn.find_first_not_of("0123456789.") == std::string::npos ? "subjectAltName=IP:" : "subjectAltName=DNS:") + cn;
+}
+
 bool self_signed(const std::string& dir, const std::string& cn) {
-  const auto cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=" + cn + " -days 1 -keyout " + dir +
-                   "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
+  const auto cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=" + cn + " -addext " + san_for(cn) +
+                   " -days 1 -keyout " + dir + "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
   return std::system(cmd.c_str()) == 0;
 }
 
@@ -230,7 +236,7 @@ fd::auth_msg genuine_auth(raw_peer& p, std::string name) {
   a.host = "h";
   a.name = std::move(name);
   a.incarnation = 1;
-  a.mac = fd::client_proof(rt.secret(), c.nonce, a);
+  a.mac = fd::client_proof(rt.secret(), c.nonce, a, {});
   return a;
 }
 
@@ -243,13 +249,13 @@ void authenticate(raw_peer& p) {
   auto ok = p.recv_frame();
   REQUIRE(ok);
   auto m = fd::decode_frame<fd::auth_ok_msg>(fd::frame_kind::auth_ok, *ok);
-  REQUIRE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, m)));
+  REQUIRE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, m, {})));
   auto changed = m; // the proof covers the configuration and the frame MAC flag
   changed.config["heartbeat_timeout_ms"] = "86400000";
-  REQUIRE_FALSE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, changed)));
+  REQUIRE_FALSE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, changed, {})));
   changed = m;
   changed.frame_mac ^= 1;
-  REQUIRE_FALSE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, changed)));
+  REQUIRE_FALSE(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, changed, {})));
 }
 
 /// Accepts one connection on `l` as a fake master would: sends a challenge,
@@ -559,7 +565,7 @@ TEST_CASE("a local worker's proof over its issued nonce: accepted without a chal
     a.build_id = rt.own_build_id();
     a.pid = ::getpid();
     a.name = "issued-nonce-test";
-    a.mac = fd::client_proof(rt.secret(), n, a);
+    a.mac = fd::client_proof(rt.secret(), n, a, {});
     return std::pair{a, fd::frame(fd::frame_kind::auth, a)};
   };
   // (a) over another nonce than the one issued: refused (the challenge
@@ -580,7 +586,7 @@ TEST_CASE("a local worker's proof over its issued nonce: accepted without a chal
     auto ok = p.recv_frame();
     REQUIRE(ok);
     auto m = fd::decode_frame<fd::auth_ok_msg>(fd::frame_kind::auth_ok, *ok);
-    CHECK(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, m)));
+    CHECK(fd::mac_equal(m.mac, fd::server_proof(rt.secret(), a.nonce, m, {})));
     CHECK(wait_until([&] { return connected.load() == 1; }, 5s));
   }
   // (c) the same frame replayed while the worker is expected again: the
@@ -825,7 +831,7 @@ TEST_CASE("TLS end to end: a Pool whose workers dial back over tls+tcp with a se
     return;
   }
   auto dir = temp_dir();
-  // CN = the address workers dial (mbedTLS checks the URL host against it);
+  // Issued to the address workers dial (OpenSSL checks the URL host against it);
   // the same certificate is the CA, so both sides verify each other.
   REQUIRE(self_signed(dir, "127.0.0.1"));
   config_guard cfg{{"local_transport", "tls"},
@@ -999,10 +1005,12 @@ relayed_dial dial_through_relay(const std::string& dir, const std::string& maste
   return out;
 }
 
-// Issue 28: a TLS relay that terminates both sides passes fiber's handshake
-// through unless the worker verifies the master's certificate: pinned (the
-// kubernetes backend's default), the worker refuses the relay's.
-TEST_CASE("a TLS relay with its own certificate: a worker that pins the master's refuses it", "[security][tls]") {
+// Issue 28: a TLS relay that terminates both sides. What follows fiber's
+// TLS handshake is fiber's encrypted frames, not TLS records: a TLS relay
+// reads nothing. A worker that pins the master's certificate (the
+// kubernetes backend's default) refuses the relay's at once.
+TEST_CASE("a TLS relay with its own certificate reads nothing; a worker that pins the master's refuses it",
+          "[security][tls]") {
   if (std::system("command -v openssl >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1") != 0) {
     WARN("openssl or python3 not found: TLS relay test skipped");
     return;
@@ -1015,11 +1023,12 @@ TEST_CASE("a TLS relay with its own certificate: a worker that pins the master's
   // A listener of its own (127.0.0.2): one made by an earlier test keeps that test's certificate.
   const auto url = fd::runtime::instance().listen_url("tls+tcp://127.0.0.2:0");
   {
-    INFO("unpinned: the relay reads the worker's handshake and passes it on");
-    auto r = dial_through_relay(dir, url, "", dir + "/relay");
+    INFO("unpinned: the relay completes both TLS handshakes, then can read no record; the worker gets no answer");
+    auto r = dial_through_relay(dir, url, "FIBER_START_TIMEOUT_S=2", dir + "/relay");
     INFO(r.relay_log << r.err);
     REQUIRE(r.relay_log.rfind("relayed ", 0) == 0);
-    CHECK(std::stoul(r.relay_log.substr(8)) > 0);
+    CHECK(std::stoul(r.relay_log.substr(8)) == 0);
+    CHECK(r.status != 0);
   }
   {
     INFO("pinned: the worker ends its TLS handshake with the relay; no byte crosses it");
@@ -1033,6 +1042,83 @@ TEST_CASE("a TLS relay with its own certificate: a worker that pins the master's
   }
   std::filesystem::remove_all(dir);
   fiber_test::require_no_children();
+}
+
+// Issue 28: with TLS that verifies nothing, a relay may terminate TLS on
+// both sides and pass fiber's frames on, decrypted and encrypted again. The
+// proofs cover each side's channel binding: the master refuses the client's
+// proof, and nothing past the handshake crosses the relay.
+TEST_CASE("a relay that terminates TLS on both sides and passes fiber's frames on fails the handshake",
+          "[security][tls]") {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+    WARN("openssl not found: TLS test skipped");
+    return;
+  }
+  auto dir = temp_dir();
+  std::filesystem::create_directory(dir + "/relay");
+  REQUIRE(self_signed(dir, "fiber-master"));
+  REQUIRE(self_signed(dir + "/relay", "fiber-master"));
+  config_guard cfg{{"tls_cert", dir + "/cert.pem"}, {"tls_key", dir + "/key.pem"}};
+  auto& rt = fd::runtime::instance();
+  const auto master = rt.listen_url("tls+tcp://127.0.0.3:0"); // its own: earlier tests' keep their certificates
+  const fd::handshake_identity me{rt.secret(), rt.own_build_id(), rt.registry_hash(), "relayed-client"};
+  asio::io_context io;
+  struct outcome {
+    bool done = false;
+    std::exception_ptr failed;
+  };
+  auto handshake_via = [&](const std::string& url, outcome& out) {
+    fd::async_connect(io.get_executor(), url, {}, [&, url](std::error_code ec, fd::stream s) {
+      REQUIRE_FALSE(ec);
+      fd::client_handshake(std::make_shared<fd::stream>(std::move(s)), me, fd::role::client, 0, 1u << 20, std::nullopt,
+                           [&](std::exception_ptr e, fd::stream st, std::map<std::string, std::string>) {
+                             out = {true, e};
+                             st.close();
+                           });
+    });
+  };
+  {
+    INFO("control: the same client, dialing the master itself, gets in");
+    outcome direct;
+    handshake_via(master, direct);
+    io.run_for(30s);
+    REQUIRE(direct.done);
+    CHECK_FALSE(direct.failed);
+  }
+  io.restart();
+  fd::transport_options relay_cert;
+  relay_cert.tls_cert_file = dir + "/relay/cert.pem";
+  relay_cert.tls_key_file = dir + "/relay/key.pem";
+  fd::listener front(io.get_executor(), "tls+tcp://127.0.0.1:0", relay_cert);
+  std::vector<fd::frame_kind> to_worker, to_master; // what the relay read in clear
+  std::function<void(std::shared_ptr<fd::stream>, std::shared_ptr<fd::stream>, std::vector<fd::frame_kind>&)> forward;
+  forward = [&](std::shared_ptr<fd::stream> from, std::shared_ptr<fd::stream> to, std::vector<fd::frame_kind>& seen) {
+    from->async_recv([&, from, to](std::error_code ec, fd::message m) {
+      if (ec) return to->close();
+      seen.push_back(fd::unframe(m).first);
+      to->async_send(std::move(m), [](std::error_code) {});
+      forward(from, to, seen);
+    });
+  };
+  front.async_accept([&](std::error_code ec, fd::stream s) {
+    REQUIRE_FALSE(ec);
+    auto worker_side = std::make_shared<fd::stream>(std::move(s));
+    fd::async_connect(io.get_executor(), master, {}, [&, worker_side](std::error_code ec2, fd::stream s2) {
+      REQUIRE_FALSE(ec2);
+      auto master_side = std::make_shared<fd::stream>(std::move(s2));
+      forward(worker_side, master_side, to_master);
+      forward(master_side, worker_side, to_worker);
+    });
+  });
+  outcome relayed;
+  handshake_via(front.url(), relayed);
+  io.run_for(30s);
+  front.close();
+  REQUIRE(relayed.done);
+  CHECK(relayed.failed);
+  CHECK(to_worker == std::vector{fd::frame_kind::challenge}); // no auth_ok: no configuration, no task
+  CHECK(to_master == std::vector{fd::frame_kind::auth});
+  std::filesystem::remove_all(dir);
 }
 
 /// Sum of `v`.
@@ -1148,9 +1234,10 @@ bool ca_issued(const std::string& dir, const std::string& sub, const std::string
   if (!std::filesystem::exists(dir + "/ca.pem"))
     cmd = "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=fiber-test-ca -days 1 -keyout " + dir + "/ca.key -out " +
           dir + "/ca.pem >/dev/null 2>&1 && ";
-  cmd += "openssl req -newkey rsa:2048 -nodes -subj /CN=" + cn + " -keyout " + d + "/key.pem -out " + d +
-         "/req.pem >/dev/null 2>&1 && openssl x509 -req -in " + d + "/req.pem -CA " + dir + "/ca.pem -CAkey " + dir +
-         "/ca.key -CAcreateserial -days 1 -out " + d + "/cert.pem >/dev/null 2>&1";
+  cmd += "openssl req -newkey rsa:2048 -nodes -subj /CN=" + cn + " -addext " + san_for(cn) + " -keyout " + d +
+         "/key.pem -out " + d + "/req.pem >/dev/null 2>&1 && openssl x509 -req -copy_extensions copy -in " + d +
+         "/req.pem -CA " + dir + "/ca.pem -CAkey " + dir + "/ca.key -CAcreateserial -days 1 -out " + d +
+         "/cert.pem >/dev/null 2>&1";
   return std::system(cmd.c_str()) == 0;
 }
 
@@ -1171,20 +1258,21 @@ TEST_CASE("netns: TLS relays placed by DNAT before the master: a worker that ver
   const auto url = fd::runtime::instance().listen_url(std::string("tls+tcp://") + rig_master + ":0");
   const relay_path path{rig_master, "righost1"};
   const auto verify = "FIBER_TLS_CA=" + dir + "/ca.pem";
-  auto relayed = [](const relayed_dial& r) {
-    return r.relay_log.rfind("relayed ", 0) == 0 && std::stoul(r.relay_log.substr(8)) > 0;
+  // TLS completed on both sides, then no TLS record: fiber's frames follow.
+  auto read_nothing = [](const relayed_dial& r) {
+    return r.relay_log.rfind("relayed ", 0) == 0 && std::stoul(r.relay_log.substr(8)) == 0 && r.status != 0;
   };
   {
-    INFO("control: a worker that verifies nothing passes its handshake through the relay");
-    auto r = dial_through_relay(dir, url, "", dir + "/own", path);
+    INFO("control: a worker that verifies nothing completes TLS with the relay, which then reads nothing");
+    auto r = dial_through_relay(dir, url, "FIBER_START_TIMEOUT_S=2", dir + "/own", path);
     INFO(r.relay_log << r.err);
-    CHECK(relayed(r));
+    CHECK(read_nothing(r));
   }
   {
-    INFO("control: the master's own certificate and key (stolen) pass the check");
-    auto r = dial_through_relay(dir, url, verify, dir + "/master", path);
+    INFO("control: the master's own certificate and key (stolen) pass the check; the relay reads nothing");
+    auto r = dial_through_relay(dir, url, verify + " FIBER_START_TIMEOUT_S=2", dir + "/master", path);
     INFO(r.relay_log << r.err);
-    CHECK(relayed(r));
+    CHECK(read_nothing(r));
   }
   for (auto sub : {"own", "other"}) {
     INFO("the relay's certificate: " << sub << "; no byte crosses it");

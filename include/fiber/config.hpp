@@ -70,9 +70,9 @@ tls_key [] PEM private key of tls_cert
 tls_ca [] PEM CA bundle peers are verified against
 tls_server_name [] with tls_ca: the name the master's certificate must carry (default: the host of the URL workers
     dial)
-frame_mac [true] after the handshake every frame on a tcp:// or tls+tcp:// link carries a ChaCha20-Poly1305 tag
-    under a per-connection key and a sequence number; false: frames after the handshake are not authenticated
-    (docs/security.md). The master's value holds for all its links
+frame_mac [true] after the handshake every frame on a tcp:// link carries a ChaCha20-Poly1305 tag under a
+    per-connection key and a sequence number; false: frames after the handshake on tcp:// are not authenticated
+    (docs/security.md; tls+tcp:// frames are always encrypted and tagged). The master's value holds for all its links
 io_threads_batch [true] fiber's and nng's I/O threads run as SCHED_BATCH (Linux), so an arriving message does not
     preempt a running task
 progress [false] draw a progress line for long Pool maps on a terminal

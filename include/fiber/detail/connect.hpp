@@ -2,7 +2,8 @@
 #pragma once
 /// @file detail/connect.hpp
 /// Dialing a fiber connection: `async_connect(ex, url, options, token)`
-/// completes with a framed `stream` (nng's dialer, TLS when the URL asks for it).
+/// completes with a framed `stream` (nng's TCP or IPC dialer; a tls+tcp://
+/// stream then runs fiber's TLS handshake before its first frame).
 
 #include <fiber/detail/aio_callback.hpp>
 #include <fiber/detail/completion.hpp>
@@ -32,20 +33,17 @@ public:
       : ex_(std::move(ex)), opt_(opt), done_(std::move(done)) {}
 
   void start(const std::string& url) {
+    if (is_tls_url(url)) {
+      try {
+        tls_ = tls_start{tls_context(tls_context::role::client, opt_), tls_name_for(url, opt_)};
+      } catch (const std::system_error& e) {
+        return done_(via::post, e.code(), stream{});
+      }
+    }
     nng_stream_dialer* d = nullptr;
-    int rv = nng_stream_dialer_alloc(&d, url.c_str());
+    int rv = nng_stream_dialer_alloc(&d, tls_ ? url.substr(4).c_str() : url.c_str()); // TLS is fiber's: tcp://
     if (rv == 0) {
       d_.reset(d);
-      if (is_tls_url(url)) {
-        try {
-          auto opt = opt_;
-          opt.tls_server_name = tls_name_for(url, opt_); // replacing nng's config drops its default
-          auto cfg = make_tls_config(NNG_TLS_MODE_CLIENT, opt);
-          rv = nng_stream_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg.get());
-        } catch (const std::system_error& e) {
-          return done_(via::post, e.code(), stream{});
-        }
-      }
       nng_stream_dialer_set_bool(d, NNG_OPT_TCP_NODELAY, true);
       nng_stream_dialer_set_bool(d, NNG_OPT_TCP_KEEPALIVE, true);
     }
@@ -76,13 +74,14 @@ private:
 
   void on_dial(int rv, nng_stream* s) {
     if (rv) return done_(via::dispatch, make_nng_error(rv), stream{});
-    stream st(ex_, s, opt_);
+    stream st(ex_, s, opt_, std::move(tls_)); // a TLS handshake runs before its first frame
     done_(via::dispatch, {}, std::move(st));
   }
 
   asio::any_io_executor ex_;
   transport_options opt_;
   completion<std::error_code, stream> done_;
+  std::optional<tls_start> tls_;
   dialer_ptr d_;
   aio_ptr aio_;
   std::shared_ptr<connect_core> keep_;

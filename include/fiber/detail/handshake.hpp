@@ -8,6 +8,7 @@
 #include <fiber/detail/constant_time.hpp>
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/frame_mac.hpp>
+#include <fiber/detail/tls_config.hpp>
 #include <fiber/error.hpp>
 #include <fiber/serialize.hpp>
 
@@ -119,12 +120,15 @@ inline bool mac_equal(const mac_t& a, const mac_t& b) {
   return constant_time_equal(std::as_bytes(std::span(a)), std::as_bytes(std::span(b)));
 }
 
-/// What the client's MAC covers: the server's nonce and every field of the
-/// identity it claims (a relay cannot rename a worker, nor claim another's pid).
-inline mac_t client_proof(std::string_view secret, const nonce_t& server_nonce, const auth_msg& a) {
+/// What the client's MAC covers: the server's nonce, every field of the
+/// identity it claims (a relay cannot rename a worker, nor claim another's
+/// pid) and the TLS channel it sees (a relay that terminates TLS sees two).
+inline mac_t client_proof(std::string_view secret, const nonce_t& server_nonce, const auth_msg& a,
+                          const channel_binding& tls) {
   writer w;
   w.write(std::string("fiber-c"));
   w.write(server_nonce);
+  w.write(tls);
   w.write(a.nonce);
   w.write(a.role);
   w.write(a.worker_id);
@@ -151,13 +155,15 @@ inline std::uint64_t process_incarnation() {
   return v;
 }
 
-/// What the server's MAC covers: the client's nonce, and everything else
+/// What the server's MAC covers: the client's nonce, everything else
 /// auth_ok carries (a relay can neither rewrite the configuration a worker
-/// applies nor turn frame MACs off).
-inline mac_t server_proof(std::string_view secret, const nonce_t& client_nonce, const auth_ok_msg& ok) {
+/// applies nor turn frame MACs off) and the TLS channel it sees.
+inline mac_t server_proof(std::string_view secret, const nonce_t& client_nonce, const auth_ok_msg& ok,
+                          const channel_binding& tls) {
   writer w;
   w.write(std::string("fiber-s"));
   w.write(client_nonce);
+  w.write(tls);
   w.write(ok.config);
   w.write(ok.frame_mac);
   return hmac(secret, w.buffer());

@@ -62,7 +62,7 @@ struct server_handshake_hooks {
   /// Whether `a`'s proof is good, given this connection's `challenge`; empty:
   /// the proof must cover the challenge. The runtime also accepts a local
   /// worker's proof over the one-time nonce issued to it (runtime.hpp).
-  std::function<bool(const auth_msg& a, const nonce_t& challenge)> verify;
+  std::function<bool(const auth_msg& a, const nonce_t& challenge, const channel_binding& tls)> verify;
 };
 
 /// Server side of the challenge–response on an accepted stream. Nothing but
@@ -98,7 +98,9 @@ inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s
       refusal_log()(log_level::warning, "refused a peer: malformed handshake (", e.what(), ")");
       return s->close();
     }
-    const bool proven = hooks.verify ? hooks.verify(a, nonce) : mac_equal(a.mac, client_proof(me.secret, nonce, a));
+    const auto tls = s->binding(); // all zero without TLS
+    const bool proven = hooks.verify ? hooks.verify(a, nonce, tls)
+                                     : mac_equal(a.mac, client_proof(me.secret, nonce, a, tls));
     if (!proven) {
       hooks.dropped();
       refusal_log()(log_level::warning, "refused a peer from pid ", a.pid, ": authentication failed");
@@ -114,9 +116,9 @@ inline void server_handshake(asio::any_io_executor ex, std::shared_ptr<stream> s
       s->async_send(frame(frame_kind::refused, refused_msg{reason}), [s](std::error_code) { s->close(); });
       return hooks.mismatched(peer, reason);
     }
-    auth_ok_msg ok{{}, std::move(config), std::uint8_t(frame_macs && !s->is_ipc())};
-    ok.mac = server_proof(me.secret, a.nonce, ok);
-    s->async_send(frame(frame_kind::auth_ok, ok), [](std::error_code) {}); // queued before: no tag
+    auth_ok_msg ok{{}, std::move(config), std::uint8_t(s->is_tls() || (frame_macs && !s->is_ipc()))};
+    ok.mac = server_proof(me.secret, a.nonce, ok, tls);
+    s->async_send(frame(frame_kind::auth_ok, ok), [](std::error_code) {}); // queued before: no tag (TLS: encrypted)
     if (ok.frame_mac) {
       const auto k = derive_session_keys(me.secret, a);
       s->enable_mac(k.server_to_client, k.client_to_server);
@@ -132,7 +134,8 @@ using client_handshake_done =
     std::function<void(std::exception_ptr, stream, std::map<std::string, std::string> config)>;
 
 /// The client's auth frame, proving the secret over `server_nonce`.
-inline auth_msg make_auth(const handshake_identity& me, const nonce_t& server_nonce, role r, std::uint64_t worker_id) {
+inline auth_msg make_auth(const handshake_identity& me, const nonce_t& server_nonce, role r, std::uint64_t worker_id,
+                          const channel_binding& tls) {
   auth_msg a;
   a.nonce = random_nonce();
   a.role = std::uint8_t(r);
@@ -143,7 +146,7 @@ inline auth_msg make_auth(const handshake_identity& me, const nonce_t& server_no
   a.host = host_name();
   a.name = me.name;
   a.incarnation = process_incarnation();
-  a.mac = client_proof(me.secret, server_nonce, a);
+  a.mac = client_proof(me.secret, server_nonce, a, tls);
   return a;
 }
 
@@ -172,7 +175,7 @@ inline std::exception_ptr name_tls_failure(std::exception_ptr e, const std::stri
 
 /// The error for a stream that failed before the server proved itself.
 inline std::exception_ptr handshake_stream_error(std::error_code ec) {
-  if (ec == make_nng_error(NNG_ECRYPTO) || ec == make_nng_error(NNG_EPEERAUTH))
+  if (ec.category() == tls_category())
     return std::make_exception_ptr(tls_verify_failed("fiber: the TLS handshake with the master failed (" +
                                                      ec.message() + ")"));
   return std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message()));
@@ -194,8 +197,9 @@ inline void await_auth_ok(std::shared_ptr<stream> s, const handshake_identity& m
         throw handshake_error(peer_text(deserialize<refused_msg>(body).reason, max_refusal_text));
       if (k != frame_kind::auth_ok) throw handshake_error("fiber: unexpected handshake reply");
       auto ok = deserialize<auth_ok_msg>(body);
-      if (!mac_equal(ok.mac, server_proof(me.secret, a.nonce, ok)))
+      if (!mac_equal(ok.mac, server_proof(me.secret, a.nonce, ok, s->binding())))
         throw handshake_error("fiber: the master failed to authenticate");
+      if (s->is_tls() && !ok.frame_mac) throw handshake_error("fiber: the master turned encryption off on TLS");
       s->set_max_message_size(max_message_size);
       if (ok.frame_mac) {
         const auto k = derive_session_keys(me.secret, a);
@@ -219,8 +223,8 @@ inline void await_auth_ok(std::shared_ptr<stream> s, const handshake_identity& m
 inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity& me, role r, std::uint64_t worker_id,
                              std::size_t max_message_size, std::optional<nonce_t> issued, client_handshake_done done) {
   s->set_max_message_size(max_handshake_reply); // the server is not authenticated yet
-  if (issued) {
-    auto a = make_auth(me, *issued, r, worker_id);
+  if (issued && !s->is_tls()) { // over TLS the proof covers the channel, known once its handshake is done
+    auto a = make_auth(me, *issued, r, worker_id, {});
     s->async_send(frame(frame_kind::auth, a), [](std::error_code) {});
     return await_auth_ok(std::move(s), me, std::move(a), true, max_message_size, std::move(done));
   }
@@ -233,7 +237,7 @@ inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity
       return done(std::make_exception_ptr(handshake_error(std::string("fiber: bad challenge: ") + e.what())), stream{},
                   {});
     }
-    auto a = make_auth(me, c.nonce, r, worker_id);
+    auto a = make_auth(me, c.nonce, r, worker_id, s->binding());
     s->async_send(frame(frame_kind::auth, a), [](std::error_code) {});
     await_auth_ok(std::move(s), me, std::move(a), false, max_message_size, std::move(done));
   });

@@ -2,7 +2,8 @@
 #pragma once
 /// @file detail/listener.hpp
 /// Accepting fiber connections: `listener` binds an ipc://, tcp:// or
-/// tls+tcp:// URL and completes async_accept with a framed `stream`.
+/// tls+tcp:// URL and completes async_accept with a framed `stream` (whose
+/// TLS handshake, if any, then runs on its own: a slow peer holds up no accept).
 
 #include <fiber/detail/aio_callback.hpp>
 #include <fiber/detail/completion.hpp>
@@ -41,14 +42,10 @@ public:
     auto fail = [&](int rv, const char* what) {
       throw std::system_error(make_nng_error(rv), "fiber: cannot " + std::string(what) + " " + url);
     };
+    if (is_tls_url(url)) tls_.emplace(tls_context::role::server, opt); // TLS is fiber's, over tcp://
     nng_stream_listener* l = nullptr;
-    if (int rv = nng_stream_listener_alloc(&l, url.c_str())) fail(rv, "listen on");
+    if (int rv = nng_stream_listener_alloc(&l, tls_ ? url.substr(4).c_str() : url.c_str())) fail(rv, "listen on");
     l_.reset(l);
-    if (is_tls_url(url)) {
-      auto cfg = make_tls_config(NNG_TLS_MODE_SERVER, opt);
-      if (int rv = nng_stream_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg.get()))
-        fail(rv, "set TLS config for"); // the listener holds its own reference
-    }
     nng_stream_listener_set_bool(l, NNG_OPT_TCP_NODELAY, true); // ENOTSUP on ipc: fine
     nng_stream_listener_set_bool(l, NNG_OPT_TCP_KEEPALIVE, true);
     if (int rv = nng_stream_listener_listen(l)) fail(rv, "listen on");
@@ -112,7 +109,8 @@ private:
         auto op = std::move(q_.front());
         q_.pop_front();
         if (!ready_.empty()) {
-          stream s(ex_, ready_.front().release(), opt_);
+          stream s(ex_, ready_.front().release(), opt_,
+                   tls_ ? std::optional<tls_start>(tls_start{*tls_, {}}) : std::nullopt);
           ready_.pop_front();
           op.done(v, {}, std::move(s));
         } else {
@@ -152,7 +150,8 @@ private:
   asio::any_io_executor ex_;
   transport_options opt_;
   std::string url_;
-  listener_ptr l_; // declared before the aio: freed after it is stopped
+  std::optional<tls_context> tls_; // tls+tcp://: each accepted stream's handshake
+  listener_ptr l_;                 // declared before the aio: freed after it is stopped
   aio_ptr aio_;
   std::shared_ptr<listener_core> keep_;
   std::deque<accept_op> q_;

@@ -7,7 +7,6 @@
 #include <fiber/detail/nng_error.hpp>
 
 #include <nng/nng.h>
-#include <nng/supplemental/tls/tls.h>
 
 #include <memory>
 #include <system_error>
@@ -19,13 +18,11 @@ struct nng_free {
   void operator()(nng_stream* p) const noexcept { nng_stream_free(p); }
   void operator()(nng_stream_listener* p) const noexcept { nng_stream_listener_free(p); }
   void operator()(nng_stream_dialer* p) const noexcept { nng_stream_dialer_free(p); }
-  void operator()(nng_tls_config* p) const noexcept { nng_tls_config_free(p); }
 };
 using aio_ptr = std::unique_ptr<nng_aio, nng_free>;
 using stream_ptr = std::unique_ptr<nng_stream, nng_free>;
 using listener_ptr = std::unique_ptr<nng_stream_listener, nng_free>;
 using dialer_ptr = std::unique_ptr<nng_stream_dialer, nng_free>;
-using tls_config_ptr = std::unique_ptr<nng_tls_config, nng_free>;
 
 /// Allocates an aio whose callback is `cb(arg)`, with no timeout (fiber
 /// times out through Asio cancellation, not nng timeouts).

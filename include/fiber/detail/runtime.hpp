@@ -16,6 +16,7 @@
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/handshake_session.hpp>
 #include <fiber/detail/libcrypto_loader.hpp>
+#include <fiber/detail/libssl_loader.hpp>
 #include <fiber/detail/local_transport.hpp>
 #include <fiber/detail/run_dir.hpp>
 #include <fiber/detail/log_limit.hpp>
@@ -205,6 +206,7 @@ public:
   /// socket in the 0700 run dir; "tcp://addr:0" → that address, ephemeral
   /// port). Binds on first call. Any thread.
   std::string listen_url(const std::string& base = "ipc://") {
+    if (is_tls_url(base)) libssl_api::get(); // read the library here, not on the runtime thread
     return sync([&] {
       if (base == "ipc://") ensure_run_dir();
       if (auto it = listeners_.find(base); it != listeners_.end()) return it->second->url();
@@ -300,6 +302,7 @@ public:
     l->prepare();
     if (!l->traits().shares_filesystem || local_listen_base() != "ipc://")
       libcrypto_api::get(); // its links carry frame MACs: read the library here, not on the runtime thread
+    if (is_tls_url(local_listen_base())) libssl_api::get();
     return l;
   }
 
@@ -597,7 +600,9 @@ private:
     };
     server_handshake_hooks hooks;
     hooks.dropped = [this] { ++refused_peers_; };
-    hooks.verify = [this](const auth_msg& a, const nonce_t& challenge) { return verify_client(a, challenge); };
+    hooks.verify = [this](const auth_msg& a, const nonce_t& challenge, const channel_binding& tls) {
+      return verify_client(a, challenge, tls);
+    };
     hooks.mismatched = [this](const peer_identity& peer, const std::string& reason) {
       if (auto it = expected_.find(peer.worker_id); it != expected_.end() && peer.r == role::worker) {
         auto h = std::move(it->second.second);
@@ -629,10 +634,10 @@ private:
   /// nonce is fresh and drawn by this process; the issued one is spent once
   /// the worker authenticates and dropped when it is forgotten, so a recorded
   /// proof cannot be replayed. Runtime thread.
-  bool verify_client(const auth_msg& a, const nonce_t& challenge) {
+  bool verify_client(const auth_msg& a, const nonce_t& challenge, const channel_binding& tls) {
     auto it = role(a.role) == role::worker ? worker_nonces_.find(a.worker_id) : worker_nonces_.end();
-    const bool ok = (it != worker_nonces_.end() && mac_equal(a.mac, client_proof(secret_, it->second, a))) ||
-                    mac_equal(a.mac, client_proof(secret_, challenge, a));
+    const bool ok = (it != worker_nonces_.end() && mac_equal(a.mac, client_proof(secret_, it->second, a, tls))) ||
+                    mac_equal(a.mac, client_proof(secret_, challenge, a, tls));
     if (ok && it != worker_nonces_.end()) worker_nonces_.erase(it);
     return ok;
   }

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -85,9 +86,12 @@ class stream : public core_handle<stream_core> {
 public:
   /// An empty stream (is_open() == false); operations fail with bad_descriptor.
   stream() noexcept = default;
-  /// Takes ownership of `s` (also on exception).
-  stream(executor_type ex, nng_stream* s, const transport_options& opt)
-      : core_handle(std::make_shared<stream_core>(std::move(ex), stream_ptr(s), opt)) {
+  /// Takes ownership of `s` (also on exception). With `tls`, the TLS 1.3
+  /// handshake runs first (tls_handshake.hpp): frames sent meanwhile wait,
+  /// and every frame is then encrypted under its keys; a failed handshake
+  /// fails the stream's operations with its error (tls_category()).
+  stream(executor_type ex, nng_stream* s, const transport_options& opt, std::optional<tls_start> tls = std::nullopt)
+      : core_handle(std::make_shared<stream_core>(std::move(ex), stream_ptr(s), opt, std::move(tls))) {
     core_->start();
   }
 
@@ -123,7 +127,7 @@ public:
   direct_writer direct() const noexcept { return direct_writer(core_); }
   /// Lends the read side (see lent_reader): once whole buffered frames have
   /// gone to pending async_recv operations and no nng read is in flight (one
-  /// is cancelled, bytes it got are kept; on a TLS stream it is waited for),
+  /// is cancelled, bytes it got are kept) and a TLS handshake is done,
   /// `granted(reader)` runs on the executor. Never runs if the stream closes
   /// first. Executor only.
   void lend_reader(std::function<void(lent_reader)> granted) {
@@ -154,9 +158,15 @@ public:
   /// a frame that fails closes the stream with frame_mac_errc::bad_tag and
   /// logs one rate-limited line. Messages queued before the call go
   /// without. Call once, on the executor, before the read side is lent.
+  /// No-op on a TLS stream, whose frames are all encrypted and tagged.
   void enable_mac(const session_key& send, const session_key& recv) {
     if (core_) core_->enable_mac(send, recv);
   }
+  /// Whether the stream runs (or is starting) TLS.
+  bool is_tls() const noexcept { return core_ && core_->is_tls(); }
+  /// The TLS channel binding (tls_handshake.hpp), all zero before the TLS
+  /// handshake is done and on a stream without TLS. Executor only.
+  channel_binding binding() const noexcept { return core_ && core_->binding() ? *core_->binding() : channel_binding{}; }
   /// Whether the peer is on an ipc:// socket (a local process).
   bool is_ipc() const { return core_ && core_->is_ipc(); }
   /// The current frame limit (set_max_message_size), in bytes; 0 for an empty stream.

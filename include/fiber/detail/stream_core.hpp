@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/stream_core.hpp
-/// The state of one framed nng stream and its three ways of being driven:
-/// by its executor (async send/recv), by any thread writing directly while
-/// the executor has nothing to write, and by one thread it lent its reads to.
+/// The state of one framed nng stream (after a TLS handshake, if it has
+/// one) and its three ways of being driven: by its executor (async
+/// send/recv), by any thread writing directly while the executor has
+/// nothing to write, and by one thread it lent its reads to.
 
 #include <fiber/detail/aio_callback.hpp>
 #include <fiber/detail/buffer_cache.hpp>
@@ -15,6 +16,7 @@
 #include <fiber/detail/nng_error.hpp>
 #include <fiber/detail/nng_ptr.hpp>
 #include <fiber/detail/tls_config.hpp>
+#include <fiber/detail/tls_handshake.hpp>
 #include <fiber/detail/write_batch.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -23,7 +25,6 @@
 #include <asio/post.hpp>
 
 #include <nng/nng.h>
-#include <nng/supplemental/tls/tls.h>
 
 #include <arpa/inet.h>
 
@@ -60,18 +61,20 @@ class stream_core : public std::enable_shared_from_this<stream_core> {
 public:
   static constexpr std::size_t read_buffer_size = frame_buffer::capacity;
   static constexpr std::size_t copy_threshold = write_batch::copy_threshold;
-  static constexpr std::size_t inline_write_limit = 64 * 1024;  // batches up to this are written inline
-  static constexpr std::size_t tls_coalesce_limit = 256 * 1024; // direct TLS frames up to this: one buffer
+  static constexpr std::size_t inline_write_limit = 64 * 1024; // batches up to this are written inline
 
-  stream_core(asio::any_io_executor ex, stream_ptr s, const transport_options& opt)
+  /// With `tls`, frames wait until the TLS handshake started by start() is done.
+  stream_core(asio::any_io_executor ex, stream_ptr s, const transport_options& opt,
+              std::optional<tls_start> tls = std::nullopt)
       : last_rx_(std::chrono::steady_clock::now()),
         ex_(std::move(ex)),
         s_(std::move(s)),
         max_(std::min<std::size_t>(opt.max_message_size, UINT32_MAX)),
         saio_(make_aio(&stream_core::on_send_cb, this)),
-        raio_(make_aio(&stream_core::on_recv_cb, this)) {
-    bool verified = false; // only TLS streams know this option
-    tls_ = nng_stream_get_bool(s_.get(), NNG_OPT_TLS_VERIFIED, &verified) == 0;
+        raio_(make_aio(&stream_core::on_recv_cb, this)),
+        tls_start_(std::move(tls)),
+        tls_pending_(tls_start_.has_value()) {
+    exec_busy_ = tls_pending_; // no direct write before TLS is up
   }
 
   // ---- send
@@ -99,28 +102,31 @@ public:
   bool try_send_direct(std::span<const std::byte> m, std::span<const std::byte> tail = {}) {
     if (m.size() + tail.size() > max_.load(std::memory_order_relaxed)) return false;
     frame_mac* mac;
+    bool encrypt;
     {
       std::lock_guard lk(wire_mu_);
       if (exec_busy_ || direct_busy_ || wire_dead_) return false;
       direct_busy_ = true;
       mac = seal_.get(); // set once, under wire_mu_; its sequence is the wire owner's
+      encrypt = encrypt_;
     }
     int rv = lazy_sync_aio(daio_);
     std::size_t written = 0, calls = 0;
     std::byte tag[frame_tag_size];
-    if (mac) mac->seal({m, tail}, tag);
     const std::size_t tag_size = mac ? frame_tag_size : 0;
     const frame_header hdr(static_cast<std::uint32_t>(m.size() + tail.size() + tag_size));
     std::span<const std::byte> parts[4] = {{hdr.bytes, frame_header_size}, m, tail, {tag, tag_size}};
     const std::size_t total = frame_header_size + m.size() + tail.size() + tag_size;
     std::span<const std::span<const std::byte>> todo = parts;
-    if (tls_ && total <= tls_coalesce_limit) {
-      // nng 1.5.2's TLS makes one record per iov element, and flushes those
-      // after the first only from its callback thread: one buffer leaves at once.
-      dbuf_.clear();
-      for (auto p : parts) dbuf_.insert(dbuf_.end(), p.begin(), p.end());
+    if (encrypt) { // header, ciphertext and tag in one buffer
+      dbuf_.resize(total);
+      std::copy_n(hdr.bytes, frame_header_size, dbuf_.data());
+      mac->encrypt({m, tail}, dbuf_.data() + frame_header_size, tag);
+      std::copy_n(tag, frame_tag_size, dbuf_.data() + total - frame_tag_size);
       parts[0] = dbuf_;
       todo = todo.first(1);
+    } else if (mac) {
+      mac->seal({m, tail}, tag);
     }
     while (rv == 0 && written < total) { // nng may write part of the iov: go on from there
       nng_iov iov[4];
@@ -169,7 +175,9 @@ public:
   /// From now on frames queued or written are sealed with `send` and frames
   /// read are checked with `recv` (see frame_mac). Executor only, once,
   /// while the read side is not lent. Throws fiber::error if mbedTLS fails.
+  /// No-op on a TLS stream: its frames are encrypted from the start.
   void enable_mac(const session_key& send, const session_key& recv) {
+    if (encrypt_) return;
     auto s = std::make_unique<frame_mac>(send);
     open_ = std::make_unique<frame_mac>(recv);
     std::lock_guard lk(wire_mu_);
@@ -181,12 +189,27 @@ public:
     return sa && sa->s_family == NNG_AF_IPC;
   }
 
-  /// Starts the read pump (called once the core is owned by a shared_ptr).
-  void start() { read_more(); }
+  /// Whether frames go over TLS: encrypted under keys of its handshake,
+  /// which `binding()` is the channel binding of once done.
+  bool is_tls() const noexcept { return tls_pending_ || binding_.has_value(); }
+  const std::optional<channel_binding>& binding() const noexcept { return binding_; }
+
+  /// Starts the TLS handshake or the read pump (called once the core is
+  /// owned by a shared_ptr).
+  void start() {
+    if (!tls_pending_) return read_more();
+    auto done = [self = shared_from_this()](std::error_code ec, tls_handshake_result r) {
+      self->on_tls(ec, std::move(r));
+    };
+    tls_op_ = std::make_shared<tls_handshake_core>(ex_, s_.get(), tls_start_->context,
+                                                   tls_handshake_core::done_type(std::move(done), ex_));
+    tls_op_->start(tls_start_->server_name);
+  }
 
   void close() {
     closed_ = true; // buffered frames are not delivered after a local close
     shutdown(asio::error::operation_aborted, via::post);
+    if (tls_op_) tls_op_->stop();
     // Wait until nng's callbacks for this stream have run (they only post):
     // afterwards nothing can post to the executor, so the io_context may be
     // destroyed right after the stream.
@@ -302,7 +325,7 @@ private:
   // in flight or messages queued). Called after every change of either.
   void publish_busy() {
     std::lock_guard lk(wire_mu_);
-    exec_busy_ = writing_ || !sendq_.empty();
+    exec_busy_ = writing_ || !sendq_.empty() || tls_pending_;
   }
 
   // A direct write has ended while messages were queued behind it, or a
@@ -313,8 +336,38 @@ private:
       std::lock_guard lk(wire_mu_);
       direct_busy = direct_busy_;
     }
-    if (!writing_ && !sendq_.empty() && !dead_ && !direct_busy) start_write();
+    if (!writing_ && !sendq_.empty() && !dead_ && !direct_busy && !tls_pending_) start_write();
     publish_busy();
+  }
+
+  // The TLS handshake ended: from now on every frame is encrypted under
+  // its keys, the first ones included (frame_mac); queued frames leave.
+  void on_tls(std::error_code ec, tls_handshake_result r) {
+    tls_op_.reset();
+    if (dead_) return;
+    if (ec) return shutdown(ec, via::dispatch);
+    const bool client = tls_start_->context.side() == tls_context::role::client;
+    tls_start_.reset();
+    try {
+      auto s = std::make_unique<frame_mac>(client ? r.client_to_server : r.server_to_client);
+      open_ = std::make_unique<frame_mac>(client ? r.server_to_client : r.client_to_server);
+      std::lock_guard lk(wire_mu_);
+      seal_ = std::move(s);
+      encrypt_ = true;
+    } catch (const std::exception&) {
+      return shutdown(make_error_code(tls_errc::protocol), via::dispatch);
+    }
+    binding_ = r.binding;
+    tls_pending_ = false;
+    if (!r.early.empty()) { // the peer's first frames came with its last handshake message
+      nng_iov room = rbuf_.next_read();
+      if (room.iov_len < r.early.size()) return shutdown(make_error_code(tls_errc::trailing_bytes), via::dispatch);
+      std::copy(r.early.begin(), r.early.end(), static_cast<std::byte*>(room.iov_buf));
+      rbuf_.commit(r.early.size());
+    }
+    read_more();
+    kick();
+    pump_recv(via::dispatch);
   }
   // mark_dead, then fail queued sends; pending receives fail once buffered
   // whole frames are delivered. Idempotent.
@@ -344,7 +397,7 @@ private:
   void start_write() {
     cancel_write_ = false;
     inline_tried_ = false;
-    batch_.fill(sendq_, seal_.get());
+    batch_.fill(sendq_, seal_.get(), encrypt_);
     submit_write();
   }
 
@@ -369,9 +422,8 @@ private:
   // is cancelled (nothing was written, or the poller wrote some bytes first
   // and completed it: both under nng's lock) and the batch goes the asynchronous
   // way. No timeout: one would wake nng's expire thread on every write.
-  // Not for TLS (its engine completes on nng's threads anyway).
   bool try_inline_write() {
-    if (tls_ || inline_tried_ || !batch_.untouched()) return false;
+    if (inline_tried_ || !batch_.untouched()) return false;
     inline_tried_ = true;
     if (batch_.bytes() > inline_write_limit || lazy_sync_aio(xaio_) != 0) return false;
     if (nng_aio_set_iov(xaio_.get(), batch_.iov_count(), batch_.iov()) != 0) return false;
@@ -453,7 +505,7 @@ private:
   }
 
   void read_more() {
-    if (reading_ || lent_) return;
+    if (reading_ || lent_ || tls_pending_) return;
     if (lend_to_ && !dead_) return finish_lend();
     if (!dead_ && rbuf_.wants_read()) start_read();
   }
@@ -508,15 +560,9 @@ public:
   void lend(std::function<void()> granted) {
     if (dead_ || lent_) return; // dead: the close path reports it
     lend_to_ = std::move(granted);
-    // on_recv → pump_recv → finish_lend. A TLS read is never cancelled: nng
-    // 1.5.2 aborts the TLS connection's own TCP read with it, and the link
-    // dies. The lend then waits for the read in flight to complete (the next
-    // frame comes through the executor).
-    if (reading_) {
-      if (!tls_) nng_aio_cancel(raio_.get());
-    } else {
-      pump_recv(via::dispatch);
-    }
+    // on_recv → pump_recv → finish_lend (after the TLS handshake, if any).
+    if (reading_) nng_aio_cancel(raio_.get());
+    else pump_recv(via::dispatch);
   }
 
   // Called by read_more once buffered whole frames went to waiting receivers.
@@ -607,13 +653,16 @@ private:
 
   std::size_t tag_size() const noexcept { return open_ ? frame_tag_size : 0; }
 
-  // With frame MACs on: checks `m`'s tag and strips it. Whoever holds the
-  // read side (the executor, or the borrower).
+  // With frame MACs on: checks `m`'s tag (decrypting it on TLS) and strips
+  // it. Whoever holds the read side (the executor, or the borrower).
   bool authentic(message& m) {
     if (!open_) return true;
-    const bool ok = m.size() >= frame_tag_size &&
-                    open_->open(std::span<const std::byte>(m).first(m.size() - frame_tag_size),
-                                std::span<const std::byte>(m).last(frame_tag_size));
+    bool ok = m.size() >= frame_tag_size;
+    if (ok) {
+      const auto body = std::span<std::byte>(m).first(m.size() - frame_tag_size);
+      const auto tag = std::span<const std::byte>(m).last(frame_tag_size);
+      ok = encrypt_ ? open_->decrypt(body, tag) : open_->open(body, tag);
+    }
     if (!ok) {
       tampered_ = true; // nothing after it is delivered
       refusal_log()(log_level::error, "fiber: a frame from ", peer_address(),
@@ -639,9 +688,13 @@ private:
   std::atomic<std::size_t> max_;
   aio_ptr saio_, raio_;
   aio_ptr daio_;                // direct writes: used only by the thread holding direct_busy_
-  std::vector<std::byte> dbuf_; // a direct TLS frame in one piece (same owner as daio_)
+  std::vector<std::byte> dbuf_; // a direct encrypted frame (same owner as daio_)
   aio_ptr xaio_;                // inline writes (executor)
-  bool tls_ = false, inline_tried_ = false, write_scheduled_ = false;
+  bool inline_tried_ = false, write_scheduled_ = false;
+  std::optional<tls_start> tls_start_;         // until the TLS handshake is done
+  std::shared_ptr<tls_handshake_core> tls_op_; // while it runs
+  std::optional<channel_binding> binding_;     // after it
+  bool tls_pending_;
   // Shared with direct writers (any thread), under wire_mu_: who owns the
   // write side. Only one of exec_busy_ / direct_busy_ is set when a write starts.
   mutable std::mutex wire_mu_;
@@ -655,6 +708,7 @@ private:
 
   std::unique_ptr<frame_mac> seal_; // frame MACs: the write side's (set under wire_mu_)
   std::unique_ptr<frame_mac> open_; // and the read side's (its holder's)
+  bool encrypt_ = false;            // they encrypt (TLS); set with seal_
   std::atomic<bool> tampered_{false};
   std::deque<send_op> sendq_;
   write_batch batch_;

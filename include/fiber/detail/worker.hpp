@@ -9,6 +9,7 @@
 /// process at once (std::_Exit: nothing of the user's must outlive it).
 
 #include <fiber/detail/libcrypto_loader.hpp>
+#include <fiber/detail/libssl_loader.hpp>
 #include <fiber/detail/log_writer.hpp>
 #include <fiber/detail/runtime.hpp>
 
@@ -393,6 +394,7 @@ private:
   // scheme (tcp://, tls+tcp://) and host with an ephemeral port.
   rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : own_listen_base(url));
   if (!url.starts_with("ipc://")) libcrypto_api::get(); // frame MACs: read the library here, not on the runtime thread
+  if (is_tls_url(url)) libssl_api::get();               // and TLS's
 
   auto& main = worker_main::instance();
   // A target that calls std::exit(n) ends the job with n (as in Python's

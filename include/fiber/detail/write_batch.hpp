@@ -3,7 +3,8 @@
 /// @file detail/write_batch.hpp
 /// The write side of a framed stream: messages queued while a write is in
 /// flight leave together in one gather write; small parts are copied into
-/// one buffer, large ones are referenced in place.
+/// one buffer, large ones are referenced in place (or encrypted into a
+/// buffer of the batch's, on TLS).
 
 #include <fiber/detail/bytes.hpp>
 #include <fiber/detail/completion.hpp>
@@ -46,12 +47,15 @@ public:
   write_batch() { coalesce_.reserve(coalesce_limit); }
 
   /// Starts a new batch from the front of `q`: at least one message, then as
-  /// many as fit the limits. Sealed messages get their tags from `mac`.
-  void fill(std::deque<send_op>& q, frame_mac* mac) {
+  /// many as fit the limits. Sealed messages get their tags from `mac`;
+  /// with `encrypt`, every message is encrypted by it.
+  void fill(std::deque<send_op>& q, frame_mac* mac, bool encrypt = false) {
     ops_.clear();
     iov_.clear();
     pos_ = 0;
     coalesce_.clear();
+    std::size_t ciphers = 0; // cipher_ buffers used
+    std::erase_if(cipher_, [](const message& c) { return c.size() > keep_cipher; });
     std::size_t seg = 0; // start of the current coalesced segment
     auto close_segment = [&] {
       if (coalesce_.size() > seg) iov_.push_back({coalesce_.data() + seg, coalesce_.size() - seg});
@@ -60,16 +64,41 @@ public:
     while (!q.empty()) {
       auto& op = q.front();
       const std::span<const std::byte> parts[2] = {op.msg, op.tail.bytes};
-      const bool seal = op.sealed && mac;
+      const bool seal = (op.sealed || encrypt) && mac;
+      const std::size_t payload = parts[0].size() + parts[1].size();
       std::size_t add = frame_header_size + (seal ? frame_tag_size : 0), iovs = 2; // header ... closing segment
-      for (auto p : parts) {
-        if (p.size() < copy_threshold) add += p.size();
-        else iovs += 2; // the part, and the segment after it
+      if (seal && encrypt) {
+        if (payload < copy_threshold) add += payload;
+        else iovs += 2;
+      } else {
+        for (auto p : parts) {
+          if (p.size() < copy_threshold) add += p.size();
+          else iovs += 2; // the part, and the segment after it
+        }
       }
       if (!ops_.empty() && (coalesce_.size() + add > coalesce_limit || iov_.size() + iovs > max_iov)) break;
       const frame_header hdr(static_cast<std::uint32_t>(parts[0].size() + parts[1].size() +
                                                         (seal ? frame_tag_size : 0)));
       coalesce_.insert(coalesce_.end(), hdr.bytes, hdr.bytes + frame_header_size);
+      if (seal && encrypt) {
+        std::byte tag[frame_tag_size];
+        if (payload < copy_threshold) {
+          const std::size_t at = coalesce_.size();
+          coalesce_.resize(at + payload); // within its reserve: counted in `add`
+          mac->encrypt({parts[0], parts[1]}, coalesce_.data() + at, tag);
+        } else {
+          close_segment();
+          if (ciphers == cipher_.size()) cipher_.emplace_back();
+          message& c = cipher_[ciphers++];
+          if (c.size() < payload) c.resize(payload);
+          mac->encrypt({parts[0], parts[1]}, c.data(), tag);
+          iov_.push_back({c.data(), payload});
+        }
+        coalesce_.insert(coalesce_.end(), tag, tag + frame_tag_size);
+        ops_.push_back(std::move(q.front()));
+        q.pop_front();
+        continue;
+      }
       for (auto p : parts) {
         if (p.size() < copy_threshold) {
           coalesce_.insert(coalesce_.end(), p.begin(), p.end());
@@ -134,6 +163,9 @@ private:
   std::vector<nng_iov> iov_;
   std::size_t pos_ = 0;
   std::vector<std::byte> coalesce_;
+  // Encrypted large frames; kept for the next batches up to this size.
+  static constexpr std::size_t keep_cipher = 8u << 20;
+  std::vector<message> cipher_;
 };
 
 } // namespace fiber::detail
