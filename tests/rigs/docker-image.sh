@@ -9,7 +9,8 @@
 #                 copy of it); a missing BINARY is skipped with a warning
 # BINARY[:PATH]   BINARY itself at PATH (default: its own path), and its libraries
 # --sh            /bin/sh and its libraries (fiber itself needs no shell)
-# Always: /tmp (1777). NAME may carry a tag (fiber-test:ci).
+# Always: /tmp (1777), and OpenSSL's libssl and libcrypto (fiber opens them
+# with dlopen). NAME may carry a tag (fiber-test:ci).
 set -euo pipefail
 (($# >= 1)) || { echo "usage: $0 NAME [--libs BINARY]... [--sh] [BINARY[:PATH]]..." >&2; exit 2; }
 name=$1
@@ -50,6 +51,12 @@ while (($#)); do
       ;;
   esac
   shift
+done
+# Libraries fiber opens with dlopen, in no ldd closure: OpenSSL's libssl
+# (tls+tcp://) and libcrypto (frame MACs; libssl needs it too).
+for lib in libssl.so.3 libcrypto.so.3; do
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')
+  [[ -n $path ]] && add "$path"
 done
 mkdir -p "$root/tmp"
 chmod 1777 "$root/tmp"
