@@ -14,6 +14,7 @@
 #include <asio/async_result.hpp>
 #include <asio/cancellation_type.hpp>
 #include <asio/error.hpp>
+#include <asio/post.hpp>
 
 #include <nng/nng.h>
 
