@@ -819,6 +819,8 @@ class TestFaults(FakeTest):
         st, _, out = self.fake.request("POST", NS + "/pods", pod("gw", sleeper()))
         self.assertEqual(st, 502)
         w = self.fake.watch(NS + "/pods?watch=1&resourceVersion=0")
+        # However this ends, the next test finds the API up again.
+        self.addCleanup(self.fake.wait_until, self._up, 10, "the outage to end")
         try:
             self.fake.ctl("POST", "watch/raw", {"line": '{"type":"MODIFIED","object":"odd"}'})
             w.expect(lambda e: e.get("object") == "odd")

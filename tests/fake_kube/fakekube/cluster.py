@@ -196,8 +196,9 @@ class Cluster:
         """Reset every open connection but `keep` (the control call's), and new ones for `seconds`:
         a control plane being upgraded, a load balancer with no backend. Returns how many were cut."""
         self.outage_until = time.time() + seconds
-        self.store.broadcast(("drop",))
         n = 0
+        # Cut first, then tell the watches: a watch told first may close and
+        # leave the set before it is counted.
         for conn in list(self.conns):
             if conn is keep:
                 continue
@@ -206,6 +207,7 @@ class Cluster:
                 n += 1
             except OSError:
                 pass
+        self.store.broadcast(("drop",))
         return n
 
     # ------------------------------------------------------------------ run
