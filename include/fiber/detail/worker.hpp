@@ -334,8 +334,12 @@ private:
     for (;;) {
       message m;
       if (auto ec = r.recv(m)) {
-        if (ec != asio::error::already_started) r.give_back(ec); // the link closes: exit follows
-        return;                                                  // else taken back: ask again
+        if (ec == asio::error::already_started) return; // taken back: ask again
+        // The line saying why (a frame that failed its tag) goes out before
+        // the link closes: the master may kill this process once it has.
+        log_writer::instance().flush(std::chrono::milliseconds(500));
+        r.give_back(ec); // the link closes: exit follows
+        return;
       }
       try { // as peer_link's own reads do (the bytes read count for liveness: stream_core)
         auto [k, body] = unframe(m);
