@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 
 namespace fiber::detail {
 
@@ -71,6 +72,7 @@ public:
       big_->reserve(len); // never moves while it grows
       big_len_ = len;
       big_fill_ = avail - frame_header_size;
+      big_fed_ = 0;
       big_->resize(big_fill_);
       std::memcpy(big_->data(), p + frame_header_size, big_fill_);
       rpos_ = rend_ = 0;
@@ -106,11 +108,27 @@ public:
   /// `n` bytes arrived where the last next_read() pointed.
   void commit(std::size_t n) noexcept { (read_big_ ? big_fill_ : rend_) += n; }
 
+  /// The length of the big frame being read, or 0.
+  std::size_t big_length() const noexcept { return big_ ? big_len_ : 0; }
+
+  /// The bytes of the big frame being read that arrived since the last
+  /// call, less its last `hold` bytes: so a check can follow the frame
+  /// while its bytes are still in the caches. Empty when there are none.
+  std::span<std::byte> fresh_big_bytes(std::size_t hold) noexcept {
+    if (!big_ || big_len_ < hold) return {};
+    const std::size_t upto = std::min(big_fill_, big_len_ - hold);
+    if (upto <= big_fed_) return {};
+    const std::span<std::byte> r(big_->data() + big_fed_, upto - big_fed_);
+    big_fed_ = upto;
+    return r;
+  }
+
 private:
   std::unique_ptr<std::byte[]> rbuf_;
   std::size_t rpos_ = 0, rend_ = 0;
   std::optional<message> big_;
   std::size_t big_len_ = 0, big_fill_ = 0; // the big frame's length, and its bytes read so far
+  std::size_t big_fed_ = 0;                // and those fresh_big_bytes() gave out
   bool read_big_ = false;
 };
 

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <utility>
 
 namespace fiber::detail {
 
@@ -98,38 +99,72 @@ public:
   /// made for it (in constant time). When false, `payload` holds garbage
   /// and the sequence has advanced: a stream reads no further.
   bool decrypt(std::span<std::byte> payload, std::span<const std::byte> tag) {
-    auto* p = reinterpret_cast<unsigned char*>(payload.data());
-    const auto nonce = next_nonce();
-    if (ssl_ && payload.size() >= evp_threshold) {
-      int n = 0;
-      bool ok = ssl_->dinit(evp_, ssl_->chacha20_poly1305(), nullptr, key_.data(), nonce.data()) == 1;
-      for (std::size_t at = 0; ok && at < payload.size(); at += std::size_t(n)) {
-        const int len = int(std::min<std::size_t>(payload.size() - at, std::size_t(1) << 30));
-        ok = ssl_->dupdate(evp_, p + at, &n, p + at, len) == 1 && n == len;
-      }
-      unsigned char t[frame_tag_size], none[16];
-      std::copy_n(reinterpret_cast<const unsigned char*>(tag.data()), frame_tag_size, t);
-      ok = ok && ssl_->ctrl(evp_, libcrypto_api::ctrl_aead_set_tag, int(frame_tag_size), t) == 1;
-      const bool authentic = ok && ssl_->dfinal(evp_, none, &n) == 1;
-      // The next seal re-keys the context for encryption.
-      if (ssl_->init(evp_, ssl_->chacha20_poly1305(), nullptr, key_.data(), nonce.data()) != 1)
-        throw error("fiber: ChaCha20-Poly1305 failed (OpenSSL)");
-      return authentic;
-    }
-    unsigned char want[frame_tag_size];
-    int rv = mbedtls_chachapoly_starts(&ctx_, nonce.data(), MBEDTLS_CHACHAPOLY_DECRYPT);
-    if (rv == 0 && !payload.empty()) rv = mbedtls_chachapoly_update(&ctx_, payload.size(), p, p);
-    if (rv == 0) rv = mbedtls_chachapoly_finish(&ctx_, want);
-    if (rv != 0) throw error("fiber: ChaCha20-Poly1305 failed (mbedTLS)");
-    return constant_time_equal(std::as_bytes(std::span(want)), tag.first(frame_tag_size));
+    begin(true, payload.size());
+    feed(payload);
+    return finish(tag);
   }
 
   /// Whether `payload` followed by `tag` is the next frame the peer sealed
   /// (constant time in the tag's bytes). The sequence advances either way:
   /// a stream never reads on after a failure.
   bool open(std::span<const std::byte> payload, std::span<const std::byte> tag) {
+    begin(false, payload.size());
+    feed({const_cast<std::byte*>(payload.data()), payload.size()}); // not written: nothing is decrypted
+    return finish(tag);
+  }
+
+  /// Checks the next frame piece by piece, as its bytes arrive (while they
+  /// are still in the caches): begin, feed each piece in order, then
+  /// finish with the tag (as open, or with `decrypt` as decrypt, in place).
+  /// `size`: the payload's total bytes. Example:
+  /// `m.begin(false, n); m.feed(a); m.feed(b); ok = m.finish(tag);`
+  void begin(bool decrypt, std::size_t size) {
+    const auto nonce = next_nonce();
+    decrypting_ = decrypt;
+    evp_open_ = ssl_ && size >= evp_threshold;
+    bool ok;
+    if (evp_open_) {
+      // The key is set once per direction; a context that sealed before is re-keyed.
+      ok = ssl_->dinit(evp_, evp_keyed_for_open_ ? nullptr : ssl_->chacha20_poly1305(), nullptr,
+                       evp_keyed_for_open_ ? nullptr : key_.data(), nonce.data()) == 1;
+      evp_keyed_for_open_ = true;
+    } else {
+      ok = mbedtls_chachapoly_starts(&ctx_, nonce.data(),
+                                     decrypt ? MBEDTLS_CHACHAPOLY_DECRYPT : MBEDTLS_CHACHAPOLY_ENCRYPT) == 0;
+    }
+    if (!ok) throw error("fiber: ChaCha20-Poly1305 failed");
+  }
+
+  /// The next piece of the frame begun; decrypted in place when begun so.
+  void feed(std::span<std::byte> piece) {
+    auto* p = reinterpret_cast<unsigned char*>(piece.data());
+    bool ok = true;
+    if (evp_open_) {
+      for (std::size_t at = 0, n; ok && at < piece.size(); at += n) { // int lengths: 1 GiB at a time
+        int got = 0;
+        n = std::min<std::size_t>(piece.size() - at, std::size_t(1) << 30);
+        ok = ssl_->dupdate(evp_, decrypting_ ? p + at : nullptr, &got, p + at, int(n)) == 1 &&
+             (!decrypting_ || std::size_t(got) == n);
+      }
+    } else if (!piece.empty()) {
+      ok = (decrypting_ ? mbedtls_chachapoly_update(&ctx_, piece.size(), p, p)
+                        : mbedtls_chachapoly_update_aad(&ctx_, p, piece.size())) == 0;
+    }
+    if (!ok) throw error("fiber: ChaCha20-Poly1305 failed");
+  }
+
+  /// Whether `tag` ends the frame begun as its peer sealed it (constant time).
+  bool finish(std::span<const std::byte> tag) {
+    if (tag.size() != frame_tag_size) return false;
+    if (evp_open_) {
+      unsigned char t[frame_tag_size], none[16];
+      int n = 0;
+      std::copy_n(reinterpret_cast<const unsigned char*>(tag.data()), frame_tag_size, t);
+      return ssl_->ctrl(evp_, libcrypto_api::ctrl_aead_set_tag, int(frame_tag_size), t) == 1 &&
+             ssl_->dfinal(evp_, none, &n) == 1; // OpenSSL compares in constant time
+    }
     unsigned char want[frame_tag_size];
-    compute({payload}, want);
+    if (mbedtls_chachapoly_finish(&ctx_, want) != 0) throw error("fiber: ChaCha20-Poly1305 failed (mbedTLS)");
     return constant_time_equal(std::as_bytes(std::span(want)), tag);
   }
 
@@ -172,7 +207,9 @@ private:
   void compute_evp(std::initializer_list<std::span<const std::byte>> parts, const unsigned char* nonce,
                    unsigned char* tag, unsigned char* out) {
     int n = 0;
-    bool ok = ssl_->init(evp_, nullptr, nullptr, nullptr, nonce) == 1; // the key stays
+    const bool rekey = std::exchange(evp_keyed_for_open_, false); // a context that opened before
+    bool ok = ssl_->init(evp_, rekey ? ssl_->chacha20_poly1305() : nullptr, nullptr, rekey ? key_.data() : nullptr,
+                         nonce) == 1;
     for (auto p : parts)
       for (std::size_t at = 0; ok && at < p.size(); at += std::size_t(n)) { // int lengths: 1 GiB at a time
         const int len = int(std::min<std::size_t>(p.size() - at, std::size_t(1) << 30));
@@ -190,8 +227,9 @@ private:
   static constexpr std::size_t evp_threshold = 4096;
 
   const libcrypto_api* ssl_;
-  session_key key_;     // decrypt re-keys the EVP context per frame
+  session_key key_;     // to re-key the EVP context between sealing and opening
   void* evp_ = nullptr; // EVP_CIPHER_CTX*
+  bool evp_keyed_for_open_ = false, evp_open_ = false, decrypting_ = false;
   mbedtls_chachapoly_context ctx_;
   std::uint64_t seq_ = 0;
 };

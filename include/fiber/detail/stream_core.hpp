@@ -11,10 +11,12 @@
 #include <fiber/detail/bytes.hpp>
 #include <fiber/detail/completion.hpp>
 #include <fiber/detail/frame_buffer.hpp>
+#include <fiber/detail/frame_check.hpp>
 #include <fiber/detail/frame_mac.hpp>
 #include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/nng_error.hpp>
 #include <fiber/detail/nng_ptr.hpp>
+#include <fiber/detail/stream_address.hpp>
 #include <fiber/detail/tls_config.hpp>
 #include <fiber/detail/tls_handshake.hpp>
 #include <fiber/detail/write_batch.hpp>
@@ -25,8 +27,6 @@
 #include <asio/post.hpp>
 
 #include <nng/nng.h>
-
-#include <arpa/inet.h>
 
 #include <algorithm>
 #include <atomic>
@@ -179,13 +179,13 @@ public:
   void enable_mac(const session_key& send, const session_key& recv) {
     if (encrypt_) return;
     auto s = std::make_unique<frame_mac>(send);
-    open_ = std::make_unique<frame_mac>(recv);
+    check_.enable(recv, false);
     std::lock_guard lk(wire_mu_);
     seal_ = std::move(s);
   }
   /// Whether the peer is a local process on an ipc:// socket.
   bool is_ipc() const {
-    auto sa = remote_addr();
+    auto sa = stream_remote_addr(s_.get());
     return sa && sa->s_family == NNG_AF_IPC;
   }
 
@@ -226,26 +226,7 @@ public:
   std::size_t max_message_size() const noexcept { return max_.load(std::memory_order_relaxed); }
   void set_max_message_size(std::size_t n) noexcept { max_ = std::min<std::size_t>(n, UINT32_MAX); }
 
-  std::string peer_address() const {
-    const auto addr = remote_addr();
-    if (!addr) return {};
-    const auto& sa = *addr;
-    char buf[INET6_ADDRSTRLEN] = {};
-    std::uint64_t pid = 0;
-    switch (sa.s_family) {
-    case NNG_AF_IPC: // both ends see the socket path: the peer's pid tells them apart
-      if (nng_stream_get_uint64(s_.get(), NNG_OPT_IPC_PEER_PID, &pid) == 0)
-        return std::string("ipc://") + sa.s_ipc.sa_path + " (pid " + std::to_string(pid) + ")";
-      return std::string("ipc://") + sa.s_ipc.sa_path;
-    case NNG_AF_INET:
-      inet_ntop(AF_INET, &sa.s_in.sa_addr, buf, sizeof buf);
-      return "tcp://" + std::string(buf) + ":" + std::to_string(ntohs(sa.s_in.sa_port));
-    case NNG_AF_INET6:
-      inet_ntop(AF_INET6, sa.s_in6.sa_addr, buf, sizeof buf);
-      return "tcp://[" + std::string(buf) + "]:" + std::to_string(ntohs(sa.s_in6.sa_port));
-    default: return {};
-    }
-  }
+  std::string peer_address() const { return stream_peer_address(s_.get()); }
 
   const asio::any_io_executor& executor() const noexcept { return ex_; }
   stream_stats stats() const {
@@ -350,7 +331,7 @@ private:
     tls_start_.reset();
     try {
       auto s = std::make_unique<frame_mac>(client ? r.client_to_server : r.server_to_client);
-      open_ = std::make_unique<frame_mac>(client ? r.server_to_client : r.client_to_server);
+      check_.enable(client ? r.server_to_client : r.client_to_server, true);
       std::lock_guard lk(wire_mu_);
       seal_ = std::move(s);
       encrypt_ = true;
@@ -514,7 +495,7 @@ private:
   // buffer's free region belongs to nng: only consume, never move data.
   bool next_frame(message& m, via v) {
     if (closed_ || tampered_) return false;
-    switch (rbuf_.parse(m, max_ + tag_size(), reading_)) {
+    switch (rbuf_.parse(m, max_ + check_.tag_size(), reading_)) {
     case frame_buffer::parsed::frame:
       if (authentic(m)) return true;
       shutdown(make_error_code(frame_mac_errc::bad_tag), v);
@@ -543,6 +524,7 @@ private:
     reading_ = false;
     if (rv == 0 && n > 0) {
       rbuf_.commit(n);
+      check_.follow(rbuf_);
       note_progress();
     } else if (!(rv == NNG_ECANCELED && lend_to_)) // cancelled to lend the read side: no error
       shutdown(rv == 0 ? std::error_code(asio::error::eof) : make_nng_error(rv), via::dispatch);
@@ -589,7 +571,7 @@ public:
     std::error_code ec;
     if (tampered_) ec = make_error_code(frame_mac_errc::bad_tag);
     while (!ec) {
-      auto p = rbuf_.parse(m, max_ + tag_size(), false);
+      auto p = rbuf_.parse(m, max_ + check_.tag_size(), false);
       if (p == frame_buffer::parsed::frame) {
         if (!authentic(m)) ec = make_error_code(frame_mac_errc::bad_tag);
         break;
@@ -613,6 +595,7 @@ public:
         break;
       }
       rbuf_.commit(n);
+      check_.follow(rbuf_);
       note_progress();
     }
     std::lock_guard lk(lend_mu_);
@@ -650,33 +633,14 @@ public:
   }
 
 private:
-
-  std::size_t tag_size() const noexcept { return open_ ? frame_tag_size : 0; }
-
   // With frame MACs on: checks `m`'s tag (decrypting it on TLS) and strips
   // it. Whoever holds the read side (the executor, or the borrower).
   bool authentic(message& m) {
-    if (!open_) return true;
-    bool ok = m.size() >= frame_tag_size;
-    if (ok) {
-      const auto body = std::span<std::byte>(m).first(m.size() - frame_tag_size);
-      const auto tag = std::span<const std::byte>(m).last(frame_tag_size);
-      ok = encrypt_ ? open_->decrypt(body, tag) : open_->open(body, tag);
-    }
-    if (!ok) {
-      tampered_ = true; // nothing after it is delivered
-      refusal_log()(log_level::error, "fiber: a frame from ", peer_address(),
-                    " failed its authentication tag (changed in transit?): link closed");
-      return false;
-    }
-    m.resize(m.size() - frame_tag_size);
-    return true;
-  }
-
-  std::optional<nng_sockaddr> remote_addr() const {
-    nng_sockaddr sa{};
-    if (nng_stream_get_addr(s_.get(), NNG_OPT_REMADDR, &sa) != 0) return std::nullopt;
-    return sa;
+    if (check_.check(m)) return true;
+    tampered_ = true; // nothing after it is delivered
+    refusal_log()(log_level::error, "fiber: a frame from ", peer_address(),
+                  " failed its authentication tag (changed in transit?): link closed");
+    return false;
   }
 
   // Bytes arrived: one relaxed store per completed read (liveness).
@@ -707,7 +671,7 @@ private:
   stream_stats stats_;
 
   std::unique_ptr<frame_mac> seal_; // frame MACs: the write side's (set under wire_mu_)
-  std::unique_ptr<frame_mac> open_; // and the read side's (its holder's)
+  frame_check check_;               // and the read side's (its holder's)
   bool encrypt_ = false;            // they encrypt (TLS); set with seal_
   std::atomic<bool> tampered_{false};
   std::deque<send_op> sendq_;
