@@ -18,7 +18,6 @@ namespace fiber::detail {
 enum class tls_errc {
   unavailable = 1, ///< OpenSSL's libssl 3 cannot be loaded
   bad_settings,    ///< a certificate, key or CA that OpenSSL refuses
-  verify_failed,   ///< the peer's certificate failed verification (see tls_verify_error)
   protocol,        ///< the peer spoke no TLS 1.3, or broke it
   trailing_bytes,  ///< bytes arrived after the peer's last handshake message
 };
@@ -38,7 +37,6 @@ inline const std::error_category& tls_category() noexcept {
       switch (tls_errc(e)) {
       case tls_errc::unavailable: return "OpenSSL's libssl 3 cannot be loaded (Debian: libssl3)";
       case tls_errc::bad_settings: return "OpenSSL refused the TLS certificate, key or CA";
-      case tls_errc::verify_failed: return "the peer's TLS certificate failed verification";
       case tls_errc::protocol: return "the TLS 1.3 handshake failed";
       case tls_errc::trailing_bytes: return "the peer sent bytes after its last TLS handshake message";
       }
@@ -55,9 +53,9 @@ inline std::error_code make_error_code(tls_errc e) noexcept { return {int(e), tl
 /// X509_V_ERR_* `reason`; its message gives OpenSSL's words.
 /// Example: tls_verify_error(62).message() ends in "hostname mismatch".
 inline std::error_code tls_verify_error(long reason) noexcept { return {int(verify_base + reason), tls_category()}; }
-/// Whether `ec` is tls_errc::verify_failed or a tls_verify_error.
+/// Whether `ec` is a tls_verify_error.
 inline bool is_tls_verify_failure(std::error_code ec) noexcept {
-  return ec.category() == tls_category() && (ec.value() >= verify_base || ec.value() == int(tls_errc::verify_failed));
+  return ec.category() == tls_category() && ec.value() >= verify_base;
 }
 
 /// The OpenSSL error queue of this thread as text (emptied), or `fallback`.

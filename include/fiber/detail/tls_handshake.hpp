@@ -238,7 +238,7 @@ private:
 
 /// Runs the TLS 1.3 handshake of `ctx`'s side over `s` and completes with
 /// `void(std::error_code, tls_handshake_result)`: the channel binding, or
-/// tls_errc::verify_failed / tls_errc::protocol with OpenSSL's reason in
+/// a tls_verify_error / tls_errc::protocol with OpenSSL's reason in
 /// `detail`, tls_errc::trailing_bytes, an nng error of the stream, or
 /// asio::error::operation_aborted when cancelled. A client with a
 /// verifying context checks `server_name` (a DNS name, or an IP literal
