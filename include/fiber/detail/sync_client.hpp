@@ -148,8 +148,6 @@ public:
     return async_call_bounded<Sig>(std::forward<Token>(token), op, timeout, -1, std::move(finish), args...);
   }
 
-  /// The service (started here on first use). std::logic_error for an
-  /// empty handle (default-constructed, never assigned).
   /// A blocking request that may time out: true if it was granted.
   /// A link still being set up counts against the timeout (expiry_of).
   template <class... A>
@@ -172,6 +170,8 @@ public:
         [](const wait_reply& r) { return std::tuple<bool>{r.tag == wait_tag::done}; }, args...);
   }
 
+  /// The service (started here on first use). std::logic_error for an
+  /// empty handle (default-constructed, never assigned).
   const broker_ref& ref() const {
     if (!st_) throw std::logic_error("fiber: use of an empty handle (default-constructed, never assigned)");
     return st_->ref();

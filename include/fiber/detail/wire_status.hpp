@@ -49,7 +49,7 @@ inline void write_current_exception(writer& w) {
   w.write(msg);
 }
 
-/// The payload of a reply failing with `s` (not ok, not remote_error).
+/// The payload of a failed reply other than remote_error: its `message`.
 inline std::vector<std::byte> failure_payload(std::string_view message) {
   writer w;
   write_failure(w, message);

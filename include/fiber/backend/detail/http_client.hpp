@@ -2,7 +2,7 @@
 #pragma once
 /// @file backend/detail/http_client.hpp
 /// fiber's HTTP/1.1 client for backends driven by a REST API (Docker's Engine
-/// API now, Kubernetes' API server next): libcurl's multi_socket interface
+/// API, Kubernetes' API server): libcurl's multi_socket interface
 /// run on an Asio executor. Internal to fiber (namespace fiber::detail::http).
 ///
 /// ## Why libcurl
