@@ -245,3 +245,13 @@ TEST_CASE("fiber's I/O threads run as SCHED_BATCH, the caller's thread keeps its
   }
   fiber_test::require_no_children();
 }
+
+TEST_CASE("runtime: a worker on another host listens at its address on the route to its master", "[runtime]") {
+  using fiber::detail::own_listen_base;
+  CHECK(own_listen_base("tcp://127.0.0.1:4000") == "tcp://127.0.0.1:0");
+  CHECK(own_listen_base("tls+tcp://127.0.0.1:4000") == "tls+tcp://127.0.0.1:0");
+  const auto v6 = own_listen_base("tcp://[::1]:4000"); // bracketed, routable or not
+  CHECK(v6 == "tcp://[::1]:0");
+  // A master's host that does not resolve: its name is kept.
+  CHECK(own_listen_base("tcp://no-such-host.invalid:4000") == "tcp://no-such-host.invalid:0");
+}

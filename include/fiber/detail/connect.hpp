@@ -35,7 +35,8 @@ public:
   void start(const std::string& url) {
     if (is_tls_url(url)) {
       try {
-        tls_ = tls_start{tls_context(tls_context::role::client, opt_), tls_name_for(url, opt_)};
+        tls_ = tls_start{opt_.tls_client ? *opt_.tls_client : tls_context(tls_context::role::client, opt_),
+                         tls_name_for(url, opt_)};
       } catch (const std::system_error& e) {
         return done_(via::post, e.code(), stream{});
       }

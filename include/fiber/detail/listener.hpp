@@ -42,7 +42,8 @@ public:
     auto fail = [&](int rv, const char* what) {
       throw std::system_error(make_nng_error(rv), "fiber: cannot " + std::string(what) + " " + url);
     };
-    if (is_tls_url(url)) tls_.emplace(tls_context::role::server, opt); // TLS is fiber's, over tcp://
+    if (is_tls_url(url)) // TLS is fiber's, over tcp://
+      tls_.emplace(opt.tls_server ? *opt.tls_server : tls_context(tls_context::role::server, opt));
     nng_stream_listener* l = nullptr;
     if (int rv = nng_stream_listener_alloc(&l, tls_ ? url.substr(4).c_str() : url.c_str())) fail(rv, "listen on");
     l_.reset(l);

@@ -8,6 +8,7 @@
 /// on it; async calls complete on the caller's executor.
 
 #include <fiber/backend/detail/async_util.hpp>
+#include <fiber/backend/detail/environment.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/detail/accept_loop.hpp>
@@ -197,7 +198,21 @@ public:
     o.tls_key_file = config_string("tls_key");
     o.tls_ca_file = config_string("tls_ca");
     o.tls_server_name = config_string("tls_server_name");
+    o.tls_client = tls_client_;
     return o;
+  }
+
+  /// Makes the TLS context this process dials with (it reads files), so
+  /// that dials on the runtime thread need not; a context that fails here
+  /// fails each dial instead. Any thread but the runtime's.
+  void prepare_tls_client() {
+    auto o = sync([&] { return transport(); });
+    std::shared_ptr<const tls_context> c;
+    try {
+      c = std::make_shared<const tls_context>(tls_context::role::client, o);
+    } catch (const std::system_error&) {
+    }
+    sync([&] { tls_client_ = std::move(c); });
   }
 
   // ---- listening -------------------------------------------------------
@@ -206,29 +221,43 @@ public:
   /// socket in the 0700 run dir; "tcp://addr:0" → that address, ephemeral
   /// port). Binds on first call. Any thread.
   std::string listen_url(const std::string& base = "ipc://") {
-    if (is_tls_url(base)) libssl_api::get(); // read the library here, not on the runtime thread
+    std::shared_ptr<const tls_context> tls; // it reads files or makes a key: here, not on the runtime thread
+    if (is_tls_url(base) && !sync([&] { return listeners_.contains(base); })) tls = server_tls_context();
     return sync([&] {
       if (base == "ipc://") ensure_run_dir();
       if (auto it = listeners_.find(base); it != listeners_.end()) return it->second->url();
       std::string url = base;
       if (base == "ipc://") url = ipc_url();
       auto o = transport();
-      // A worker that pins its master's certificate (kubernetes) has none
-      // to serve with: an ephemeral one, which its master does not verify.
-      // A generated certificate's listener asks no client for one: its
-      // tls_ca, if any, is what it verifies its master with.
-      if (is_tls_url(url) && !tls_identity_ && is_worker_ && o.tls_cert_file.empty())
-        tls_identity_ = make_self_signed("fiber-worker");
-      if (is_tls_url(url) && tls_identity_) {
-        o.tls_cert_pem = tls_identity_->cert_pem;
-        o.tls_key_pem = tls_identity_->key_pem;
-        o.tls_ca_file.clear();
-      }
+      o.tls_server = tls;
       auto l = std::make_shared<listener>(executor(), url, o);
       listeners_.emplace(base, l);
       accept(l);
       return l->url();
     });
+  }
+
+  /// The context this process's TLS listeners serve with. A worker that
+  /// pins its master's certificate (kubernetes) has none to serve with: an
+  /// ephemeral one, which its master does not verify. A generated
+  /// certificate's listener asks no client for one: its tls_ca, if any, is
+  /// what it verifies its master with. Any thread but the runtime's.
+  std::shared_ptr<const tls_context> server_tls_context() {
+    auto [o, make_key] = sync([&] {
+      auto o = transport();
+      return std::pair{o, !tls_identity_ && is_worker_ && o.tls_cert_file.empty()};
+    });
+    if (make_key) {
+      auto id = make_self_signed("fiber-worker");
+      sync([&] { tls_identity_ = tls_identity_.value_or(std::move(id)); });
+    }
+    sync([&] {
+      if (!tls_identity_) return;
+      o.tls_cert_pem = tls_identity_->cert_pem;
+      o.tls_key_pem = tls_identity_->key_pem;
+      o.tls_ca_file.clear();
+    });
+    return std::make_shared<const tls_context>(tls_context::role::server, o);
   }
 
   /// The certificate and key (PEM) this process's TLS listeners made from
@@ -302,7 +331,7 @@ public:
     l->prepare();
     if (!l->traits().shares_filesystem || local_listen_base() != "ipc://")
       libcrypto_api::get(); // its links carry frame MACs: read the library here, not on the runtime thread
-    if (is_tls_url(local_listen_base())) libssl_api::get();
+    if (is_tls_url(local_listen_base())) prepare_tls_client();
     return l;
   }
 
@@ -553,9 +582,11 @@ private:
   }
 
   static std::string self_exe_path() {
-    char buf[4096];
-    auto n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    return n > 0 ? std::string(buf, std::size_t(n)) : std::string("/proc/self/exe");
+    try {
+      return self_exe();
+    } catch (const backend_error&) {
+      return "/proc/self/exe";
+    }
   }
 
   void make_run_dir() {
@@ -791,7 +822,8 @@ private:
   std::pair<std::string, std::string> master_alias_; // worker: master's ipc URL -> the URL it dialled
   std::vector<std::string> argv_;
   bool is_worker_ = false;
-  std::optional<pem_identity> tls_identity_; // runtime thread
+  std::optional<pem_identity> tls_identity_;      // runtime thread
+  std::shared_ptr<const tls_context> tls_client_; // made by prepare_tls_client(); runtime thread
   std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -18,6 +19,8 @@
 namespace fiber::detail {
 
 /// Transport limits and TLS material (from fiber's config).
+class tls_context;
+
 struct transport_options {
   /// Frames above this fail with asio::error::message_size; the connection
   /// is closed. Also enforced on send. At most 4 GiB - 1 (u32 header).
@@ -33,6 +36,10 @@ struct transport_options {
   std::string tls_server_name;
   /// A certificate and key held in memory (PEM), used instead of the files.
   std::string tls_cert_pem, tls_key_pem;
+  /// Contexts made beforehand from the fields above (they read files: the
+  /// runtime makes them off its thread); when null, a listener or a dial
+  /// makes its own.
+  std::shared_ptr<const tls_context> tls_server, tls_client;
 };
 
 /// 32 bytes both ends of one TLS connection derive alike and nobody else

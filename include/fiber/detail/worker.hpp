@@ -8,6 +8,7 @@
 /// itself (see worker_main). A vanished or silent master ends the
 /// process at once (std::_Exit: nothing of the user's must outlive it).
 
+#include <fiber/backend/detail/net_address.hpp>
 #include <fiber/detail/libcrypto_loader.hpp>
 #include <fiber/detail/libssl_loader.hpp>
 #include <fiber/detail/log_writer.hpp>
@@ -22,10 +23,7 @@
 #include <future>
 #include <iostream>
 #include <mutex>
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 
 namespace fiber::detail {
 
@@ -158,32 +156,12 @@ inline std::string read_secret(const worker_env& env) {
 /// creates): its address on the route to the master — the master's address
 /// belongs to the master's host. "tls+tcp://10.0.0.1:4000" → "tls+tcp://10.0.0.7:0".
 inline std::string own_listen_base(const std::string& master_url) {
-  auto scheme_end = master_url.find("://");
-  auto host_begin = scheme_end + 3;
-  auto colon = master_url.rfind(':');
-  std::string scheme = master_url.substr(0, host_begin);
-  std::string host = master_url.substr(host_begin, colon - host_begin);
-  std::string port = master_url.substr(colon + 1);
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_socktype = SOCK_DGRAM;
-  std::string local = host;
-  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) == 0 && res) {
-    int fd = ::socket(res->ai_family, SOCK_DGRAM, 0);
-    sockaddr_storage me{};
-    socklen_t len = sizeof me;
-    // connect() on UDP sends nothing: it only picks the route and source address.
-    if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
-      char buf[INET6_ADDRSTRLEN] = "";
-      void* a = me.ss_family == AF_INET6 ? static_cast<void*>(&reinterpret_cast<sockaddr_in6*>(&me)->sin6_addr)
-                                         : static_cast<void*>(&reinterpret_cast<sockaddr_in*>(&me)->sin_addr);
-      if (::inet_ntop(me.ss_family, a, buf, sizeof buf))
-        local = me.ss_family == AF_INET6 ? "[" + std::string(buf) + "]" : buf;
-    }
-    if (fd >= 0) ::close(fd);
-    ::freeaddrinfo(res);
-  }
-  return scheme + local + ":0";
+  const auto host_begin = master_url.find("://") + 3;
+  const auto colon = master_url.rfind(':');
+  const std::string host = master_url.substr(host_begin, colon - host_begin);
+  const bool bracketed = host.size() > 2 && host.front() == '[';
+  const auto local = route_source(bracketed ? host.substr(1, host.size() - 2) : host, master_url.substr(colon + 1));
+  return master_url.substr(0, host_begin) + (local.empty() ? host : local) + ":0";
 }
 
 /// Runs a Process's target on the main thread and exits with its code.
@@ -398,7 +376,7 @@ private:
   // scheme (tcp://, tls+tcp://) and host with an ephemeral port.
   rt.set_default_listen_base(url.starts_with("ipc://") ? "ipc://" : own_listen_base(url));
   if (!url.starts_with("ipc://")) libcrypto_api::get(); // frame MACs: read the library here, not on the runtime thread
-  if (is_tls_url(url)) libssl_api::get();               // and TLS's
+  if (is_tls_url(url)) rt.prepare_tls_client();         // and TLS's context
 
   auto& main = worker_main::instance();
   // A target that calls std::exit(n) ends the job with n (as in Python's
