@@ -13,13 +13,17 @@
 // round trip moves by tens of µs with where the scheduler puts the worker,
 // more than the tags cost).
 //
-//   bench_frame_mac [--reps 15] [--trips 1000] [--tasks 200] [--smoke]
+// --control: both Pools without tags (an A/A run): the rows then show what
+// the method reads when there is no difference, its bias and its noise.
+//
+//   bench_frame_mac [--reps 15] [--trips 1000] [--tasks 200] [--control] [--smoke]
 #include "bench_mac_pair.hpp"
 #include "bench_util.hpp"
 
 #include <fiber/fiber.hpp>
 
 #include <algorithm>
+#include <string>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -97,7 +101,9 @@ int main(int argc, char** argv) {
   if (!a.reps_given && !a.smoke) a.reps = 15;
   const int trips = a.smoke ? 100 : std::atoi(bench::opt(a, "--trips").value_or("1000").c_str());
   const int tasks = a.smoke ? 8 : std::atoi(bench::opt(a, "--tasks").value_or("200").c_str());
-  bench::header("bench_frame_mac: frame MACs on and off, 1 local worker over tcp://127.0.0.1");
+  bench::mac_control = std::find(a.rest.begin(), a.rest.end(), "--control") != a.rest.end();
+  bench::header(bench::mac_control ? "bench_frame_mac --control: two Pools, both without frame MACs (A/A)"
+                                   : "bench_frame_mac: frame MACs on and off, 1 local worker over tcp://127.0.0.1");
   std::printf("trips=%d tasks=%d reps=%d\n", trips, tasks, a.reps);
   fiber::set_config("local_transport", "tcp");
   std::vector<float> v(floats, 1.0f);
@@ -120,14 +126,15 @@ int main(int argc, char** argv) {
     pq.push_back(pay_on[i] / pay_off[i]);
   }
   const double d = bench::median(dr), q = bench::median(pq);
-  bench::row("frame MACs: apply round trip, 1 worker, tcp://127.0.0.1",
+  const std::string tag = bench::mac_control ? " (control: neither has tags)" : "";
+  bench::row("frame MACs: apply round trip, 1 worker, tcp://127.0.0.1" + tag,
              "median µs (difference: median of those in each repetition)", bench::fmt("%.1f", r_on),
              "frame_mac = false: " + bench::fmt("%.1f", r_off), bench::fmt("%+.1f µs", d), "≤ +5 µs",
              bench::verdict(d <= 5.0, true));
   const double cpu = tag_cpu_us();
   bench::row("frame MACs: CPU of the tags one round trip adds (2 seals + 2 opens, 64 B frames)", "µs, in a loop",
              bench::fmt("%.2f", cpu), "-", bench::fmt("%+.2f µs", cpu), "≤ +5 µs", bench::verdict(cpu <= 5.0, true));
-  bench::row("frame MACs: payload (1 MiB argument and result), 1 worker, tcp://127.0.0.1",
+  bench::row("frame MACs: payload (1 MiB argument and result), 1 worker, tcp://127.0.0.1" + tag,
              "MiB/s moved, arguments + results (ratio: median of those in each repetition)", bench::fmt("%.0f", p_on),
              "frame_mac = false: " + bench::fmt("%.0f", p_off), bench::fmt("%.2fx", q), "≥ 0.9x",
              bench::verdict(q >= 0.9, true));
