@@ -243,9 +243,11 @@ public:
   /// certificate's listener asks no client for one: its tls_ca, if any, is
   /// what it verifies its master with. Any thread but the runtime's.
   std::shared_ptr<const tls_context> server_tls_context() {
-    auto [o, make_key] = sync([&] {
-      auto o = transport();
-      return std::pair{o, !tls_identity_ && is_worker_ && o.tls_cert_file.empty()};
+    transport_options o;
+    bool make_key = false;
+    sync([&] {
+      o = transport();
+      make_key = !tls_identity_ && is_worker_ && o.tls_cert_file.empty();
     });
     if (make_key) {
       auto id = make_self_signed("fiber-worker");
