@@ -35,12 +35,6 @@
 
 namespace fiber {
 
-/// A configuration key that does not exist, or a value that does not parse.
-class config_error : public error {
-public:
-  using error::error;
-};
-
 namespace detail {
 
 /// Every configuration key, one a line: its name (a dotted key such as

@@ -93,4 +93,12 @@ public:
   using error::error;
 };
 
+/// A configuration key that does not exist, or a value that does not parse
+/// or lies outside the key's range (fiber::set_config, fiber.toml, the
+/// environment).
+class config_error : public error {
+public:
+  using error::error;
+};
+
 } // namespace fiber

@@ -57,6 +57,8 @@
 
 #include <fiber/backend/from_env.hpp>
 #include <fiber/detail/take_once.hpp>
+#include <fiber/detail/async_op.hpp>
+#include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/manager_core.hpp>
 #include <fiber/detail/object_host.hpp>
 #include <fiber/detail/object_registry.hpp>
@@ -70,12 +72,10 @@
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/dispatch.hpp>
-#include <asio/executor_work_guard.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <exception>
-#include <future>
 #include <type_traits>
 #include <memory>
 #include <mutex>
@@ -117,35 +117,30 @@ public:
     return take();
   }
   /// True once the call has finished (returned, thrown or failed); never blocks.
-  bool ready() const {
-    std::lock_guard lk(st_->m);
-    return st_->done;
-  }
+  bool ready() const { return st_->ready(); }
   /// Waits until ready(). Throws std::logic_error on fiber's runtime thread
   /// (in a completion handler): use Remote::async_call there.
   void wait() const {
     check_thread();
-    std::unique_lock lk(st_->m);
-    st_->cv.wait(lk, [&] { return st_->done; });
+    st_->wait();
   }
   /// Waits at most `timeout`; true if ready. Throws as wait().
   template <class Rep, class Period>
   bool wait(std::chrono::duration<Rep, Period> timeout) const {
     check_thread();
-    std::unique_lock lk(st_->m);
-    return st_->cv.wait_for(lk, timeout, [&] { return st_->done; });
+    return st_->wait_for(timeout);
   }
   /// True once ready and the method returned normally; std::logic_error before.
   bool successful() const {
-    std::lock_guard lk(st_->m);
-    if (!st_->done) throw std::logic_error("fiber::remote_result::successful: not ready");
-    return !st_->error;
+    if (!st_->ready()) throw std::logic_error("fiber::remote_result::successful: not ready");
+    return !st_->failed();
   }
 
 private:
   template <class>
   friend class Remote;
-  explicit remote_result(std::shared_ptr<detail::remote_call_state> st) : st_(std::move(st)) {}
+  using state = detail::blocking_result<std::vector<std::byte>>;
+  explicit remote_result(std::shared_ptr<state> st) : st_(std::move(st)) {}
 
   static void check_thread() {
     if (detail::runtime::instance().on_runtime_thread())
@@ -153,17 +148,9 @@ private:
                              "handler); use async_call there");
   }
 
-  R take() const {
-    std::vector<std::byte> bytes;
-    {
-      std::lock_guard lk(st_->m);
-      if (st_->error) st_->error.raise(); // a fresh exception, this thread's own
-      bytes = st_->bytes;
-    }
-    return detail::decode_result<R>(bytes);
-  }
+  R take() const { return detail::decode_result<R>(st_->get()); }
 
-  std::shared_ptr<detail::remote_call_state> st_;
+  std::shared_ptr<state> st_;
 };
 
 /// A handle naming an object of type T that lives in a manager process.
@@ -203,19 +190,13 @@ public:
   template <auto M, class... A>
   remote_result<detail::call_result_t<M>> call_async(A&&... args) const {
     if constexpr (detail::check_call<T, M, A...>()) {
-      auto st = std::make_shared<detail::remote_call_state>();
+      using result_type = remote_result<detail::call_result_t<M>>;
+      auto st = std::make_shared<typename result_type::state>();
       detail::send_call(ref(), payload<M>(std::forward<A>(args)...),
                         [st](std::exception_ptr e, std::vector<std::byte> bytes) {
-                          auto info = detail::error_info::from(e);
-                          {
-                            std::lock_guard lk(st->m);
-                            st->error = std::move(info);
-                            st->bytes = std::move(bytes);
-                            st->done = true;
-                          }
-                          st->cv.notify_all();
+                          st->set(std::move(e), std::move(bytes));
                         });
-      return remote_result<detail::call_result_t<M>>(st);
+      return result_type(st);
     } else {
       std::terminate(); // unreachable: check_call has failed to compile
     }
@@ -335,40 +316,29 @@ private:
   struct initiation {
     template <class Handler>
     void operator()(Handler&& handler, detail::remote_ref ref, std::vector<std::byte> bytes) const {
-      using H = std::decay_t<Handler>;
-      struct op {
-        H handler;
-        asio::executor_work_guard<asio::associated_executor_t<H, asio::any_io_executor>> work;
-      };
-      auto ex = asio::get_associated_executor(handler, detail::runtime::instance().executor());
-      auto o = std::make_shared<op>(op{std::forward<Handler>(handler), asio::make_work_guard(ex)});
-      detail::send_call(ref, std::move(bytes), [o](std::exception_ptr err, std::vector<std::byte> bytes) {
-        auto ex = o->work.get_executor();
-        asio::dispatch(ex, [o, info = detail::error_info::from(err), bytes = std::move(bytes)]() mutable {
-          auto h = std::move(o->handler);
-          o->work.reset();
-          auto e = info.make(); // made on the handler's executor (see error_info)
-          if constexpr (std::is_void_v<R>) {
-            if (!e) {
-              try {
-                detail::decode_result<void>(bytes);
-              } catch (...) {
-                e = std::current_exception();
-              }
+      auto op = std::make_shared<detail::async_op<std::decay_t<Handler>>>(std::forward<Handler>(handler),
+                                                                         detail::runtime::instance().executor());
+      detail::send_call(ref, std::move(bytes), [op](std::exception_ptr e, std::vector<std::byte> bytes) {
+        if constexpr (std::is_void_v<R>) {
+          if (!e) {
+            try {
+              detail::decode_result<void>(bytes);
+            } catch (...) {
+              e = std::current_exception();
             }
-            std::move(h)(e);
-          } else {
-            R v{};
-            if (!e) {
-              try {
-                v = detail::decode_result<R>(bytes);
-              } catch (...) {
-                e = std::current_exception();
-              }
-            }
-            std::move(h)(e, std::move(v));
           }
-        });
+          op->complete(detail::via::dispatch, std::move(e));
+        } else {
+          R v{};
+          if (!e) {
+            try {
+              v = detail::decode_result<R>(bytes);
+            } catch (...) {
+              e = std::current_exception();
+            }
+          }
+          op->complete(detail::via::dispatch, std::move(e), std::move(v));
+        }
       });
     }
   };
@@ -435,18 +405,13 @@ public:
       auto& rt = detail::runtime::instance();
       if (rt.on_runtime_thread())
         throw std::logic_error("fiber::RemoteManager::make: blocking call on fiber's runtime thread");
-      // The error crosses threads as data (see detail::error_info).
-      auto pr = std::make_shared<std::promise<std::pair<std::uint64_t, detail::error_info>>>();
-      auto fut = pr->get_future();
+      auto made = std::make_shared<detail::blocking_result<std::uint64_t>>();
       auto core = core_;
-      asio::post(rt.executor(), [core, pr, args = w.release()]() mutable {
+      asio::post(rt.executor(), [core, made, args = w.release()]() mutable {
         core->make(detail::ctor_id<T, detail::wire_arg_t<A>...>(), std::move(args),
-                   [pr](std::exception_ptr e, std::uint64_t id) {
-                     pr->set_value({id, detail::error_info::from(e)});
-                   });
+                   [made](std::exception_ptr e, std::uint64_t id) { made->set(std::move(e), id); });
       });
-      auto [id, err] = fut.get();
-      if (err) err.raise();
+      auto id = made->take();
       auto owner = std::make_shared<detail::object_owner>(detail::remote_ref{url_, service_, id});
       detail::local_objects::instance().add(owner);
       auto ref = owner->ref;
@@ -468,10 +433,9 @@ public:
       rt.remove_service(service_);
       return;
     }
-    std::promise<void> done;
-    auto fut = done.get_future();
-    rt.sync([&] { core->stop_processes([&done] { done.set_value(); }); });
-    fut.wait();
+    auto done = std::make_shared<detail::blocking_result<>>();
+    rt.sync([&] { core->stop_processes([done] { done->set(nullptr); }); });
+    done->wait();
     rt.remove_service(service_);
   }
 

@@ -8,6 +8,8 @@
 
 #include <fiber/backend/from_env.hpp>
 #include <fiber/detail/take_once.hpp>
+#include <fiber/detail/async_op.hpp>
+#include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/api_checks.hpp>
 #include <fiber/detail/imap_range.hpp>
 #include <fiber/detail/pool_call.hpp>
@@ -393,10 +395,9 @@ private:
   void stop(bool now) {
     auto core = detail::take_once(m_, stopped_, core_);
     if (!core) return;
-    std::promise<void> done;
-    auto fut = done.get_future();
-    detail::runtime::instance().sync([&] { core->shutdown(now, [&done] { done.set_value(); }); });
-    fut.wait();
+    auto done = std::make_shared<detail::blocking_result<>>();
+    detail::runtime::instance().sync([&] { core->shutdown(now, [done] { done->set(nullptr); }); });
+    done->wait();
   }
 
   /// `maps`: the call is a map (progress is reported for maps only).
@@ -533,9 +534,8 @@ private:
   auto initiate(Token&& token, std::shared_ptr<state> st, Extract extract) {
     return asio::async_initiate<Token, void(std::exception_ptr, T)>(
         [st, extract](auto handler) mutable {
-          auto ex = asio::get_associated_executor(handler, detail::runtime::instance().executor());
-          auto work = asio::make_work_guard(ex);
-          auto finish = [st, extract, handler = std::move(handler), work = std::move(work)]() mutable {
+          auto op = detail::async_op<decltype(handler)>(std::move(handler), detail::runtime::instance().executor());
+          auto finish = [st, extract, op = std::move(op)](detail::via v) mutable {
             std::exception_ptr e;
             T value{};
             try {
@@ -543,15 +543,16 @@ private:
             } catch (...) {
               e = std::current_exception();
             }
-            auto ex = work.get_executor();
-            asio::dispatch(ex, [h = std::move(handler), e, v = std::move(value)]() mutable { h(e, std::move(v)); });
+            op.complete(v, std::move(e), std::move(value));
           };
           std::unique_lock lk(st->m);
           if (st->complete()) {
             lk.unlock();
-            asio::post(detail::runtime::instance().executor(), std::move(finish));
+            finish(detail::via::post);
           } else {
-            st->on_complete = [f = std::make_shared<decltype(finish)>(std::move(finish))]() mutable { (*f)(); };
+            st->on_complete = [f = std::make_shared<decltype(finish)>(std::move(finish))]() mutable {
+              (*f)(detail::via::dispatch);
+            };
           }
         },
         token);

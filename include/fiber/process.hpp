@@ -7,6 +7,7 @@
 
 #include <fiber/backend/from_env.hpp>
 #include <fiber/detail/api_checks.hpp>
+#include <fiber/detail/async_op.hpp>
 #include <fiber/detail/process_state.hpp>
 #include <fiber/init.hpp>
 #include <fiber/target.hpp>
@@ -224,16 +225,16 @@ public:
     require_started("async_join");
     return asio::async_initiate<Token, void(std::exception_ptr)>(
         [st = st_](auto handler) {
-          auto ex = asio::get_associated_executor(handler, detail::runtime::instance().executor());
-          auto h = std::make_shared<decltype(handler)>(std::move(handler));
-          (void)st->watch([st, h, ex] {
+          auto op = std::make_shared<detail::async_op<decltype(handler)>>(std::move(handler),
+                                                                           detail::runtime::instance().executor());
+          (void)st->watch([st, op] {
             std::exception_ptr e;
             {
               std::lock_guard lk(st->m);
               if (!st->refused.empty()) e = std::make_exception_ptr(handshake_error(st->refused));
               else if (!st->start_error.empty()) e = std::make_exception_ptr(backend_error(st->start_error));
             }
-            asio::post(ex, [h, e]() mutable { std::move (*h)(e); });
+            op->complete(detail::via::post, std::move(e));
           });
         },
         token);

@@ -508,7 +508,7 @@ auto Condition::async_wait_for_impl(Pred pred, std::optional<std::chrono::steady
   const auto thread = detail::this_thread_token();
   return asio::async_initiate<Token, void(std::exception_ptr, bool)>(
       [ref = lock_.h_.ref(), cond = token_, thread, deadline](auto handler, Pred pred) {
-        using op_type = detail::async_op<decltype(handler)>;
+        using op_type = detail::async_op<decltype(handler)>; // on fiber's runtime executor by default
         struct step_state {
           std::shared_ptr<op_type> op;
           Pred pred;
@@ -522,29 +522,29 @@ auto Condition::async_wait_for_impl(Pred pred, std::optional<std::chrono::steady
             try {
               r = static_cast<bool>(s->pred());
             } catch (...) {
-              return op_type::complete(s->op, std::current_exception(), false);
+              return s->op->complete(detail::via::dispatch, std::current_exception(), false);
             }
-            if (r) return op_type::complete(s->op, nullptr, true);
+            if (r) return s->op->complete(detail::via::dispatch, std::exception_ptr(), true);
             std::int64_t ms = -1;
             if (s->deadline) {
               const auto left = *s->deadline - std::chrono::steady_clock::now();
-              if (left <= left.zero()) return op_type::complete(s->op, nullptr, false);
+              if (left <= left.zero()) return s->op->complete(detail::via::dispatch, std::exception_ptr(), false);
               ms = detail::timeout_ms(left);
             }
             const auto wait = detail::next_wait_id();
-            s->op->on_cancel(s->ref, 0, wait);
+            s->op->on_cancel(detail::withdraw(s->ref, 0, wait));
             detail::async_wait_request(s->ref, detail::sync_op::cond_wait,
                                        detail::sync_payload_as(s->thread, wait, ms, s->cond),
                                        [s](std::exception_ptr e, detail::wait_reply rep) {
                                          if (!e && rep.tag == detail::wait_tag::cancelled) e = detail::aborted();
-                                         if (e) return op_type::complete(s->op, e, false);
-                                         asio::dispatch(s->op->work.get_executor(), [s] { step(s); });
+                                         if (e) return s->op->complete(detail::via::dispatch, std::move(e), false);
+                                         asio::dispatch(s->op->get_executor(), [s] { step(s); });
                                        });
           }
         };
-        auto s = std::make_shared<step_state>(step_state{std::make_shared<op_type>(std::move(handler)), std::move(pred),
+        auto s = std::make_shared<step_state>(step_state{detail::make_broker_op(std::move(handler)), std::move(pred),
                                                          ref, cond, thread, deadline});
-        asio::dispatch(s->op->work.get_executor(), [s] { step_state::step(s); });
+        asio::dispatch(s->op->get_executor(), [s] { step_state::step(s); });
       },
       token, std::move(pred));
 }

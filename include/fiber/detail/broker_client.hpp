@@ -4,6 +4,8 @@
 /// The client side of a broker: take and give items, cancel a waiting
 /// request, and the glue that completes Asio handlers with the outcome.
 
+#include <fiber/detail/async_op.hpp>
+#include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/broker_wire.hpp>
 #include <fiber/detail/runtime.hpp>
 #include <fiber/error.hpp>
@@ -15,7 +17,6 @@
 #include <asio/cancellation_type.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/error.hpp>
-#include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -28,7 +29,6 @@
 #include <deque>
 #include <exception>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -232,42 +232,18 @@ inline void probe_readable(const broker_ref& r, std::uint8_t end, std::function<
                               });
 }
 
-/// Run `start(callback)` and wait on the calling thread for the callback.
-/// Blocking on the runtime thread would deadlock it: that is a logic_error.
-/// The callback hands its exception over by move and the caller takes it out
-/// under the same mutex, so the caller's thread always drops the last
-/// reference to the exception object (a std::promise's shared state may be
-/// released last by the runtime thread, which ThreadSanitizer reports as a
-/// race with the caller's what(): libstdc++'s exception refcount is not
-/// instrumented).
+/// Run `start(callback)` and wait on the calling thread for the callback's
+/// outcome (a blocking_result: the exception moved to this thread). Blocking
+/// on the runtime thread would deadlock it: that is a logic_error.
 template <class R, class Start>
 R wait_on_runtime(const char* what, Start&& start) {
   if (runtime::instance().on_runtime_thread())
     throw std::logic_error(std::string(what) +
                            ": blocking call on fiber's runtime thread (e.g. in a completion handler); "
                            "use the async_ form there");
-  struct slot {
-    std::mutex m;
-    std::condition_variable cv;
-    bool done = false;
-    std::exception_ptr e;
-    std::optional<R> v;
-  };
-  auto s = std::make_shared<slot>();
-  start([s](std::exception_ptr e, R v) {
-    std::lock_guard lk(s->m);
-    if (e) s->e = std::move(e);
-    else s->v.emplace(std::move(v));
-    s->done = true;
-    s->cv.notify_one();
-  });
-  std::unique_lock lk(s->m);
-  s->cv.wait(lk, [&] { return s->done; });
-  if (auto e = std::exchange(s->e, nullptr)) {
-    lk.unlock();
-    std::rethrow_exception(std::move(e));
-  }
-  return std::move(*s->v);
+  auto s = std::make_shared<blocking_result<R>>();
+  start([s](std::exception_ptr e, R v) { s->set(std::move(e), std::move(v)); });
+  return s->take();
 }
 
 /// A control request (attach/detach/transfer): waited for off the runtime
@@ -280,11 +256,10 @@ inline void control(const broker_ref& r, std::uint32_t op, std::uint8_t end, std
   w.write(token);
   auto& rt = runtime::instance();
   if (rt.on_runtime_thread()) return rt.request(r.url, r.id, op, w.release(), [](std::exception_ptr, auto) {});
-  auto pr = std::make_shared<std::promise<void>>();
-  auto fut = pr->get_future();
-  rt.request(r.url, r.id, op, w.release(), [pr](std::exception_ptr, auto) { pr->set_value(); });
+  auto answered = std::make_shared<blocking_result<>>();
+  rt.request(r.url, r.id, op, w.release(), [answered](std::exception_ptr, auto) { answered->set(nullptr); });
   // Bounded: a runtime already stopped (static destruction) must not hang us.
-  if (fut.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
+  if (!answered->wait_for(std::chrono::seconds(10)))
     log(log_level::warning, "fiber: no answer from the broker at ", r.url, " (pipe bookkeeping skipped)");
 }
 
@@ -292,49 +267,27 @@ inline std::exception_ptr aborted() {
   return std::make_exception_ptr(std::system_error(asio::error::make_error_code(asio::error::operation_aborted)));
 }
 
-/// State of one async operation: the handler, work on its executor, and its
-/// cancellation slot (cleared on that executor just before the handler runs).
+/// An operation on a broker: an async_op whose handler runs, by default,
+/// on fiber's runtime executor. Shared by the reply callback that completes it.
 template <class Handler>
-struct async_op {
-  using executor_type = asio::associated_executor_t<Handler, asio::any_io_executor>;
-  using slot_type = asio::associated_cancellation_slot_t<Handler>;
+auto make_broker_op(Handler&& handler) {
+  return std::make_shared<async_op<std::decay_t<Handler>>>(std::forward<Handler>(handler),
+                                                          runtime::instance().executor());
+}
 
-  explicit async_op(Handler&& h)
-      : handler(std::move(h)),
-        work(asio::make_work_guard(asio::get_associated_executor(handler, runtime::instance().executor()))),
-        slot(asio::get_associated_cancellation_slot(handler)) {}
-
-  /// Cancellation (any type) asks the broker to withdraw the request.
-  void on_cancel(broker_ref r, std::uint8_t end, std::uint64_t wait) {
-    if (slot.is_connected())
-      slot.assign([r = std::move(r), end, wait](asio::cancellation_type) { send_cancel(r, end, wait); });
-  }
-
-  /// Run the handler with `args` on its associated executor.
-  template <class... Args>
-  static void complete(std::shared_ptr<async_op> self, Args... args) {
-    auto ex = self->work.get_executor();
-    asio::dispatch(ex, [self = std::move(self), args = std::make_tuple(std::move(args)...)]() mutable {
-      if (self->slot.is_connected()) self->slot.clear();
-      auto h = std::move(self->handler);
-      self->work.reset();
-      std::apply([&](auto&&... a) { std::move(h)(std::move(a)...); }, std::move(args));
-    });
-  }
-
-  Handler handler;
-  asio::executor_work_guard<executor_type> work;
-  slot_type slot;
-};
+/// The cancellation action of a waiting request: withdraw it at the broker.
+inline auto withdraw(broker_ref r, std::uint8_t end, std::uint64_t wait) {
+  return [r = std::move(r), end, wait](asio::cancellation_type) { send_cancel(r, end, wait); };
+}
 
 /// Take one item and complete `handler(std::exception_ptr, T)`: the item, or
 /// serialization_error (bytes not a T: the item is dropped), eof_error,
 /// worker_lost, fiber::error, or operation_aborted when cancelled while waiting.
 template <class T, class Handler>
 void start_async_take(const broker_ref& r, std::uint8_t end, Handler&& handler) {
-  auto op = std::make_shared<async_op<std::decay_t<Handler>>>(std::move(handler));
+  auto op = make_broker_op(std::move(handler));
   auto wait = next_wait_id();
-  op->on_cancel(r, end, wait);
+  op->on_cancel(withdraw(r, end, wait));
   async_take(r, end, wait, -1, [op](std::exception_ptr e, take_reply rep) {
     T v{};
     if (!e) {
@@ -348,7 +301,7 @@ void start_async_take(const broker_ref& r, std::uint8_t end, Handler&& handler) 
         e = aborted();
       }
     }
-    async_op<std::decay_t<Handler>>::complete(op, e, std::move(v));
+    op->complete(via::dispatch, std::move(e), std::move(v));
   });
 }
 
@@ -358,12 +311,12 @@ void start_async_take(const broker_ref& r, std::uint8_t end, Handler&& handler) 
 template <class Handler>
 void start_async_give(const broker_ref& r, std::uint8_t end, std::uint64_t wait, std::vector<std::byte> payload,
                       Handler&& handler, std::function<void()> settled = {}) {
-  auto op = std::make_shared<async_op<std::decay_t<Handler>>>(std::move(handler));
-  op->on_cancel(r, end, wait);
+  auto op = make_broker_op(std::move(handler));
+  op->on_cancel(withdraw(r, end, wait));
   async_give(r, std::move(payload), [op, settled = std::move(settled)](std::exception_ptr e, give_tag t) {
     if (!e && t != give_tag::stored) e = aborted();
     if (settled) settled();
-    async_op<std::decay_t<Handler>>::complete(op, e);
+    op->complete(via::dispatch, std::move(e));
   });
 }
 

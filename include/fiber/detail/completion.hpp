@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/completion.hpp
-/// A type-erased, move-only completion handler with Asio's outstanding-work
-/// tracking: how the transport stores and completes its users' handlers.
+/// How the transport stores and completes its users' handlers: a type-erased
+/// async_op, and the glue of handles to their shared state.
+
+#include <fiber/detail/async_op.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_cancellation_slot.hpp>
@@ -22,60 +24,35 @@
 
 namespace fiber::detail {
 
-/// How a stored handler is completed: `dispatch` when we are running on the
-/// stream's executor after an nng completion hopped there; `post` from an
-/// initiating function or close() (never call user code inline from those).
-enum class via { dispatch, post };
-
-/// A type-erased, move-only completion handler plus the outstanding work
-/// that keeps both the I/O executor and the handler's executor alive while
-/// the operation is pending.
+/// A type-erased, move-only completion handler (an async_op) plus outstanding
+/// work on the I/O executor, which keeps both executors alive while the
+/// operation is pending.
 template <class... Args>
 class completion {
-  struct base {
-    virtual ~base() = default;
-    virtual void invoke(via v, Args&&... args) = 0;
-  };
-  template <class Handler>
-  struct model final : base {
-    using hex_t = asio::associated_executor_t<Handler, asio::any_io_executor>;
-    using work_t =
-        std::decay_t<decltype(asio::prefer(std::declval<const hex_t&>(), asio::execution::outstanding_work.tracked))>;
-    model(Handler&& h, const asio::any_io_executor& io)
-        : io_work(asio::prefer(io, asio::execution::outstanding_work.tracked)),
-          work(asio::prefer(asio::get_associated_executor(h, io), asio::execution::outstanding_work.tracked)),
-          handler(std::move(h)) {}
-    void invoke(via v, Args&&... args) override {
-      auto io = std::move(io_work); // released once the handler is queued/run
-      auto ex = std::move(work);
-      auto f = [h = std::move(handler), ... a = std::move(args)]() mutable { std::move(h)(std::move(a)...); };
-      if (v == via::post) asio::post(ex, std::move(f));
-      else asio::dispatch(ex, std::move(f));
-    }
-    asio::any_io_executor io_work;
-    work_t work;
-    Handler handler;
-  };
-
 public:
   completion() = default;
   template <class Handler>
   completion(Handler&& h, const asio::any_io_executor& io)
-      : slot_(asio::get_associated_cancellation_slot(h)),
-        p_(std::make_unique<model<std::decay_t<Handler>>>(std::move(h), io)) {}
+      : io_work_(asio::prefer(io, asio::execution::outstanding_work.tracked)) {
+    async_op<std::decay_t<Handler>> op(std::forward<Handler>(h), io);
+    slot_ = op.slot();
+    f_ = [op = std::move(op)](via v, Args... a) mutable { op.complete(v, std::move(a)...); };
+  }
 
-  explicit operator bool() const noexcept { return p_ != nullptr; }
+  explicit operator bool() const noexcept { return static_cast<bool>(f_); }
+  /// The handler's cancellation slot; cleared just before the handler runs.
   asio::cancellation_slot& slot() noexcept { return slot_; }
 
   void operator()(via v, Args... args) {
-    if (slot_.is_connected()) slot_.clear(); // the op is over: drop its canceller
-    auto p = std::move(p_);
-    p->invoke(v, std::move(args)...);
+    auto io = std::move(io_work_); // released once the handler is queued/run
+    auto f = std::move(f_);
+    f(v, std::move(args)...);
   }
 
 private:
+  asio::any_io_executor io_work_;
   asio::cancellation_slot slot_;
-  std::unique_ptr<base> p_;
+  unique_function<void(via, Args...)> f_;
 };
 
 /// Completes a handler with an error when there is no object to run on

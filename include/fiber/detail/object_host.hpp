@@ -107,7 +107,7 @@ private:
     } catch (const error& x) { // no thread to run it
       objects_.erase(object_id);
       release();
-      reply(link_, call_id, wire_status::error, failure_payload(x.what()));
+      reply(link_, call_id, status_of(x), failure_payload(x.what()));
     }
   }
 
@@ -144,7 +144,7 @@ private:
     try {
       post_call(h, *m, std::move(msg));
     } catch (const error& x) { // no thread to run it
-      reply(link_, call_id, wire_status::error, failure_payload(x.what()));
+      reply(link_, call_id, status_of(x), failure_payload(x.what()));
     }
   }
 

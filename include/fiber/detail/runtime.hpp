@@ -12,6 +12,7 @@
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/detail/accept_loop.hpp>
+#include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/build_id.hpp>
 #include <fiber/detail/dir_watch.hpp>
 #include <fiber/detail/frame_limit.hpp>
@@ -54,7 +55,6 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,10 +63,12 @@
 #include <string>
 #include <sys/stat.h>
 #include <thread>
+#include <type_traits>
 #include <typeindex>
 #include <unistd.h>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace fiber::detail {
@@ -101,10 +103,22 @@ public:
   template <class F>
   auto sync(F&& f) -> decltype(f()) {
     if (on_runtime_thread()) return f();
-    std::packaged_task<decltype(f())()> task(std::forward<F>(f));
-    auto fut = task.get_future();
-    asio::post(ctx_, [&task] { task(); });
-    return fut.get();
+    using R = decltype(f());
+    blocking_result<std::conditional_t<std::is_void_v<R>, std::monostate, R>> out;
+    asio::post(ctx_, [&] {
+      try {
+        if constexpr (std::is_void_v<R>) {
+          f();
+          out.set_value({});
+        } else {
+          out.set_value(f());
+        }
+      } catch (...) {
+        out.set_exception(std::current_exception());
+      }
+    });
+    if constexpr (std::is_void_v<R>) out.take();
+    else return out.take();
   }
 
   void stop() {
@@ -716,7 +730,8 @@ private:
     try {
       svc->handle(peer, req.op, req.payload, reply);
     } catch (...) {
-      reply(wire_status::remote_error, current_exception_payload());
+      auto [status, payload] = current_failure();
+      reply(status, std::move(payload));
     }
   }
 

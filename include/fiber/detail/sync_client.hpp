@@ -100,10 +100,9 @@ inline wait_reply wait_request(const char* what, const broker_ref& r, std::uint3
 template <class Handler, class Finish>
 void start_async_wait(const broker_ref& r, std::uint32_t op, std::uint64_t wait, std::vector<std::byte> payload,
                       Handler&& handler, Finish finish, std::int64_t bound = -1) {
-  using op_type = async_op<std::decay_t<Handler>>;
   using results = std::invoke_result_t<Finish&, const wait_reply&>;
-  auto o = std::make_shared<op_type>(std::move(handler));
-  o->on_cancel(r, 0, wait);
+  auto o = make_broker_op(std::move(handler));
+  o->on_cancel(withdraw(r, 0, wait));
   async_wait_request(
       r, op, std::move(payload),
       [o, finish = std::move(finish)](std::exception_ptr e, wait_reply rep) {
@@ -116,7 +115,7 @@ void start_async_wait(const broker_ref& r, std::uint32_t op, std::uint64_t wait,
             e = std::current_exception();
           }
         }
-        std::apply([&](auto&... a) { op_type::complete(o, e, std::move(a)...); }, res);
+        std::apply([&](auto&... a) { o->complete(via::dispatch, std::move(e), std::move(a)...); }, res);
       },
       bound);
 }

@@ -9,6 +9,7 @@
 /// process at once (std::_Exit: nothing of the user's must outlive it).
 
 #include <fiber/backend/detail/net_address.hpp>
+#include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/libcrypto_loader.hpp>
 #include <fiber/detail/libssl_loader.hpp>
 #include <fiber/detail/log_writer.hpp>
@@ -20,7 +21,6 @@
 #include <ctime>
 #include <deque>
 #include <fstream>
-#include <future>
 #include <iostream>
 #include <mutex>
 #include <sys/prctl.h>
@@ -195,10 +195,10 @@ inline std::string own_listen_base(const std::string& master_url) {
 /// until it is written.
 inline void run_tasks(const std::weak_ptr<peer_link>& weak, const direct_writer& direct,
                       const std::vector<chunk_view>& chunks) {
-  static std::future<void> previous; // main thread only
+  static std::shared_ptr<blocking_result<>> previous; // main thread only
   for (auto& c : chunks) {
-    if (previous.valid()) previous.wait();
-    previous = {};
+    if (previous) previous->wait();
+    previous = nullptr;
     // The frame is its head and the results as they are (no copy).
     auto r = run_chunk(c);
     auto head = results_frame_head(r.chunk_id, r.results.size());
@@ -207,12 +207,12 @@ inline void run_tasks(const std::weak_ptr<peer_link>& weak, const direct_writer&
       continue;
     }
     auto results = share_recycled(std::move(r.results));
-    auto sent = std::make_shared<std::promise<void>>();
-    previous = sent->get_future();
+    auto sent = std::make_shared<blocking_result<>>();
+    previous = sent;
     asio::post(runtime::instance().executor(), [weak, sent, head = std::move(head), results]() mutable {
       if (auto l = weak.lock())
-        l->send(std::move(head), shared_bytes{results, *results}, [sent] { sent->set_value(); });
-      else sent->set_value();
+        l->send(std::move(head), shared_bytes{results, *results}, [sent] { sent->set(nullptr); });
+      else sent->set(nullptr);
     });
   }
 }
@@ -384,7 +384,7 @@ private:
   // runs before their destructors, which would tear the runtime down under
   // its own threads (nng callbacks, the runtime thread): flush and leave at once.
   ::on_exit([](int status, void*) { worker_finish(status); }, nullptr);
-  std::promise<void> connected;
+  blocking_result<> connected;
   asio::post(rt.executor(), [&] {
     rt.connect(url, role::worker, id,
                [&](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string> cfg) {
@@ -415,10 +415,10 @@ private:
                             log(log_level::info, "master link lost (", reason, "): exiting");
                             worker_exit(exit_master_lost);
                           });
-                 connected.set_value();
+                 connected.set(nullptr);
                });
   });
-  connected.get_future().wait();
+  connected.wait();
   main.run();
 }
 

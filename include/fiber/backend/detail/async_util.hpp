@@ -1,18 +1,13 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file backend/detail/async_util.hpp
-/// Small pieces the HTTP-driven backends share: a move-only std::function
-/// (Asio 1.22 has no any_completion_handler) and the glue that turns an Asio
-/// completion handler into one, completing on the handler's own executor;
-/// the text of an exception_ptr and the HTTP status of an API error in one;
-/// capped exponential back-off with jitter; a call whose exception is logged
-/// and skipped (odd API documents).
+/// Small pieces the HTTP-driven backends share: the text of an exception_ptr
+/// and the HTTP status of an API error in one; capped exponential back-off
+/// with jitter; a call whose exception is logged and skipped (odd API
+/// documents). Their completions are detail/async_op.hpp's.
 
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/post.hpp>
-
+#include <fiber/detail/async_op.hpp>
+#include <fiber/detail/unique_function.hpp>
 #include <fiber/log.hpp>
 
 #include <algorithm>
@@ -27,54 +22,6 @@
 #include <utility>
 
 namespace fiber::detail {
-
-template <class Signature>
-class unique_function;
-
-/// std::function for move-only callables (completion handlers, lambdas that
-/// own a handler). Empty when default-constructed or moved from.
-template <class R, class... A>
-class unique_function<R(A...)> {
-  struct base {
-    virtual ~base() = default;
-    virtual R call(A&&... a) = 0;
-  };
-  template <class F>
-  struct holder final : base {
-    F f;
-    explicit holder(F&& x) : f(std::move(x)) {}
-    R call(A&&... a) override { return f(std::forward<A>(a)...); }
-  };
-  std::unique_ptr<base> p_;
-
-public:
-  unique_function() = default;
-  unique_function(std::nullptr_t) noexcept {}
-  template <class F>
-    requires(!std::is_same_v<std::decay_t<F>, unique_function> && std::is_invocable_r_v<R, std::decay_t<F>&, A...>)
-  unique_function(F&& f) : p_(std::make_unique<holder<std::decay_t<F>>>(std::decay_t<F>(std::forward<F>(f)))) {}
-  unique_function(unique_function&&) noexcept = default;
-  unique_function& operator=(unique_function&&) noexcept = default;
-
-  explicit operator bool() const noexcept { return p_ != nullptr; }
-  R operator()(A... a) { return p_->call(std::forward<A>(a)...); }
-};
-
-/// Wraps an Asio completion handler: calling the result posts `handler(args...)`
-/// to the handler's associated executor (default `io_ex`), and keeps that
-/// executor's work counted until then (as Asio's own operations do). Call it
-/// at most once.
-template <class... Args, class Handler, class IoExecutor>
-unique_function<void(Args...)> bind_completion(Handler&& handler, const IoExecutor& io_ex) {
-  auto work = asio::make_work_guard(asio::get_associated_executor(handler, io_ex));
-  return [h = std::forward<Handler>(handler), work = std::move(work)](Args... args) mutable {
-    auto ex = work.get_executor();
-    asio::post(ex, [h = std::move(h), t = std::make_tuple(std::move(args)...)]() mutable {
-      std::apply([&](auto&&... a) { std::move(h)(std::move(a)...); }, std::move(t));
-    });
-    work.reset();
-  };
-}
 
 /// The message of the exception `e` holds, or `fallback` when `e` is null or
 /// holds something that is not a std::exception.
