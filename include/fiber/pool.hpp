@@ -14,6 +14,7 @@
 #include <fiber/detail/imap_range.hpp>
 #include <fiber/detail/pool_call.hpp>
 #include <fiber/detail/pool_core.hpp>
+#include <fiber/detail/runtime_host.hpp>
 #include <fiber/init.hpp>
 #include <fiber/target.hpp>
 
@@ -377,7 +378,7 @@ private:
       core_ = std::make_shared<detail::pool_core>(detail::pool_settings{opt_.name, opt_.processes, opt_.max_retries,
                                                                         opt_.prefetch, opt_.resources,
                                                                         opt_.maxtasksperchild, std::move(initializer)},
-                                                  launcher);
+                                                  launcher, detail::runtime_host::instance());
       core_->start();
     });
     processes_ = opt_.processes;

@@ -4,8 +4,7 @@
 /// Waiting for a link to end after its job's end was reported: the backend's
 /// report can overtake the job's last frames.
 
-#include <fiber/detail/runtime.hpp>
-
+#include <asio/any_io_executor.hpp>
 #include <asio/steady_timer.hpp>
 
 #include <chrono>
@@ -22,10 +21,11 @@ namespace fiber::detail {
 /// ends, e.g. a cut-off node).
 inline constexpr std::chrono::seconds link_drain_limit{2};
 
-/// Runs `expired` on the runtime thread after link_drain_limit, unless the
-/// returned timer is cancelled or destroyed first. Runtime thread.
-inline std::unique_ptr<asio::steady_timer> start_link_drain(std::function<void()> expired) {
-  auto t = std::make_unique<asio::steady_timer>(runtime::instance().executor(), link_drain_limit);
+/// Runs `expired` on `ex` after link_drain_limit, unless the returned timer
+/// is cancelled or destroyed first. On `ex` (the runtime thread).
+inline std::unique_ptr<asio::steady_timer> start_link_drain(const asio::any_io_executor& ex,
+                                                            std::function<void()> expired) {
+  auto t = std::make_unique<asio::steady_timer>(ex, link_drain_limit);
   t->async_wait([expired = std::move(expired)](std::error_code ec) {
     if (!ec) expired();
   });

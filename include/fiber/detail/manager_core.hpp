@@ -8,6 +8,7 @@
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/object_wire.hpp>
 #include <fiber/detail/peer_link.hpp>
+#include <fiber/detail/runtime_host.hpp>
 #include <fiber/detail/protocol.hpp>
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/service.hpp>
@@ -56,7 +57,7 @@ public:
 
   /// Launch the processes; throws backend_error.
   void start() {
-    sup_ = std::make_shared<supervisor>(launcher_, "fiber::RemoteManager " + s_.name, "manager processes",
+    sup_ = std::make_shared<supervisor>(runtime_host::instance(), launcher_, "fiber::RemoteManager " + s_.name, "manager processes",
                                         supervisor::forward_to(shared_from_this()));
     grow();
   }
@@ -160,7 +161,7 @@ private:
   friend class supervisor; // supervisor::forward_to calls on_connect, on_exit, on_refused
   struct proc {
     std::string name;
-    std::shared_ptr<peer_link> link;
+    std::shared_ptr<worker_link> link;
     std::vector<std::vector<std::byte>> queued; // frames sent before it connected
     std::size_t objects = 0;
     bool dead = false;   // lost: takes no new objects
@@ -199,7 +200,7 @@ private:
 
   void on_refused(const std::string& reason) { fail_fatal(std::make_exception_ptr(handshake_error(reason)), reason); }
 
-  void on_connect(std::uint64_t wid, std::shared_ptr<peer_link> l) {
+  void on_connect(std::uint64_t wid, std::shared_ptr<worker_link> l) {
     auto it = procs_.find(wid);
     if (it == procs_.end()) return l->send(frame(frame_kind::shutdown));
     auto& p = it->second;

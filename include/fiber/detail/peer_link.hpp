@@ -10,6 +10,7 @@
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/handshake_session.hpp>
 #include <fiber/detail/stream.hpp>
+#include <fiber/detail/worker_link.hpp>
 #include <fiber/log.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -31,19 +32,13 @@
 
 namespace fiber::detail {
 
-using clock = std::chrono::steady_clock;
-
 /// An authenticated connection. Runtime thread only. Sends are queued by the
 /// transport (and coalesced into one write while one is in flight); receives
 /// loop until close. A peer from which no byte arrived for
 /// heartbeat_timeout_ms is closed: a long frame still arriving keeps it alive.
 /// A frame over the link's limit is dropped (logged); the link stays.
-class peer_link : public std::enable_shared_from_this<peer_link> {
+class peer_link final : public worker_link, public std::enable_shared_from_this<peer_link> {
 public:
-  /// (kind, body, frame): `body` lies in `frame`, which the handler may move
-  /// out to keep the bytes without a copy (a vector's move keeps its buffer).
-  using message_handler = std::function<void(frame_kind, std::span<const std::byte>, message&)>;
-  using close_handler = std::function<void(const std::string& reason)>;
 
   peer_link(stream s, peer_identity peer)
       : stream_(std::move(s)), timer_(stream_.get_executor()), peer_(std::move(peer)) {
@@ -51,7 +46,7 @@ public:
     id_ = next++;
   }
 
-  void start(message_handler on_message, close_handler on_close) {
+  void start(message_handler on_message, close_handler on_close) override {
     on_message_ = std::move(on_message);
     on_close_ = std::move(on_close);
     interval_ = std::chrono::milliseconds(config_int("heartbeat_interval_ms"));
@@ -68,7 +63,7 @@ public:
     send(std::move(f), shared_bytes{}, std::move(on_sent));
   }
   /// The frame `f` followed by `tail` (not copied).
-  void send(std::vector<std::byte> f, shared_bytes tail, std::function<void()> on_sent = {}) {
+  void send(std::vector<std::byte> f, shared_bytes tail, std::function<void()> on_sent = {}) override {
     if (closed_) {
       if (on_sent) on_sent();
       return;
@@ -84,7 +79,7 @@ public:
   }
 
   /// Idempotent. The close handler runs once, after this returns.
-  void close(const std::string& reason) {
+  void close(const std::string& reason) override {
     if (closed_) return;
     closed_ = true;
     timer_.cancel();
@@ -93,7 +88,7 @@ public:
     on_message_ = nullptr;
   }
 
-  bool closed() const noexcept { return closed_; }
+  bool closed() const noexcept override { return closed_; }
 
   /// Lends the link's read side to a thread that blocks on it (a worker's
   /// main thread waiting for work; see transport's lent_reader). `granted`
@@ -116,7 +111,7 @@ public:
   direct_writer direct() const noexcept { return stream_.direct(); }
   /// The largest frame this link sends or accepts, in bytes.
   std::size_t max_message_size() const noexcept { return stream_.max_message_size(); }
-  const peer_identity& peer() const noexcept { return peer_; }
+  const peer_identity& peer() const noexcept override { return peer_; }
   std::uint64_t id() const noexcept { return id_; }
   asio::any_io_executor get_executor() { return stream_.get_executor(); }
 

@@ -10,11 +10,13 @@
 /// delivered exactly once whatever dies, hangs or resumes.
 /// Follows Uber's Fiber (arXiv 2003.11164, section 3.3, "Error handling").
 
+#include <fiber/detail/buffer_cache.hpp>
 #include <fiber/detail/call_sync.hpp>
 #include <fiber/detail/link_drain.hpp>
 #include <fiber/detail/pool_wire.hpp>
-#include <fiber/detail/runtime.hpp>
+#include <fiber/detail/stream_core.hpp>
 #include <fiber/detail/supervisor.hpp>
+#include <fiber/detail/worker_host.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -57,13 +59,18 @@ struct pool_settings {
   std::optional<run_msg> initializer; ///< run by every worker before its first task
 };
 
+/// The scheduler of one Pool. On its host's executor (the runtime thread)
+/// unless a member says otherwise; create with std::make_shared.
 class pool_core : public std::enable_shared_from_this<pool_core> {
 public:
-  pool_core(pool_settings s, std::shared_ptr<backend::launcher> l) : s_(std::move(s)), launcher_(std::move(l)) {}
+  /// Workers of `host` (which outlives it: runtime_host::instance(), or a
+  /// test's fake) started on launcher `l`.
+  pool_core(pool_settings s, std::shared_ptr<backend::launcher> l, worker_host& host)
+      : s_(std::move(s)), launcher_(std::move(l)), host_(host) {}
 
   /// Runtime thread. Launch the initial workers; throws backend_error.
   void start() {
-    sup_ = std::make_shared<supervisor>(launcher_, "fiber::Pool " + s_.name, "workers",
+    sup_ = std::make_shared<supervisor>(host_, launcher_, "fiber::Pool " + s_.name, "workers",
                                         supervisor::forward_to(shared_from_this()));
     grow();
   }
@@ -252,7 +259,7 @@ private:
   }
   struct worker_rec {
     std::string name;
-    std::shared_ptr<peer_link> link;
+    std::shared_ptr<worker_link> link;
     std::set<std::uint64_t> held;
     double service_s = 0; // moving average of its chunks' run time (0: none seen yet)
     clock::time_point last_result{};
@@ -353,7 +360,7 @@ private:
 
   void arm_stagger() {
     if (stagger_timer_) return;
-    stagger_timer_ = std::make_unique<asio::steady_timer>(runtime::instance().executor(), stagger);
+    stagger_timer_ = std::make_unique<asio::steady_timer>(host_.executor(), stagger);
     std::weak_ptr<pool_core> weak = shared_from_this();
     stagger_timer_->async_wait([weak](std::error_code ec) {
       auto s = weak.lock();
@@ -404,7 +411,7 @@ private:
 
   void on_refused(const std::string& reason) { fail_all(std::make_exception_ptr(handshake_error(reason))); }
 
-  void on_connect(std::uint64_t id, std::shared_ptr<peer_link> l) {
+  void on_connect(std::uint64_t id, std::shared_ptr<worker_link> l) {
     auto it = workers_.find(id);
     if (it == workers_.end()) return l->send(frame(frame_kind::shutdown));
     auto& w = it->second;
@@ -571,7 +578,7 @@ private:
       // end: wait for the job's end, at most link_drain_limit.
       if (!terminated_ && would_fail(w, id)) {
         w.lost_reason = reason;
-        w.exit_wait = start_link_drain([weak = std::weak_ptr<pool_core>(shared_from_this()), id] {
+        w.exit_wait = start_link_drain(host_.executor(), [weak = std::weak_ptr<pool_core>(shared_from_this()), id] {
           if (auto s = weak.lock()) s->give_up_exit_wait(id);
         });
         return dispatch();
@@ -600,7 +607,7 @@ private:
     // unread (see start_link_drain): read the link to its end before the
     // chunks are charged, or a finished task is charged with that crash.
     if (w.link && !w.link->closed() && !w.held.empty() && !terminated_ && !w.drain_timer) {
-      w.drain_timer = start_link_drain([weak = std::weak_ptr<pool_core>(shared_from_this()), id] {
+      w.drain_timer = start_link_drain(host_.executor(), [weak = std::weak_ptr<pool_core>(shared_from_this()), id] {
         if (auto s = weak.lock()) s->end_job(id);
       });
       return;
@@ -752,6 +759,7 @@ private:
 
   pool_settings s_;
   std::shared_ptr<backend::launcher> launcher_;
+  worker_host& host_;
   std::shared_ptr<supervisor> sup_;
   std::map<std::uint64_t, worker_rec> workers_;
   std::unordered_map<std::uint64_t, chunk_rec> chunks_;

@@ -10,6 +10,7 @@
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/pool_wire.hpp>
 #include <fiber/detail/runtime.hpp>
+#include <fiber/detail/runtime_host.hpp>
 #include <fiber/detail/supervisor.hpp>
 #include <fiber/detail/worker.hpp>
 #include <fiber/log.hpp>
@@ -48,7 +49,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
   std::int64_t peer_pid = -1;
   std::uint64_t worker_id = 0;
   std::shared_ptr<supervisor> sup; // runtime thread only
-  std::shared_ptr<peer_link> link; // runtime thread only
+  std::shared_ptr<worker_link> link; // runtime thread only
   // Runtime thread only: the status the worker said it exits with, and a
   // "killed by signal" report held until the link ends (see on_exit).
   std::optional<std::int32_t> reported_exit;
@@ -78,7 +79,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
 
   /// Runtime thread: start the job through a supervisor of its own.
   void launch(std::shared_ptr<backend::launcher> l) {
-    sup = std::make_shared<supervisor>(std::move(l), "fiber::Process " + name, "processes",
+    sup = std::make_shared<supervisor>(runtime_host::instance(), std::move(l), "fiber::Process " + name, "processes",
                                        supervisor::forward_to(shared_from_this()));
     sup->reserve_fds(fds_per_worker, 1);
     worker_id = sup->launch({name}, res).at(0);
@@ -91,7 +92,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
     refused = reason;
   }
 
-  void on_connect(std::uint64_t, std::shared_ptr<detail::peer_link> l) {
+  void on_connect(std::uint64_t, std::shared_ptr<detail::worker_link> l) {
     link = l;
     {
       std::lock_guard lk(m);
@@ -131,7 +132,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
     // (every frame read) or for at most link_drain_limit.
     if (ex.how == backend::job_exit::kind::signalled && link && !link->closed() && !reported_exit) {
       held_exit = ex;
-      hold_timer = start_link_drain([weak = std::weak_ptr<process_state>(shared_from_this())] {
+      hold_timer = start_link_drain(runtime::instance().executor(), [weak = std::weak_ptr<process_state>(shared_from_this())] {
         auto self = weak.lock();
         if (self && self->held_exit && !self->ended) self->finish_exit(*self->held_exit);
       });

@@ -4,14 +4,12 @@
 /// One owner's job-backed workers from launch to end: launch (rolled back if
 /// it fails), the wait for each to connect back, the start timeout, and the
 /// budget of workers that end before they connect. Pool, RemoteManager and
-/// Process all start their workers through it.
+/// Process all start their workers through it, on a worker_host.
 
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/detail/fd_budget.hpp>
-#include <fiber/detail/peer_link.hpp>
-#include <fiber/detail/runtime.hpp>
-#include <fiber/detail/worker_spec.hpp>
+#include <fiber/detail/worker_host.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
 
@@ -30,14 +28,14 @@
 
 namespace fiber::detail {
 
-/// Runtime thread only. Create with std::make_shared (the runtime and the
-/// launcher hold weak references to it). Events go to the owner, which
+/// On its host's executor only. Create with std::make_shared (the host and
+/// the launcher hold weak references to it). Events go to the owner, which
 /// holds the supervisor; none runs after the supervisor is destroyed.
 class supervisor : public std::enable_shared_from_this<supervisor> {
 public:
   struct events {
     /// Worker `id` authenticated: its link, not started yet.
-    std::function<void(std::uint64_t id, std::shared_ptr<peer_link>)> connected;
+    std::function<void(std::uint64_t id, std::shared_ptr<worker_link>)> connected;
     /// Worker `id`'s job ended; called once for every launched worker.
     std::function<void(std::uint64_t id, const backend::job_exit&)> exited;
     /// Worker `id` runs another binary (refused at the handshake; its job ends too).
@@ -50,7 +48,7 @@ public:
   template <class Owner>
   static events forward_to(const std::shared_ptr<Owner>& owner) {
     std::weak_ptr<Owner> weak = owner;
-    return {[weak](std::uint64_t id, std::shared_ptr<peer_link> l) {
+    return {[weak](std::uint64_t id, std::shared_ptr<worker_link> l) {
               if (auto s = weak.lock()) s->on_connect(id, std::move(l));
               else l->send(frame(frame_kind::shutdown));
             },
@@ -62,10 +60,13 @@ public:
             }};
   }
 
-  /// `owner` names the owner in messages ("fiber::Pool pool-1"); `workers`
-  /// what its workers are called there ("workers", "manager processes").
-  supervisor(std::shared_ptr<backend::launcher> l, std::string owner, std::string workers, events ev)
-      : launcher_(std::move(l)), owner_(std::move(owner)), workers_noun_(std::move(workers)), ev_(std::move(ev)) {}
+  /// Workers of `host` (which outlives it) on launcher `l`. `owner` names the
+  /// owner in messages ("fiber::Pool pool-1"); `workers` what its workers are
+  /// called there ("workers", "manager processes").
+  supervisor(worker_host& host, std::shared_ptr<backend::launcher> l, std::string owner, std::string workers,
+             events ev)
+      : host_(host), launcher_(std::move(l)), owner_(std::move(owner)), workers_noun_(std::move(workers)),
+        ev_(std::move(ev)) {}
 
   supervisor(const supervisor&) = delete;
   supervisor& operator=(const supervisor&) = delete;
@@ -77,7 +78,7 @@ public:
   /// workers start (see reserve_fds), besides those of workers of this
   /// process that have not connected yet. Throws backend_error.
   void reserve_fds(std::size_t fds, std::size_t workers) const {
-    detail::reserve_fds(fds + runtime::instance().expected_workers() * fds_per_worker,
+    detail::reserve_fds(fds + host_.expected_workers() * fds_per_worker,
                         owner_ + " (" + std::string(launcher_->name()) + " backend" +
                             (workers == 1 ? std::string() : ", " + std::to_string(workers) + " " + workers_noun_) +
                             ")");
@@ -90,23 +91,22 @@ public:
   /// expected.
   std::vector<std::uint64_t> launch(const std::vector<std::string>& names, const fiber::resources& res) {
     check_config(); // a bad value set since fiber::init: before anything starts
-    auto& rt = runtime::instance();
     std::vector<backend::job_spec> specs;
     std::vector<backend::exit_handler> handlers;
     std::vector<std::uint64_t> ids;
     std::weak_ptr<supervisor> weak = shared_from_this();
     try {
       for (auto& name : names) {
-        auto id = rt.new_worker_id();
+        auto id = host_.new_worker_id();
         ids.push_back(id);
         workers_[id].name = name;
-        specs.push_back(worker_spec(*launcher_, id, name, res));
+        specs.push_back(host_.worker_spec(*launcher_, id, name, res));
         handlers.push_back([weak, id](const backend::job_exit& ex) {
           if (auto s = weak.lock()) s->on_exit(id, ex);
         });
-        rt.expect_worker(
+        host_.expect_worker(
             id,
-            [weak, id](std::shared_ptr<peer_link> l) {
+            [weak, id](std::shared_ptr<worker_link> l) {
               if (auto s = weak.lock()) s->on_connect(id, std::move(l));
               else l->send(frame(frame_kind::shutdown));
             },
@@ -118,7 +118,7 @@ public:
       for (std::size_t i = 0; i < ids.size(); ++i) workers_[ids[i]].job = jobs.at(i);
     } catch (...) {
       for (auto id : ids) {
-        rt.forget_worker(id);
+        host_.forget_worker(id);
         workers_.erase(id);
       }
       throw;
@@ -126,7 +126,7 @@ public:
     const auto timeout = std::chrono::seconds(config_int("start_timeout_s"));
     for (auto id : ids) {
       auto& w = workers_[id];
-      w.start_timer = std::make_unique<asio::steady_timer>(rt.executor(), timeout);
+      w.start_timer = std::make_unique<asio::steady_timer>(host_.executor(), timeout);
       w.start_timer->async_wait([weak, id](std::error_code ec) {
         auto s = weak.lock();
         if (ec || !s) return;
@@ -146,7 +146,7 @@ public:
   }
 
   /// Its OS pid: the backend's, else the one the worker reported.
-  std::int64_t pid(std::uint64_t id, const peer_link* link) const {
+  std::int64_t pid(std::uint64_t id, const worker_link* link) const {
     auto* j = job(id);
     return j && j->pid > 0 ? j->pid : link ? link->peer().pid : -1;
   }
@@ -163,9 +163,7 @@ public:
   /// Worker `id`'s link to this process closed: it ends itself (a worker
   /// whose master is gone or silent exits), which the liveness registry
   /// takes into account (runtime::when_dead).
-  void link_lost(std::uint64_t id, const std::string& reason) {
-    runtime::instance().workers_liveness().link_lost(id, reason);
-  }
+  void link_lost(std::uint64_t id, const std::string& reason) { host_.worker_link_lost(id, reason); }
 
   /// Worker `id` is being retired: if it ends before connecting, that is
   /// not a failed start.
@@ -196,22 +194,22 @@ private:
     std::unique_ptr<asio::steady_timer> start_timer;
   };
 
-  void on_connect(std::uint64_t id, std::shared_ptr<peer_link> l) {
+  void on_connect(std::uint64_t id, std::shared_ptr<worker_link> l) {
     auto it = workers_.find(id);
     if (it == workers_.end()) return l->send(frame(frame_kind::shutdown));
     it->second.start_timer.reset();
     it->second.connected = true;
     failed_starts_ = 0;
-    runtime::instance().workers_liveness().connected(id, {l->peer().host, l->peer().pid, l->peer().incarnation});
+    host_.worker_connected(id, l->peer());
     ev_.connected(id, std::move(l));
   }
 
   void on_exit(std::uint64_t id, const backend::job_exit& ex) {
     auto it = workers_.find(id);
     if (it == workers_.end()) return;
-    runtime::instance().forget_worker(id);
-    runtime::instance().workers_liveness().ended(id, "its job ended (exit code " + std::to_string(ex.exitcode()) +
-                                                         (ex.reason.empty() ? "" : ", " + ex.reason) + ")");
+    host_.forget_worker(id);
+    host_.worker_ended(id, "its job ended (exit code " + std::to_string(ex.exitcode()) +
+                               (ex.reason.empty() ? "" : ", " + ex.reason) + ")");
     auto& w = it->second;
     if (!w.connected && !w.end_expected && !closing_) {
       ++failed_starts_;
@@ -223,6 +221,7 @@ private:
     ev_.exited(id, ex);
   }
 
+  worker_host& host_;
   std::shared_ptr<backend::launcher> launcher_;
   std::string owner_, workers_noun_;
   events ev_;

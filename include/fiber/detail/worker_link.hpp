@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+/// @file detail/worker_link.hpp
+/// What an owner of workers (Pool, RemoteManager, Process) needs of a
+/// worker's link: framed sends, its frames, its end. peer_link is the real
+/// one; tests bring fakes (tests/test_pool_core.cpp).
+
+#include <fiber/detail/bytes.hpp>
+#include <fiber/detail/frame.hpp>
+#include <fiber/detail/handshake_session.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fiber::detail {
+
+using clock = std::chrono::steady_clock;
+
+/// A link to one worker. Used on its executor only (the runtime thread).
+class worker_link {
+public:
+  /// (kind, body, frame): `body` lies in `frame`, which the handler may move
+  /// out to keep the bytes without a copy (a vector's move keeps its buffer).
+  using message_handler = std::function<void(frame_kind, std::span<const std::byte>, message&)>;
+  using close_handler = std::function<void(const std::string& reason)>;
+
+  virtual ~worker_link() = default;
+
+  /// Starts reading: each frame to `on_message`, the end once to `on_close`.
+  virtual void start(message_handler on_message, close_handler on_close) = 0;
+  /// Queues frame `f` followed by `tail` (not copied); `on_sent` (optional)
+  /// runs once it is written or cannot be.
+  virtual void send(std::vector<std::byte> f, shared_bytes tail, std::function<void()> on_sent) = 0;
+  /// Closes (idempotent); the close handler runs once, after this returns.
+  virtual void close(const std::string& reason) = 0;
+  virtual bool closed() const noexcept = 0;
+  /// Who is at the other end, as its handshake said.
+  virtual const peer_identity& peer() const noexcept = 0;
+
+  /// Queues frame `f`.
+  void send(std::vector<std::byte> f) { send(std::move(f), shared_bytes{}, {}); }
+  /// Queues frame `f` followed by `tail`.
+  void send(std::vector<std::byte> f, shared_bytes tail) { send(std::move(f), std::move(tail), {}); }
+};
+
+} // namespace fiber::detail
