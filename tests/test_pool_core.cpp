@@ -99,7 +99,9 @@ struct fake_host final : d::worker_host {
   fiber::backend::job_spec worker_spec(fiber::backend::launcher&, std::uint64_t id, const std::string& name,
                                        const fiber::resources&) override {
     launched.push_back(id);
-    return {.name = name};
+    fiber::backend::job_spec s;
+    s.name = name;
+    return s;
   }
   void expect_worker(std::uint64_t id, connect_handler c, refuse_handler) override { expected[id] = std::move(c); }
   std::size_t expected_workers() const override { return expected.size(); }
@@ -135,7 +137,9 @@ struct fake_launcher final : fiber::backend::launcher {
                                           std::vector<fiber::backend::exit_handler> on_exit) override {
     std::vector<fiber::backend::job> jobs;
     for (std::size_t i = 0; i < specs.size(); ++i) {
-      jobs.push_back({.id = std::to_string(exits.size())});
+      fiber::backend::job j;
+      j.id = std::to_string(exits.size());
+      jobs.push_back(j);
       exits.push_back(std::move(on_exit[i]));
     }
     return jobs;
@@ -156,7 +160,6 @@ struct rig {
 
   explicit rig(d::pool_settings s) {
     s.name = "test";
-    job->target_id = 42;
     job->on_chunk = [this](std::uint64_t seq, std::uint32_t items, d::shared_bytes bytes) {
       ++deliveries;
       fiber::reader r(bytes.bytes);
@@ -182,7 +185,10 @@ struct rig {
 
   // Submits call item `seq`: one chunk of `values`.
   void submit(std::uint64_t seq, const std::vector<int>& values) {
-    d::chunk_input c{.seq = seq, .msg = {.count = std::uint32_t(values.size())}, .ends = {}};
+    d::chunk_input c;
+    c.seq = seq;
+    c.msg.target_id = 42;
+    c.msg.count = std::uint32_t(values.size());
     fiber::writer w;
     for (int v : values) {
       w.write(v);
@@ -203,13 +209,20 @@ struct rig {
     const auto index = std::size_t(std::find(host.launched.begin(), host.launched.end(), id) - host.launched.begin());
     auto h = std::move(launcher->exits.at(index));
     REQUIRE(h);
-    h(fiber::backend::job_exit{.code = code});
+    fiber::backend::job_exit ex;
+    ex.code = code;
+    h(ex);
     settle();
   }
 };
 
 d::pool_settings settings(unsigned processes, unsigned maxtasksperchild = 0) {
-  return {.processes = processes, .max_retries = 3, .prefetch = 2, .maxtasksperchild = maxtasksperchild};
+  d::pool_settings s;
+  s.processes = processes;
+  s.max_retries = 3;
+  s.prefetch = 2;
+  s.maxtasksperchild = maxtasksperchild;
+  return s;
 }
 
 } // namespace

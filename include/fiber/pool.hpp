@@ -7,33 +7,26 @@
 /// late take work as they arrive (dynamic scaling).
 
 #include <fiber/backend/from_env.hpp>
-#include <fiber/detail/take_once.hpp>
-#include <fiber/detail/async_op.hpp>
-#include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/api_checks.hpp>
 #include <fiber/detail/imap_range.hpp>
 #include <fiber/detail/pool_call.hpp>
 #include <fiber/detail/pool_core.hpp>
-#include <fiber/detail/runtime_host.hpp>
+#include <fiber/detail/take_once.hpp>
 #include <fiber/init.hpp>
 #include <fiber/target.hpp>
 
-#include <asio/async_result.hpp>
-#include <asio/associated_executor.hpp>
-
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <cstdio>
-#include <exception>
-#include <iterator>
-#include <map>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <ranges>
 #include <stdexcept>
-#include <thread>
-#include <unistd.h>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace fiber {
@@ -138,9 +131,7 @@ private:
 template <auto F, backend::policy Backend = backend::from_env>
 class Pool {
   using target = target_t<F>;
-  using traits = typename target::traits;
   using params = typename target::args_tuple;
-  static constexpr bool unary = traits::arity == 1;
 
 public:
   /// One task's result as map() etc. return it: the target's result type, std::monostate for a void target.
@@ -163,11 +154,7 @@ public:
     if constexpr (detail::check_target_args<I, IA...>()) {
       static_assert(detail::check_target<I>());
       writer w;
-      using init_params = typename target_t<I>::args_tuple;
-      [&]<std::size_t... K>(std::index_sequence<K...>) {
-        (detail::write_arg<std::tuple_element_t<K, init_params>>(w, std::forward<IA>(initargs)), ...);
-      }
-      (std::index_sequence_for<IA...>{});
+      detail::write_args<typename target_t<I>::args_tuple>(w, std::forward<IA>(initargs)...);
       start(detail::run_msg{target_t<I>::id, w.release()});
     }
   }
@@ -187,7 +174,7 @@ public:
   /// task message; 0: automatic (about four chunks per worker).
   template <class In>
   std::vector<result_type> map(In&& inputs, std::size_t chunksize = 0) {
-    if constexpr (detail::check_map_inputs<F, In>()) return detail::collect<R>(*submit_range<false>(inputs, chunksize));
+    if constexpr (detail::check_map_inputs<F, In>()) return detail::collect<R>(*call().map(inputs, chunksize));
     else return {};
   }
 
@@ -196,8 +183,7 @@ public:
   /// to its parameter (else a compile-time error naming the rule).
   template <class In>
   std::vector<result_type> starmap(In&& tuples, std::size_t chunksize = 0) {
-    if constexpr (detail::check_starmap_inputs<F, In>())
-      return detail::collect<R>(*submit_range<true>(tuples, chunksize));
+    if constexpr (detail::check_starmap_inputs<F, In>()) return detail::collect<R>(*call().starmap(tuples, chunksize));
     else return {};
   }
 
@@ -214,7 +200,7 @@ public:
   template <class... A>
   async_result<R> apply_async(A&&... args) {
     if constexpr (detail::check_target_args<F, A...>()) {
-      auto st = submit_one(std::forward<A>(args)...);
+      auto st = call().apply(std::forward<A>(args)...);
       return async_result<R>(st, [st] { return detail::take_one<R>(*st); });
     } else {
       return async_result<R>(nullptr, {});
@@ -224,14 +210,14 @@ public:
   /// map, returning at once with a handle whose get() gives the results.
   template <class In>
   async_result<std::vector<result_type>> map_async(In&& inputs, std::size_t chunksize = 0) {
-    if constexpr (detail::check_map_inputs<F, In>()) return handle(submit_range<false>(inputs, chunksize));
+    if constexpr (detail::check_map_inputs<F, In>()) return handle(call().map(inputs, chunksize));
     else return {nullptr, {}};
   }
 
   /// starmap, returning at once with a handle whose get() gives the results.
   template <class In>
   async_result<std::vector<result_type>> starmap_async(In&& tuples, std::size_t chunksize = 0) {
-    if constexpr (detail::check_starmap_inputs<F, In>()) return handle(submit_range<true>(tuples, chunksize));
+    if constexpr (detail::check_starmap_inputs<F, In>()) return handle(call().starmap(tuples, chunksize));
     else return {nullptr, {}};
   }
 
@@ -248,13 +234,15 @@ public:
   /// terminates the work: what was not computed then throws fiber::error.
   template <class In>
   auto imap(In&& inputs, std::size_t chunksize = 1) {
-    if constexpr (detail::check_map_inputs<F, In>()) return make_imap<true>(std::forward<In>(inputs), chunksize);
+    if constexpr (detail::check_map_inputs<F, In>())
+      return detail::make_imap<true>(call(), std::forward<In>(inputs), chunksize);
     else return std::vector<result_type>{}; // after the check's one error, keep the caller well-typed
   }
   /// Lazy results in completion order.
   template <class In>
   auto imap_unordered(In&& inputs, std::size_t chunksize = 1) {
-    if constexpr (detail::check_map_inputs<F, In>()) return make_imap<false>(std::forward<In>(inputs), chunksize);
+    if constexpr (detail::check_map_inputs<F, In>())
+      return detail::make_imap<false>(call(), std::forward<In>(inputs), chunksize);
     else return std::vector<result_type>{};
   }
 
@@ -279,11 +267,9 @@ public:
     auto&& token = std::get<sizeof...(A) - 1>(tup);
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       if constexpr (detail::check_target_args<F, std::tuple_element_t<I, std::tuple<A...>>...>()) {
-        auto st = submit_one(std::get<I>(tup)...);
-        return initiate<result_type>(std::forward<decltype(token)>(token), st,
-                                     [](auto& st) { return detail::take_one<R>(*st); });
+        return detail::async_take_one(std::forward<decltype(token)>(token), call().apply(std::get<I>(tup)...));
       } else { // after the check's one error, keep the caller well-typed
-        return misused<result_type>(token);
+        return detail::async_misused<result_type>(token);
       }
     }
     (std::make_index_sequence<sizeof...(A) - 1>{});
@@ -296,15 +282,17 @@ public:
   /// Cancellation is not supported: submitted tasks run.
   template <class In, class Token>
   auto async_map(In&& inputs, Token&& token) {
-    if constexpr (detail::check_map_inputs<F, In>()) return async_collect<false>(inputs, std::forward<Token>(token));
-    else return misused<std::vector<result_type>>(token);
+    if constexpr (detail::check_map_inputs<F, In>())
+      return detail::async_collect(std::forward<Token>(token), call().map(inputs, 0));
+    else return detail::async_misused<std::vector<result_type>>(token);
   }
 
   /// starmap, asynchronously; as async_map.
   template <class In, class Token>
   auto async_starmap(In&& tuples, Token&& token) {
-    if constexpr (detail::check_starmap_inputs<F, In>()) return async_collect<true>(tuples, std::forward<Token>(token));
-    else return misused<std::vector<result_type>>(token);
+    if constexpr (detail::check_starmap_inputs<F, In>())
+      return detail::async_collect(std::forward<Token>(token), call().starmap(tuples, 0));
+    else return detail::async_misused<std::vector<result_type>>(token);
   }
 
   // ---- lifecycle --------------------------------------------------------------
@@ -372,20 +360,19 @@ private:
     if (opt_.processes == 0) opt_.processes = cpu_count();
     if (opt_.name.empty()) opt_.name = "pool-" + std::to_string(detail::next_pool_number());
     if (opt_.prefetch == 0) opt_.prefetch = 1;
-    auto& rt = detail::runtime::instance();
-    auto launcher = rt.template prepared_launcher<Backend>();
-    rt.sync([&] {
-      core_ = std::make_shared<detail::pool_core>(detail::pool_settings{opt_.name, opt_.processes, opt_.max_retries,
-                                                                        opt_.prefetch, opt_.resources,
-                                                                        opt_.maxtasksperchild, std::move(initializer)},
-                                                  launcher, detail::runtime_host::instance());
-      core_->start();
-    });
+    core_ = detail::start_pool<Backend>({opt_.name, opt_.processes, opt_.max_retries, opt_.prefetch, opt_.resources,
+                                         opt_.maxtasksperchild, std::move(initializer)});
     processes_ = opt_.processes;
   }
 
-  async_result<std::vector<result_type>> handle(std::shared_ptr<state> st) {
-    return {st, [st] { return detail::collect<R>(*st); }};
+  void stop(bool now) {
+    if (auto core = detail::take_once(m_, stopped_, core_)) detail::stop_pool(core, now);
+  }
+
+  // A new call; throws std::logic_error after close().
+  detail::pool_call<R, params> call() {
+    check_open();
+    return {core_, target::id, {processes_, opt_.chunksize, opt_.maxtasksperchild, {opt_.progress, opt_.progress_bar}}};
   }
 
   void check_open() {
@@ -393,170 +380,8 @@ private:
     if (closed_) throw std::logic_error("fiber::Pool: submit after close()");
   }
 
-  void stop(bool now) {
-    auto core = detail::take_once(m_, stopped_, core_);
-    if (!core) return;
-    auto done = std::make_shared<detail::blocking_result<>>();
-    detail::runtime::instance().sync([&] { core->shutdown(now, [done] { done->set(nullptr); }); });
-    done->wait();
-  }
-
-  /// `maps`: the call is a map (progress is reported for maps only).
-  std::shared_ptr<state> new_state(std::size_t total_items, bool maps = true) {
-    std::function<void(std::size_t)> on_progress;
-    auto progress = maps ? opt_.progress : nullptr;
-    bool bar = maps && (opt_.progress_bar || detail::config_bool("progress")) && ::isatty(2);
-    if (progress || bar) {
-      auto items_done = std::make_shared<std::size_t>(0);
-      on_progress = [progress, bar, total_items, items_done](std::size_t n) {
-        *items_done += n;
-        if (progress) progress(*items_done, total_items);
-        if (bar) {
-          if (total_items)
-            std::fprintf(stderr, "\r[fiber] %zu/%zu (%3.0f%%)", *items_done, total_items,
-                         100.0 * double(*items_done) / double(total_items));
-          else std::fprintf(stderr, "\r[fiber] %zu done", *items_done);
-          if (total_items && *items_done >= total_items) std::fputc('\n', stderr);
-        }
-      };
-    }
-    return detail::make_call<R>(target::id, std::move(on_progress));
-  }
-
-  // Python's rule (multiprocessing/pool.py, _map_async): about 4 chunks per
-  // worker, so 4 tasks on 4 workers are 4 chunks of 1 — all run at once; at
-  // most maxtasksperchild, so a worker's budget is not overrun.
-  std::size_t auto_chunksize(std::size_t n) const {
-    if (n == 0) return 1;
-    std::size_t per = std::size_t(processes_) * 4;
-    std::size_t c = std::max<std::size_t>(1, n / per + (n % per ? 1 : 0));
-    return opt_.maxtasksperchild ? std::min<std::size_t>(c, opt_.maxtasksperchild) : c;
-  }
-
-  template <bool Star, class In>
-  std::shared_ptr<state> submit_range(In& inputs, std::size_t chunksize) {
-    check_open();
-    if (chunksize == 0) chunksize = opt_.chunksize;
-    std::size_t n = detail::size_hint(inputs);
-    if (chunksize == 0) chunksize = std::ranges::sized_range<In> ? auto_chunksize(n) : 1;
-    auto st = new_state(n);
-    // Chunks leave in batches of about stream_bytes of arguments while the
-    // rest are serialized, so workers start on a large map at once (a map
-    // that throws part way lets the chunks already sent run; their results
-    // are dropped).
-    constexpr std::size_t stream_bytes = 256 * 1024;
-    std::vector<detail::chunk_input> chunks;
-    std::vector<std::uint32_t> counts;
-    std::uint64_t next_seq = 0;
-    std::size_t unsent = 0;
-    detail::chunk_builder b(target::id, chunksize);
-    auto flush = [&] {
-      if (!b.count()) return;
-      unsent += b.bytes();
-      counts.push_back(b.count());
-      chunks.push_back(b.take(next_seq++));
-      if (unsent >= stream_bytes) {
-        detail::submit_chunks(core_, st, std::exchange(chunks, {}));
-        unsent = 0;
-      }
-    };
-    for (auto&& x : inputs) {
-      if (b.add([&](writer& w) {
-            if constexpr (Star) write_tuple(w, x);
-            else detail::write_arg<std::tuple_element_t<0, params>>(w, x);
-          }))
-        flush();
-    }
-    flush();
-    {
-      std::lock_guard lk(st->m);
-      st->expected = next_seq;
-      st->input_done = true;
-      st->counts = std::move(counts);
-    }
-    if (!chunks.empty()) detail::submit_chunks(core_, st, std::move(chunks));
-    return st;
-  }
-
-  template <class Tuple>
-  static void write_tuple(writer& w, const Tuple& t) {
-    static_assert(std::tuple_size_v<std::remove_cvref_t<Tuple>> == traits::arity,
-                  "fiber::Pool::starmap: each tuple must hold exactly the target's arguments");
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (detail::write_arg<std::tuple_element_t<I, params>>(w, std::get<I>(t)), ...);
-    }
-    (std::make_index_sequence<traits::arity>{});
-  }
-
-  template <bool Ordered, class In>
-  auto make_imap(In&& inputs, std::size_t chunksize) {
-    check_open();
-    return detail::imap_range<R, std::tuple_element_t<0, params>, In, Ordered>(core_, new_state(0),
-                                                                               std::size_t(processes_) * 4 + 2,
-                                                                               std::forward<In>(inputs),
-                                                                               chunksize ? chunksize : 1, target::id);
-  }
-
-  template <class... A>
-  std::shared_ptr<state> submit_one(A&&... args) {
-    check_open();
-    auto st = new_state(1, false);
-    writer w;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (detail::write_arg<std::tuple_element_t<I, params>>(w, std::forward<A>(args)), ...);
-    }
-    (std::index_sequence_for<A...>{});
-    {
-      std::lock_guard lk(st->m);
-      st->expected = 1;
-      st->input_done = true;
-      st->counts = {1};
-    }
-    std::vector<detail::chunk_input> chunks;
-    chunks.push_back({0, detail::chunk_msg{0, target::id, 1, w.release()}, {}});
-    detail::submit_chunks(core_, st, std::move(chunks));
-    return st;
-  }
-
-  // async_map and async_starmap: every result, in order.
-  template <bool Star, class In, class Token>
-  auto async_collect(In& inputs, Token&& token) {
-    return initiate<std::vector<result_type>>(std::forward<Token>(token), submit_range<Star>(inputs, 0),
-                                              [](auto& st) { return detail::collect<R>(*st); });
-  }
-
-  // The return type of a misused async call, after its static_assert fired.
-  template <class T, class Token>
-  static auto misused(Token& token) {
-    return asio::async_initiate<Token, void(std::exception_ptr, T)>([](auto&&...) {}, token);
-  }
-
-  template <class T, class Token, class Extract>
-  auto initiate(Token&& token, std::shared_ptr<state> st, Extract extract) {
-    return asio::async_initiate<Token, void(std::exception_ptr, T)>(
-        [st, extract](auto handler) mutable {
-          auto op = detail::async_op<decltype(handler)>(std::move(handler), detail::runtime::instance().executor());
-          auto finish = [st, extract, op = std::move(op)](detail::via v) mutable {
-            std::exception_ptr e;
-            T value{};
-            try {
-              value = extract(st);
-            } catch (...) {
-              e = std::current_exception();
-            }
-            op.complete(v, std::move(e), std::move(value));
-          };
-          std::unique_lock lk(st->m);
-          if (st->complete()) {
-            lk.unlock();
-            finish(detail::via::post);
-          } else {
-            st->on_complete = [f = std::make_shared<decltype(finish)>(std::move(finish))]() mutable {
-              (*f)(detail::via::dispatch);
-            };
-          }
-        },
-        token);
+  async_result<std::vector<result_type>> handle(std::shared_ptr<state> st) {
+    return {st, [st] { return detail::collect<R>(*st); }};
   }
 
   pool_options opt_;

@@ -210,4 +210,15 @@ private:
   std::shared_ptr<impl> impl_;
 };
 
+/// Pool::imap (`Ordered`) or imap_unordered of `call` over `inputs`, in
+/// chunks of `chunksize` (0: 1), at most about four chunks per worker ahead
+/// of the consumer.
+template <bool Ordered, class R, class Params, class In>
+auto make_imap(const pool_call<R, Params>& call, In&& inputs, std::size_t chunksize) {
+  return imap_range<R, std::tuple_element_t<0, Params>, In, Ordered>(call.core(), call.start_map(0),
+                                                                     std::size_t(call.options().processes) * 4 + 2,
+                                                                     std::forward<In>(inputs),
+                                                                     chunksize ? chunksize : 1, call.target_id());
+}
+
 } // namespace fiber::detail

@@ -31,7 +31,6 @@ namespace fiber::detail {
 
 /// One map/apply call as the scheduler sees it. Callbacks run on the runtime thread.
 struct pool_job {
-  std::uint64_t target_id = 0;
   /// Chunk `seq` of `items` inputs finished: its results blob (per-item
   /// status + value), in the frame it arrived in.
   std::function<void(std::uint64_t seq, std::uint32_t items, shared_bytes results)> on_chunk;
@@ -89,7 +88,6 @@ public:
       return;
     }
     for (auto& c : chunks) {
-      c.msg.target_id = job->target_id;
       pending_.push_back(add_chunk(job, c.seq, std::move(c.msg), std::move(c.ends), 0, nullptr, 0));
     }
     // A closed Pool's workers may have retired already; with
