@@ -395,7 +395,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 - **TLS** (`tls+tcp://`, mbedTLS through nng 1.5.2): raw nng pays 2–3.4x for TLS over TCP
   on the round trip (perf stat, 21000 round trips: 17 → 67 context switches and 102 → 364
   µs of CPU per round trip). fiber paid 2.2x (7.7 → 24 context switches) until two changes
-  to how it drives nng's TLS stream (detail/stream_core.hpp): (1) nng 1.5.2's TLS stream
+  to how it drives nng's TLS stream (detail/stream_state.hpp): (1) nng 1.5.2's TLS stream
   makes one record per element of an I/O vector and writes only the first at once, the
   others when its callback thread has run (supplemental/tls/tls_common.c, tls_do_send,
   tls_tcp_send_cb): a worker's result left as three records (length, frame head,

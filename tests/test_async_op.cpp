@@ -43,10 +43,11 @@ kind kind_of() {
 }
 
 std::vector<kind> kinds() {
-  return {kind_of<fiber::error>(),          kind_of<fiber::worker_lost>(),          kind_of<fiber::serialization_error>(),
-          kind_of<fiber::eof_error>(),      kind_of<fiber::timeout_error>(),        kind_of<fiber::backend_error>(),
-          kind_of<fiber::handshake_error>(), kind_of<fiber::broken_barrier_error>(), kind_of<fiber::hold_revoked_error>(),
-          kind_of<fiber::config_error>()};
+  return {
+      kind_of<fiber::error>(),           kind_of<fiber::worker_lost>(),          kind_of<fiber::serialization_error>(),
+      kind_of<fiber::eof_error>(),       kind_of<fiber::timeout_error>(),        kind_of<fiber::backend_error>(),
+      kind_of<fiber::handshake_error>(), kind_of<fiber::broken_barrier_error>(), kind_of<fiber::hold_revoked_error>(),
+      kind_of<fiber::config_error>()};
 }
 
 // The dynamic type and what() of the exception `e` holds.
@@ -181,12 +182,11 @@ TEST_CASE("async_op: completes once on the handler's executor, with its work tra
   asio::io_context io;
   int calls = 0;
   std::thread::id ran_on;
-  auto op = std::make_unique<fiber::detail::async_op<std::function<void(int)>>>(
-      std::function<void(int)>([&](int v) {
-        calls += v;
-        ran_on = std::this_thread::get_id();
-      }),
-      io.get_executor());
+  auto op = std::make_unique<fiber::detail::async_op<std::function<void(int)>>>(std::function<void(int)>([&](int v) {
+                                                                                  calls += v;
+                                                                                  ran_on = std::this_thread::get_id();
+                                                                                }),
+                                                                                io.get_executor());
   // Outstanding work: run() would not return before the completion.
   std::thread t([&] { io.run(); });
   const auto runner = t.get_id();

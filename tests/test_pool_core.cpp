@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
-// The Pool's scheduler (detail/pool_core.hpp) on fakes: a worker_host and a
+// The Pool's scheduler (detail/pool_scheduler.hpp) on fakes: a worker_host and a
 // launcher that start nothing, links that record frames. Worker deaths,
 // splits, late duplicates, retirement and join, in microseconds.
-#include <fiber/detail/pool_core.hpp>
+#include <fiber/detail/pool_scheduler.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -152,7 +152,7 @@ struct rig {
   asio::io_context io;
   fake_host host{io};
   std::shared_ptr<fake_launcher> launcher = std::make_shared<fake_launcher>();
-  std::shared_ptr<d::pool_core> core;
+  std::shared_ptr<d::pool_scheduler> core;
   std::shared_ptr<d::pool_job> job = std::make_shared<d::pool_job>();
   std::map<std::uint64_t, std::vector<int>> results; // by call sequence number
   std::map<std::uint64_t, std::string> failures;
@@ -175,7 +175,7 @@ struct rig {
         failures[seq] = x.what();
       }
     };
-    core = std::make_shared<d::pool_core>(std::move(s), launcher, host);
+    core = std::make_shared<d::pool_scheduler>(std::move(s), launcher, host);
     core->start();
   }
   ~rig() {
@@ -227,7 +227,7 @@ d::pool_settings settings(unsigned processes, unsigned maxtasksperchild = 0) {
 
 } // namespace
 
-TEST_CASE("pool_core: a dead worker's chunk reruns on its successor", "[pool_core]") {
+TEST_CASE("pool_scheduler: a dead worker's chunk reruns on its successor", "[pool_scheduler]") {
   rig r(settings(1));
   REQUIRE(r.host.launched.size() == 1);
   auto a = r.host.connect(r.host.launched[0]);
@@ -251,7 +251,7 @@ TEST_CASE("pool_core: a dead worker's chunk reruns on its successor", "[pool_cor
   CHECK(r.failures.empty());
 }
 
-TEST_CASE("pool_core: a dead worker's chunk of several tasks is split into single tasks", "[pool_core]") {
+TEST_CASE("pool_scheduler: a dead worker's chunk of several tasks is split into single tasks", "[pool_scheduler]") {
   rig r(settings(1));
   auto a = r.host.connect(r.host.launched[0]);
   r.submit(0, {1, 2, 3});
@@ -274,7 +274,7 @@ TEST_CASE("pool_core: a dead worker's chunk of several tasks is split into singl
   CHECK(r.deliveries == 1);
 }
 
-TEST_CASE("pool_core: a late duplicate result is dropped", "[pool_core]") {
+TEST_CASE("pool_scheduler: a late duplicate result is dropped", "[pool_scheduler]") {
   rig r(settings(2));
   REQUIRE(r.host.launched.size() == 2);
   auto a = r.host.connect(r.host.launched[0]);
@@ -296,12 +296,12 @@ TEST_CASE("pool_core: a late duplicate result is dropped", "[pool_core]") {
   CHECK(r.deliveries == 1);
 }
 
-TEST_CASE("pool_core: a worker retires after maxtasksperchild tasks", "[pool_core]") {
+TEST_CASE("pool_scheduler: a worker retires after maxtasksperchild tasks", "[pool_scheduler]") {
   rig r(settings(1, 1));
   auto a = r.host.connect(r.host.launched[0]);
   r.submit(0, {1});
   r.submit(1, {2});
-  r.host.connect_all(); // successors launched ahead of need
+  r.host.connect_all();            // successors launched ahead of need
   REQUIRE(a->tasks().size() == 1); // its one task, no more
   answer(a->on_message, a->tasks()[0].first, {10});
   r.settle();
@@ -319,7 +319,7 @@ TEST_CASE("pool_core: a worker retires after maxtasksperchild tasks", "[pool_cor
   CHECK(r.results[1] == std::vector<int>{20});
 }
 
-TEST_CASE("pool_core: join waits for outstanding work, then for the workers", "[pool_core]") {
+TEST_CASE("pool_scheduler: join waits for outstanding work, then for the workers", "[pool_scheduler]") {
   rig r(settings(1));
   auto a = r.host.connect(r.host.launched[0]);
   r.submit(0, {3});

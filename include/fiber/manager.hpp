@@ -59,7 +59,7 @@
 #include <fiber/detail/take_once.hpp>
 #include <fiber/detail/async_op.hpp>
 #include <fiber/detail/blocking_result.hpp>
-#include <fiber/detail/manager_core.hpp>
+#include <fiber/detail/manager_relay.hpp>
 #include <fiber/detail/object_host.hpp>
 #include <fiber/detail/object_registry.hpp>
 #include <fiber/detail/object_traits.hpp>
@@ -317,7 +317,7 @@ private:
     template <class Handler>
     void operator()(Handler&& handler, detail::remote_ref ref, std::vector<std::byte> bytes) const {
       auto op = std::make_shared<detail::async_op<std::decay_t<Handler>>>(std::forward<Handler>(handler),
-                                                                         detail::runtime::instance().executor());
+                                                                          detail::runtime::instance().executor());
       detail::send_call(ref, std::move(bytes), [op](std::exception_ptr e, std::vector<std::byte> bytes) {
         if constexpr (std::is_void_v<R>) {
           if (!e) {
@@ -372,7 +372,7 @@ public:
     auto& rt = detail::runtime::instance();
     auto launcher = rt.template prepared_launcher<Backend>();
     rt.sync([&] {
-      core_ = std::make_shared<detail::manager_core>(
+      core_ = std::make_shared<detail::manager_relay>(
           detail::manager_settings{opt_.name, opt_.processes, opt_.resources, opt_.shutdown_grace}, launcher);
       service_ = rt.add_service(core_);
       // Handles elsewhere reach the relay where this backend's jobs dial in
@@ -458,7 +458,7 @@ public:
 
 private:
   manager_options opt_;
-  std::shared_ptr<detail::manager_core> core_;
+  std::shared_ptr<detail::manager_relay> core_;
   std::uint64_t service_ = 0;
   std::string url_;
   std::mutex m_;

@@ -63,7 +63,7 @@ class Connection;
 namespace detail {
 struct connection_access {
   template <class T>
-  static Connection<T> make(broker_ref r, std::uint8_t end, bool readable, bool writable) {
+  static Connection<T> make(service_ref r, std::uint8_t end, bool readable, bool writable) {
     Connection<T> c;
     c.ref_ = std::move(r);
     c.end_ = end;
@@ -206,7 +206,7 @@ public:
   }
   /// Attaches the received end as a holder (claiming the transfer).
   friend void fiber_deserialize(reader& r, Connection& c) {
-    detail::broker_ref ref;
+    detail::service_ref ref;
     ref.url = r.read<std::string>();
     ref.id = r.read<std::uint64_t>();
     auto end = r.read<std::uint8_t>();
@@ -240,7 +240,7 @@ private:
     if (!allowed) throw std::logic_error(std::string("fiber::Connection::") + what + ": not allowed on " + side);
   }
 
-  detail::broker_ref ref_;
+  detail::service_ref ref_;
   std::uint8_t end_ = 0;
   bool readable_ = false, writable_ = false, attached_ = false;
 };
@@ -252,7 +252,7 @@ template <class T>
 std::pair<Connection<T>, Connection<T>> Pipe(bool duplex = true) {
   auto& rt = detail::runtime::instance();
   auto b = std::make_shared<detail::pipe_broker>(rt.executor());
-  detail::broker_ref r;
+  detail::service_ref r;
   r.id = rt.sync([&] {
     auto id = rt.add_service(b);
     b->set_id(id);

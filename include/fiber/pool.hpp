@@ -10,7 +10,7 @@
 #include <fiber/detail/api_checks.hpp>
 #include <fiber/detail/imap_range.hpp>
 #include <fiber/detail/pool_call.hpp>
-#include <fiber/detail/pool_core.hpp>
+#include <fiber/detail/pool_scheduler.hpp>
 #include <fiber/detail/take_once.hpp>
 #include <fiber/init.hpp>
 #include <fiber/target.hpp>
@@ -385,7 +385,7 @@ private:
   }
 
   pool_options opt_;
-  std::shared_ptr<detail::pool_core> core_;
+  std::shared_ptr<detail::pool_scheduler> core_;
   std::atomic<unsigned> processes_{1};
   std::mutex m_;
   bool closed_ = false, stopped_ = false;

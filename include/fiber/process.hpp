@@ -226,7 +226,7 @@ public:
     return asio::async_initiate<Token, void(std::exception_ptr)>(
         [st = st_](auto handler) {
           auto op = std::make_shared<detail::async_op<decltype(handler)>>(std::move(handler),
-                                                                           detail::runtime::instance().executor());
+                                                                          detail::runtime::instance().executor());
           (void)st->watch([st, op] {
             std::exception_ptr e;
             {

@@ -512,7 +512,7 @@ auto Condition::async_wait_for_impl(Pred pred, std::optional<std::chrono::steady
         struct step_state {
           std::shared_ptr<op_type> op;
           Pred pred;
-          detail::broker_ref ref;
+          detail::service_ref ref;
           std::uint64_t cond, thread;
           std::optional<std::chrono::steady_clock::time_point> deadline;
 

@@ -44,7 +44,8 @@ public:
 
   async_op(Handler h, const IoExecutor& io)
       : work_(asio::prefer(asio::get_associated_executor(h, io), asio::execution::outstanding_work.tracked)),
-        slot_(asio::get_associated_cancellation_slot(h)), handler_(std::move(h)) {}
+        slot_(asio::get_associated_cancellation_slot(h)),
+        handler_(std::move(h)) {}
 
   /// The handler's executor (its work tracked), for the steps an operation
   /// runs there before it completes.
@@ -97,8 +98,9 @@ private:
 /// stays with the caller, who reads the slot before wrapping.
 template <class... Args, class Handler, class IoExecutor>
 unique_function<void(Args...)> bind_completion(Handler&& handler, const IoExecutor& io) {
-  return [op = async_op<std::decay_t<Handler>, IoExecutor>(std::forward<Handler>(handler), io)](
-             Args... args) mutable { op.complete(via::post, std::move(args)...); };
+  return [op = async_op<std::decay_t<Handler>, IoExecutor>(std::forward<Handler>(handler), io)](Args... args) mutable {
+    op.complete(via::post, std::move(args)...);
+  };
 }
 
 } // namespace fiber::detail

@@ -46,12 +46,6 @@
 
 namespace fiber::detail {
 
-/// Names a broker: the URL of the process it lives in and its service id.
-struct broker_ref {
-  std::string url;
-  std::uint64_t id = 0;
-};
-
 /// Unique in this process (names one waiting request at a broker).
 inline std::uint64_t next_wait_id() {
   static std::atomic<std::uint64_t> next{1};
@@ -104,7 +98,7 @@ struct take_reply {
 /// nothing answers any more) is sent again, after 0.1 s, then twice as long
 /// each time up to 5 s, 20 times at most. Fire and forget; any thread; it
 /// counts as a delivery (runtime::deliveries) until it is done.
-inline void deliver_request(const broker_ref& r, std::uint32_t op, std::vector<std::byte> payload, int tries = 20,
+inline void deliver_request(const service_ref& r, std::uint32_t op, std::vector<std::byte> payload, int tries = 20,
                             std::chrono::milliseconds pause = std::chrono::milliseconds(100), bool counted = false) {
   auto& rt = runtime::instance();
   if (!counted) rt.deliveries().started();
@@ -145,7 +139,7 @@ inline std::exception_ptr bad_reply() {
 /// here; a get that fails with worker_lost (its link was lost: the reply may
 /// have been lost with it) is abandoned, so that the broker puts back what it
 /// handed out. Acks and abandons are delivered through lost links.
-inline void async_take(const broker_ref& r, std::uint8_t end, std::uint64_t wait, std::int64_t timeout,
+inline void async_take(const service_ref& r, std::uint8_t end, std::uint64_t wait, std::int64_t timeout,
                        std::function<void(std::exception_ptr, take_reply)> done) {
   op_header h{wait, timeout, end};
   runtime::instance().request(
@@ -170,7 +164,7 @@ inline void async_take(const broker_ref& r, std::uint8_t end, std::uint64_t wait
 
 /// Send a put whose payload (header + item) is already built; `timeout` is
 /// the header's (ms, -1: none).
-inline void async_give(const broker_ref& r, std::vector<std::byte> payload,
+inline void async_give(const service_ref& r, std::vector<std::byte> payload,
                        std::function<void(std::exception_ptr, give_tag)> done, std::int64_t timeout = -1) {
   runtime::instance().request(
       r.url, r.id, queue_op::put, std::move(payload),
@@ -203,7 +197,7 @@ T decode_item(std::span<const std::byte> bytes) {
 
 /// Withdraw a waiting request (fire and forget; the waiter's own reply says
 /// whether it was still waiting).
-inline void send_cancel(const broker_ref& r, std::uint8_t end, std::uint64_t wait) {
+inline void send_cancel(const service_ref& r, std::uint8_t end, std::uint64_t wait) {
   runtime::instance().request(r.url, r.id, queue_op::cancel, op_header{wait, 0, end}.bytes(),
                               [](std::exception_ptr, auto) {});
 }
@@ -212,7 +206,7 @@ inline void send_cancel(const broker_ref& r, std::uint8_t end, std::uint64_t wai
 /// the other end is gone), or its broker is unreachable; returns what
 /// withdraws the watch (safe after `ready` ran). `ready` runs on fiber's
 /// runtime thread. For fiber::wait.
-inline std::function<void()> watch_readable(const broker_ref& r, std::uint8_t end, std::function<void()> ready) {
+inline std::function<void()> watch_readable(const service_ref& r, std::uint8_t end, std::function<void()> ready) {
   auto wait = next_wait_id();
   runtime::instance().request(r.url, r.id, queue_op::poll, op_header{wait, -1, end}.bytes(),
                               [ready = std::move(ready)](std::exception_ptr e, std::vector<std::byte> p) {
@@ -225,7 +219,7 @@ inline std::function<void()> watch_readable(const broker_ref& r, std::uint8_t en
 /// Calls `done(readable)` with whether end `end` of broker `r` is readable
 /// now (an unreachable broker counts as readable, as in watch_readable).
 /// `done` runs on fiber's runtime thread. For fiber::wait.
-inline void probe_readable(const broker_ref& r, std::uint8_t end, std::function<void(bool)> done) {
+inline void probe_readable(const service_ref& r, std::uint8_t end, std::function<void(bool)> done) {
   runtime::instance().request(r.url, r.id, queue_op::poll, op_header{next_wait_id(), 0, end}.bytes(),
                               [done = std::move(done)](std::exception_ptr e, std::vector<std::byte> p) {
                                 done(e || (p.size() == 1 && p[0] != std::byte{0}));
@@ -250,7 +244,7 @@ R wait_on_runtime(const char* what, Start&& start) {
 /// thread (so its effect is in place when the caller goes on), fire and
 /// forget on it; requests from one thread reach the broker in order either
 /// way. Errors (the owner is gone) are swallowed: nothing is left to update.
-inline void control(const broker_ref& r, std::uint32_t op, std::uint8_t end, std::uint64_t token) {
+inline void control(const service_ref& r, std::uint32_t op, std::uint8_t end, std::uint64_t token) {
   writer w;
   w.write(end);
   w.write(token);
@@ -272,11 +266,11 @@ inline std::exception_ptr aborted() {
 template <class Handler>
 auto make_broker_op(Handler&& handler) {
   return std::make_shared<async_op<std::decay_t<Handler>>>(std::forward<Handler>(handler),
-                                                          runtime::instance().executor());
+                                                           runtime::instance().executor());
 }
 
 /// The cancellation action of a waiting request: withdraw it at the broker.
-inline auto withdraw(broker_ref r, std::uint8_t end, std::uint64_t wait) {
+inline auto withdraw(service_ref r, std::uint8_t end, std::uint64_t wait) {
   return [r = std::move(r), end, wait](asio::cancellation_type) { send_cancel(r, end, wait); };
 }
 
@@ -284,7 +278,7 @@ inline auto withdraw(broker_ref r, std::uint8_t end, std::uint64_t wait) {
 /// serialization_error (bytes not a T: the item is dropped), eof_error,
 /// worker_lost, fiber::error, or operation_aborted when cancelled while waiting.
 template <class T, class Handler>
-void start_async_take(const broker_ref& r, std::uint8_t end, Handler&& handler) {
+void start_async_take(const service_ref& r, std::uint8_t end, Handler&& handler) {
   auto op = make_broker_op(std::move(handler));
   auto wait = next_wait_id();
   op->on_cancel(withdraw(r, end, wait));
@@ -309,7 +303,7 @@ void start_async_take(const broker_ref& r, std::uint8_t end, Handler&& handler) 
 /// `settled` (optional) runs on the runtime thread when the broker has
 /// answered, before the handler is dispatched.
 template <class Handler>
-void start_async_give(const broker_ref& r, std::uint8_t end, std::uint64_t wait, std::vector<std::byte> payload,
+void start_async_give(const service_ref& r, std::uint8_t end, std::uint64_t wait, std::vector<std::byte> payload,
                       Handler&& handler, std::function<void()> settled = {}) {
   auto op = make_broker_op(std::move(handler));
   op->on_cancel(withdraw(r, end, wait));

@@ -6,7 +6,7 @@
 /// uses, so it stays valid after its Pool is gone.
 
 #include <fiber/detail/pool_call.hpp>
-#include <fiber/detail/pool_core.hpp>
+#include <fiber/detail/pool_scheduler.hpp>
 #include <fiber/serialize.hpp>
 
 #include <asio/post.hpp>
@@ -43,7 +43,7 @@ public:
   /// Reads `in` on a feeder thread into chunks of `chunksize` of target
   /// `target_id`, submitted to `core` for call `st`, at most `window` chunks
   /// ahead of the consumer.
-  imap_range(std::shared_ptr<pool_core> core, std::shared_ptr<state> st, std::size_t window, In&& in,
+  imap_range(std::shared_ptr<pool_scheduler> core, std::shared_ptr<state> st, std::size_t window, In&& in,
              std::size_t chunksize, std::uint64_t target_id)
       : impl_(std::make_shared<impl>(std::move(core), std::move(st), window, std::forward<In>(in), chunksize,
                                      target_id)) {
@@ -75,7 +75,7 @@ public:
 
 private:
   struct impl {
-    std::shared_ptr<detail::pool_core> core; // not the Pool: the range may outlive it
+    std::shared_ptr<detail::pool_scheduler> core; // not the Pool: the range may outlive it
     std::remove_cvref_t<In> input;
     std::size_t chunksize;
     std::shared_ptr<state> st;
@@ -88,7 +88,7 @@ private:
     std::exception_ptr input_error;  // the input range threw (feeder, under st->m)
     bool input_error_raised = false; // consumer only
 
-    impl(std::shared_ptr<pool_core> c, std::shared_ptr<state> s, std::size_t w, In&& in, std::size_t cs,
+    impl(std::shared_ptr<pool_scheduler> c, std::shared_ptr<state> s, std::size_t w, In&& in, std::size_t cs,
          std::uint64_t t)
         : core(std::move(c)), input(std::forward<In>(in)), chunksize(cs), st(std::move(s)), window(w), target(t) {}
     ~impl() {
@@ -104,7 +104,7 @@ private:
         // However the feeder ends, a closing Pool stops waiting for it after
         // its last submission (posted after them, so handled after them).
         struct fed {
-          std::shared_ptr<pool_core> core;
+          std::shared_ptr<pool_scheduler> core;
           ~fed() {
             asio::post(runtime::instance().executor(), [c = std::move(core)] { c->feed_end(); });
           }

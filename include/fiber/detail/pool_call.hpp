@@ -8,7 +8,7 @@
 #include <fiber/detail/async_op.hpp>
 #include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/call_sync.hpp>
-#include <fiber/detail/pool_core.hpp>
+#include <fiber/detail/pool_scheduler.hpp>
 #include <fiber/detail/pool_progress.hpp>
 #include <fiber/detail/pool_wire.hpp>
 #include <fiber/detail/runtime.hpp>
@@ -242,7 +242,7 @@ void write_args(writer& w, A&&... args) {
 /// on the caller's thread, so no worker is involved and the caller holds the
 /// last reference to its error.
 template <class State>
-void submit_chunks(const std::shared_ptr<pool_core>& core, const std::shared_ptr<State>& st,
+void submit_chunks(const std::shared_ptr<pool_scheduler>& core, const std::shared_ptr<State>& st,
                    std::vector<chunk_input> chunks) {
   std::erase_if(chunks, [&](const chunk_input& c) {
     if (fits_in_frame(c.msg.args.size())) return false;
@@ -272,7 +272,7 @@ class pool_call {
 public:
   using state = call_state<R>;
 
-  pool_call(std::shared_ptr<pool_core> core, std::uint64_t target_id, call_options o)
+  pool_call(std::shared_ptr<pool_scheduler> core, std::uint64_t target_id, call_options o)
       : core_(std::move(core)), target_(target_id), o_(std::move(o)) {}
 
   /// map: one task per element of `inputs`; `chunksize` 0: the Pool's, else automatic.
@@ -308,7 +308,7 @@ public:
   std::shared_ptr<state> start_map(std::size_t total_items) const {
     return make_call<R>(o_.progress.hook(total_items));
   }
-  const std::shared_ptr<pool_core>& core() const noexcept { return core_; }
+  const std::shared_ptr<pool_scheduler>& core() const noexcept { return core_; }
   std::uint64_t target_id() const noexcept { return target_; }
   const call_options& options() const noexcept { return o_; }
 
@@ -378,7 +378,7 @@ private:
     (std::make_index_sequence<arity>{});
   }
 
-  std::shared_ptr<pool_core> core_;
+  std::shared_ptr<pool_scheduler> core_;
   std::uint64_t target_;
   call_options o_;
 };
@@ -437,12 +437,12 @@ auto async_misused(Token& token) {
 /// Starts a Pool's scheduler and its workers with launcher `Backend`.
 /// Throws backend_error if the backend cannot start them.
 template <class Backend>
-std::shared_ptr<pool_core> start_pool(pool_settings s) {
+std::shared_ptr<pool_scheduler> start_pool(pool_settings s) {
   auto& rt = runtime::instance();
   auto launcher = rt.template prepared_launcher<Backend>();
-  std::shared_ptr<pool_core> core;
+  std::shared_ptr<pool_scheduler> core;
   rt.sync([&] {
-    core = std::make_shared<pool_core>(std::move(s), launcher, runtime_host::instance());
+    core = std::make_shared<pool_scheduler>(std::move(s), launcher, runtime_host::instance());
     core->start();
   });
   return core;
@@ -450,7 +450,7 @@ std::shared_ptr<pool_core> start_pool(pool_settings s) {
 
 /// Shuts `core` down (`now`: terminate, else when the work submitted is
 /// done) and waits until its workers have exited.
-inline void stop_pool(const std::shared_ptr<pool_core>& core, bool now) {
+inline void stop_pool(const std::shared_ptr<pool_scheduler>& core, bool now) {
   auto done = std::make_shared<blocking_result<>>();
   runtime::instance().sync([&] { core->shutdown(now, [done] { done->set(nullptr); }); });
   done->wait();

@@ -48,7 +48,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
   backend::job job;
   std::int64_t peer_pid = -1;
   std::uint64_t worker_id = 0;
-  std::shared_ptr<supervisor> sup; // runtime thread only
+  std::shared_ptr<supervisor> sup;   // runtime thread only
   std::shared_ptr<worker_link> link; // runtime thread only
   // Runtime thread only: the status the worker said it exits with, and a
   // "killed by signal" report held until the link ends (see on_exit).
@@ -132,10 +132,11 @@ struct process_state : std::enable_shared_from_this<process_state> {
     // (every frame read) or for at most link_drain_limit.
     if (ex.how == backend::job_exit::kind::signalled && link && !link->closed() && !reported_exit) {
       held_exit = ex;
-      hold_timer = start_link_drain(runtime::instance().executor(), [weak = std::weak_ptr<process_state>(shared_from_this())] {
-        auto self = weak.lock();
-        if (self && self->held_exit && !self->ended) self->finish_exit(*self->held_exit);
-      });
+      hold_timer = start_link_drain(runtime::instance().executor(),
+                                    [weak = std::weak_ptr<process_state>(shared_from_this())] {
+                                      auto self = weak.lock();
+                                      if (self && self->held_exit && !self->ended) self->finish_exit(*self->held_exit);
+                                    });
       return;
     }
     finish_exit(ex);

@@ -23,9 +23,9 @@ struct queue_state {
       : svc([maxsize](asio::any_io_executor ex) { return std::make_shared<queue_broker>(std::move(ex), maxsize); },
             "fiber::Queue: the queue is gone (its last handle in the creating process was destroyed)"),
         maxsize(maxsize) {}
-  queue_state(broker_ref r, std::size_t maxsize) : svc(std::move(r)), maxsize(maxsize) {}
+  queue_state(service_ref r, std::size_t maxsize) : svc(std::move(r)), maxsize(maxsize) {}
 
-  const broker_ref& ref() { return svc.ref(); }
+  const service_ref& ref() { return svc.ref(); }
 
   /// close() was called: puts and gets through this handle are refused.
   void check_open(const char* what) const {

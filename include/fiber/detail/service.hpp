@@ -35,6 +35,13 @@ public:
   virtual void shutdown(const std::string& /*why*/) {}
 };
 
+/// Names a service (a Queue's or Pipe's broker, a Lock's, an Event's, an
+/// object relay): the URL of the process it lives in and its id there.
+struct service_ref {
+  std::string url;
+  std::uint64_t id = 0;
+};
+
 /// Completion of a request: exception (remote_error, worker_lost, ...) or payload.
 using request_done = std::function<void(std::exception_ptr, std::vector<std::byte>)>;
 

@@ -86,14 +86,14 @@ public:
   service_state(factory make, std::string gone) : make_(std::move(make)), gone_(std::move(gone)) {}
   /// A handle read from bytes: names `r`; in the creating process it keeps
   /// the service alive like any local handle.
-  explicit service_state(broker_ref r) : ref_(std::move(r)) {
+  explicit service_state(service_ref r) : ref_(std::move(r)) {
     keepalive_ = local_services::instance().find(ref_.id, ref_.url);
     std::call_once(once_, [] {});
   }
   service_state(const service_state&) = delete;
   service_state& operator=(const service_state&) = delete;
 
-  const broker_ref& ref() {
+  const service_ref& ref() {
     std::call_once(once_, [this] {
       auto& rt = runtime::instance();
       auto s = make_(rt.executor());
@@ -112,8 +112,8 @@ public:
     w.write(r.url);
     w.write(r.id);
   }
-  static broker_ref read(reader& r) {
-    broker_ref ref;
+  static service_ref read(reader& r) {
+    service_ref ref;
     ref.url = r.read<std::string>();
     ref.id = r.read<std::uint64_t>();
     return ref;
@@ -130,7 +130,7 @@ private:
   std::once_flag once_;
   factory make_;
   std::string gone_;
-  broker_ref ref_;
+  service_ref ref_;
   std::shared_ptr<service_owner> keepalive_; // set once (in call_once or the constructor)
 };
 

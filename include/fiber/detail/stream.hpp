@@ -6,7 +6,7 @@
 /// synchronous `direct_writer` and a borrowed `lent_reader`.
 
 #include <fiber/detail/completion.hpp>
-#include <fiber/detail/stream_core.hpp>
+#include <fiber/detail/stream_state.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
@@ -34,11 +34,11 @@ public:
 
 protected:
   stream_state_ref() noexcept = default;
-  explicit stream_state_ref(std::shared_ptr<stream_core> c) noexcept : core_(std::move(c)) {}
-  std::shared_ptr<stream_core> core_;
+  explicit stream_state_ref(std::shared_ptr<stream_state> c) noexcept : core_(std::move(c)) {}
+  std::shared_ptr<stream_state> core_;
 };
 
-/// the stream has nothing else to write (stream_core::try_send_direct).
+/// the stream has nothing else to write (stream_state::try_send_direct).
 /// Copyable; keeps the stream's state alive, not its connection.
 class direct_writer : public stream_state_ref {
 public:
@@ -53,7 +53,7 @@ public:
 
 private:
   friend class stream;
-  explicit direct_writer(std::shared_ptr<stream_core> c) noexcept : stream_state_ref(std::move(c)) {}
+  explicit direct_writer(std::shared_ptr<stream_state> c) noexcept : stream_state_ref(std::move(c)) {}
 };
 
 /// The read side of a stream, lent to one thread that blocks on it (a
@@ -76,13 +76,13 @@ public:
 
 private:
   friend class stream;
-  explicit lent_reader(std::shared_ptr<stream_core> c) noexcept : stream_state_ref(std::move(c)) {}
+  explicit lent_reader(std::shared_ptr<stream_state> c) noexcept : stream_state_ref(std::move(c)) {}
 };
 
 /// One connected byte stream carrying length-prefixed messages. Move-only;
 /// destroying it closes the connection (pending operations complete with
 /// operation_aborted). Not thread-safe: use it on its executor.
-class stream : public core_handle<stream_core> {
+class stream : public core_handle<stream_state> {
 public:
   /// An empty stream (is_open() == false); operations fail with bad_descriptor.
   stream() noexcept = default;
@@ -91,7 +91,7 @@ public:
   /// and every frame is then encrypted under its keys; a failed handshake
   /// fails the stream's operations with its error (tls_category()).
   stream(executor_type ex, nng_stream* s, const transport_options& opt, std::optional<tls_start> tls = std::nullopt)
-      : core_handle(std::make_shared<stream_core>(std::move(ex), stream_ptr(s), opt, std::move(tls))) {
+      : core_handle(std::make_shared<stream_state>(std::move(ex), stream_ptr(s), opt, std::move(tls))) {
     core_->start();
   }
 
@@ -109,7 +109,7 @@ public:
   template <asio::completion_token_for<void(std::error_code)> Token>
   auto async_send(message m, shared_bytes tail, Token&& token) {
     return initiate_on_core(std::forward<Token>(token), core_,
-                            [m = std::move(m), tail = std::move(tail)](stream_core& c, auto done) mutable {
+                            [m = std::move(m), tail = std::move(tail)](stream_state& c, auto done) mutable {
                               c.start_send(std::move(m), std::move(tail), std::move(done));
                             });
   }
@@ -120,7 +120,7 @@ public:
   template <asio::completion_token_for<void(std::error_code, message)> Token>
   auto async_recv(Token&& token) {
     return initiate_on_core<message>(std::forward<Token>(token), core_,
-                                     [](stream_core& c, auto done) { c.start_recv(std::move(done)); });
+                                     [](stream_state& c, auto done) { c.start_recv(std::move(done)); });
   }
 
   /// A writer other threads may use for synchronous sends (see direct_writer).

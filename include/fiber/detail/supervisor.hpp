@@ -63,9 +63,11 @@ public:
   /// Workers of `host` (which outlives it) on launcher `l`. `owner` names the
   /// owner in messages ("fiber::Pool pool-1"); `workers` what its workers are
   /// called there ("workers", "manager processes").
-  supervisor(worker_host& host, std::shared_ptr<backend::launcher> l, std::string owner, std::string workers,
-             events ev)
-      : host_(host), launcher_(std::move(l)), owner_(std::move(owner)), workers_noun_(std::move(workers)),
+  supervisor(worker_host& host, std::shared_ptr<backend::launcher> l, std::string owner, std::string workers, events ev)
+      : host_(host),
+        launcher_(std::move(l)),
+        owner_(std::move(owner)),
+        workers_noun_(std::move(workers)),
         ev_(std::move(ev)) {}
 
   supervisor(const supervisor&) = delete;

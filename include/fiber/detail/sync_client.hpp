@@ -54,7 +54,7 @@ struct wait_reply {
 /// the grant may have been lost with it) is abandoned (sync_wire.hpp).
 /// `bound` (ms, -1: none): the request's timeout, which also bounds the wait
 /// for a link being set up (expiry_of; the reply is then `timeout`).
-inline void async_wait_request(const broker_ref& r, std::uint32_t op, std::vector<std::byte> payload,
+inline void async_wait_request(const service_ref& r, std::uint32_t op, std::vector<std::byte> payload,
                                std::function<void(std::exception_ptr, wait_reply)> done, std::int64_t bound = -1) {
   std::vector<std::byte> abandon;
   if (op == sync_op::acquire || op == sync_op::cond_wait) {
@@ -87,7 +87,7 @@ inline void async_wait_request(const broker_ref& r, std::uint32_t op, std::vecto
 
 /// The same, waited for on the calling thread (std::logic_error on fiber's
 /// runtime thread, where it would deadlock).
-inline wait_reply wait_request(const char* what, const broker_ref& r, std::uint32_t op, std::vector<std::byte> payload,
+inline wait_reply wait_request(const char* what, const service_ref& r, std::uint32_t op, std::vector<std::byte> payload,
                                std::int64_t bound = -1) {
   return wait_on_runtime<wait_reply>(what, [&](auto cb) { async_wait_request(r, op, std::move(payload), cb, bound); });
 }
@@ -98,7 +98,7 @@ inline wait_reply wait_request(const char* what, const broker_ref& r, std::uint3
 /// as a tuple (default-constructed on error; a `cancelled` reply is
 /// operation_aborted).
 template <class Handler, class Finish>
-void start_async_wait(const broker_ref& r, std::uint32_t op, std::uint64_t wait, std::vector<std::byte> payload,
+void start_async_wait(const service_ref& r, std::uint32_t op, std::uint64_t wait, std::vector<std::byte> payload,
                       Handler&& handler, Finish finish, std::int64_t bound = -1) {
   using results = std::invoke_result_t<Finish&, const wait_reply&>;
   auto o = make_broker_op(std::move(handler));
@@ -171,7 +171,7 @@ public:
 
   /// The service (started here on first use). std::logic_error for an
   /// empty handle (default-constructed, never assigned).
-  const broker_ref& ref() const {
+  const service_ref& ref() const {
     if (!st_) throw std::logic_error("fiber: use of an empty handle (default-constructed, never assigned)");
     return st_->ref();
   }

@@ -41,7 +41,7 @@
 /// into one buffer, large payloads gathered in place); a lone message is
 /// written at once. Reads fill a 64 KiB buffer, so many small frames cost
 /// one nng_stream_recv and a buffered frame completes async_recv without
-/// touching nng. See stream_core for the details.
+/// touching nng. See stream_state for the details.
 ///
 /// Per-operation cancellation (the handler's associated cancellation slot):
 ///  - async_recv / async_accept: a pending operation completes with
@@ -56,7 +56,7 @@
 ///    wire, closes the stream (the batch it was part of fails too).
 ///  - async_connect: nng_aio_cancel() on the dial.
 ///
-/// Files: stream.hpp (stream, direct_writer, lent_reader) over stream_core.hpp
+/// Files: stream.hpp (stream, direct_writer, lent_reader) over stream_state.hpp
 /// (frame_buffer.hpp reads, write_batch.hpp writes), listener.hpp,
 /// connect.hpp; nng_error.hpp, nng_ptr.hpp, tls_config.hpp, completion.hpp,
 /// buffer_cache.hpp underneath.

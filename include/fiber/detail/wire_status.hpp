@@ -26,18 +26,18 @@ namespace fiber::detail {
 /// one value for each fiber::error subclass. The values are part of the
 /// wire format.
 enum class wire_status : std::uint8_t {
-  ok = 0,              ///< the value follows
-  remote_error = 1,    ///< user code threw: (type name, message) → fiber::remote_error
-  error = 2,           ///< fiber refused the operation: message → fiber::error
-  eof = 3,             ///< message → fiber::eof_error
-  worker_lost = 4,     ///< message → fiber::worker_lost
-  serialization = 5,   ///< message → fiber::serialization_error
-  timeout = 6,         ///< message → fiber::timeout_error
-  backend = 7,         ///< message → fiber::backend_error
-  handshake = 8,       ///< message → fiber::handshake_error
-  broken_barrier = 9,  ///< message → fiber::broken_barrier_error
-  hold_revoked = 10,   ///< message → fiber::hold_revoked_error
-  config = 11,         ///< message → fiber::config_error
+  ok = 0,             ///< the value follows
+  remote_error = 1,   ///< user code threw: (type name, message) → fiber::remote_error
+  error = 2,          ///< fiber refused the operation: message → fiber::error
+  eof = 3,            ///< message → fiber::eof_error
+  worker_lost = 4,    ///< message → fiber::worker_lost
+  serialization = 5,  ///< message → fiber::serialization_error
+  timeout = 6,        ///< message → fiber::timeout_error
+  backend = 7,        ///< message → fiber::backend_error
+  handshake = 8,      ///< message → fiber::handshake_error
+  broken_barrier = 9, ///< message → fiber::broken_barrier_error
+  hold_revoked = 10,  ///< message → fiber::hold_revoked_error
+  config = 11,        ///< message → fiber::config_error
 };
 
 /// The status a fiber::error stands for (its most derived known class; a

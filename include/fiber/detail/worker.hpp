@@ -256,7 +256,8 @@ public:
   /// read side (`reader`), or by the runtime thread (`reader` null): tasks
   /// run on the main thread (now, or queued), a Process's target runs for
   /// the process's lifetime (the runtime thread reads from then on), other
-  /// frames (remote objects) are handled on the runtime thread.
+  /// frames (remote objects) are handled on the runtime thread, which reads
+  /// from the first of them on.
   void on_frame(frame_kind k, std::span<const std::byte> body, message& raw, const lent_reader* reader) {
     switch (k) {
     case frame_kind::heartbeat: return;
@@ -286,6 +287,13 @@ public:
     }
     if (reader) {
       if (auto l = link_.lock()) l->deliver(std::move(raw)); // to the runtime thread
+      if (worker_extensions().contains(std::uint8_t(k))) {
+        // A manager process: its frames are the runtime thread's, which keeps
+        // the read side from now on (one hop to an object's actor, not two).
+        // Given back after the delivery, which then comes first.
+        reads_ = false;
+        reader->give_back();
+      }
     } else if (auto it = worker_extensions().find(std::uint8_t(k)); it != worker_extensions().end()) {
       if (auto l = link_.lock()) it->second(l, body);
     }
@@ -319,7 +327,7 @@ private:
         r.give_back(ec); // the link closes: exit follows
         return;
       }
-      try { // as peer_link's own reads do (the bytes read count for liveness: stream_core)
+      try { // as peer_link's own reads do (the bytes read count for liveness: stream_state)
         auto [k, body] = unframe(m);
         on_frame(k, body, m, &r);
       } catch (const std::exception& e) {

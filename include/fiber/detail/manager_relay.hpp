@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file detail/manager_core.hpp
+/// @file detail/manager_relay.hpp
 /// The master side of a RemoteManager: it supervises the manager processes
 /// and is the relay service every Remote handle sends its calls to.
 
@@ -49,16 +49,16 @@ struct manager_settings {
 /// missed, job ended) fails the calls waiting on it and every later call on
 /// its objects with worker_lost; a replacement process is started so that
 /// later make() calls still have `processes` processes to spread over.
-class manager_core : public service, public std::enable_shared_from_this<manager_core> {
+class manager_relay : public service, public std::enable_shared_from_this<manager_relay> {
 public:
   using make_done = std::function<void(std::exception_ptr, std::uint64_t object_id)>;
 
-  manager_core(manager_settings s, std::shared_ptr<backend::launcher> l) : s_(std::move(s)), launcher_(std::move(l)) {}
+  manager_relay(manager_settings s, std::shared_ptr<backend::launcher> l) : s_(std::move(s)), launcher_(std::move(l)) {}
 
   /// Launch the processes; throws backend_error.
   void start() {
-    sup_ = std::make_shared<supervisor>(runtime_host::instance(), launcher_, "fiber::RemoteManager " + s_.name, "manager processes",
-                                        supervisor::forward_to(shared_from_this()));
+    sup_ = std::make_shared<supervisor>(runtime_host::instance(), launcher_, "fiber::RemoteManager " + s_.name,
+                                        "manager processes", supervisor::forward_to(shared_from_this()));
     grow();
   }
 
@@ -205,7 +205,7 @@ private:
     if (it == procs_.end()) return l->send(frame(frame_kind::shutdown));
     auto& p = it->second;
     p.link = l;
-    std::weak_ptr<manager_core> weak = shared_from_this();
+    std::weak_ptr<manager_relay> weak = shared_from_this();
     l->start(
         [weak](frame_kind k, std::span<const std::byte> body, message&) {
           if (auto s = weak.lock(); s && k == frame_kind::object_reply) s->on_reply(body);

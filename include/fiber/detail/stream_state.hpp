@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file detail/stream_core.hpp
+/// @file detail/stream_state.hpp
 /// The state of one framed nng stream (after a TLS handshake, if it has
 /// one) and its three ways of being driven: by its executor (async
 /// send/recv), by any thread writing directly while the executor has
@@ -57,21 +57,21 @@ struct stream_stats {
 /// A stream's state. Shared so that completions posted from nng threads
 /// (which hold a reference while an nng operation is in flight) stay valid
 /// after the `stream` handle moved or died. Touched only on `ex`.
-class stream_core : public std::enable_shared_from_this<stream_core> {
+class stream_state : public std::enable_shared_from_this<stream_state> {
 public:
   static constexpr std::size_t read_buffer_size = frame_buffer::capacity;
   static constexpr std::size_t copy_threshold = write_batch::copy_threshold;
   static constexpr std::size_t inline_write_limit = 64 * 1024; // batches up to this are written inline
 
   /// With `tls`, frames wait until the TLS handshake started by start() is done.
-  stream_core(asio::any_io_executor ex, stream_ptr s, const transport_options& opt,
-              std::optional<tls_start> tls = std::nullopt)
+  stream_state(asio::any_io_executor ex, stream_ptr s, const transport_options& opt,
+               std::optional<tls_start> tls = std::nullopt)
       : last_rx_(std::chrono::steady_clock::now()),
         ex_(std::move(ex)),
         s_(std::move(s)),
         max_(std::min<std::size_t>(opt.max_message_size, UINT32_MAX)),
-        saio_(make_aio(&stream_core::on_send_cb, this)),
-        raio_(make_aio(&stream_core::on_recv_cb, this)),
+        saio_(make_aio(&stream_state::on_send_cb, this)),
+        raio_(make_aio(&stream_state::on_recv_cb, this)),
         tls_start_(std::move(tls)),
         tls_pending_(tls_start_.has_value()) {
     exec_busy_ = tls_pending_; // no direct write before TLS is up
@@ -248,8 +248,8 @@ private:
   /// Lives in the handler's cancellation slot. Cancellation may be emitted
   /// from any thread, so it only posts the request to the executor.
   struct canceller {
-    canceller(std::weak_ptr<stream_core> c, std::uint64_t i, bool s) : core(std::move(c)), id(i), send(s) {}
-    std::weak_ptr<stream_core> core;
+    canceller(std::weak_ptr<stream_state> c, std::uint64_t i, bool s) : core(std::move(c)), id(i), send(s) {}
+    std::weak_ptr<stream_state> core;
     std::uint64_t id;
     bool send;
     void operator()(asio::cancellation_type_t type) const {
@@ -424,9 +424,9 @@ private:
   // reference (the destructor stops aios, which must not run on nng's
   // threads).
   static void on_send_cb(void* arg) {
-    auto* self = static_cast<stream_core*>(arg);
+    auto* self = static_cast<stream_state*>(arg);
     finish_on_executor(self->saio_.get(), self->ex_, self->skeep_, aio_count,
-                       [](stream_core& c, int rv, std::size_t n) { c.on_send(rv, n); });
+                       [](stream_state& c, int rv, std::size_t n) { c.on_send(rv, n); });
   }
 
   void on_send(int rv, std::size_t n, via v = via::dispatch) {
@@ -515,9 +515,9 @@ private:
   }
 
   static void on_recv_cb(void* arg) {
-    auto* self = static_cast<stream_core*>(arg);
+    auto* self = static_cast<stream_state*>(arg);
     finish_on_executor(self->raio_.get(), self->ex_, self->rkeep_, aio_count,
-                       [](stream_core& c, int rv, std::size_t n) { c.on_recv(rv, n); });
+                       [](stream_state& c, int rv, std::size_t n) { c.on_recv(rv, n); });
   }
 
   void on_recv(int rv, std::size_t n) {
@@ -664,7 +664,7 @@ private:
   mutable std::mutex wire_mu_;
   bool exec_busy_ = false, direct_busy_ = false, wire_dead_ = false;
   std::uint64_t direct_sent_ = 0, direct_nng_sends_ = 0;
-  std::shared_ptr<stream_core> skeep_, rkeep_; // self-references while nng ops are in flight
+  std::shared_ptr<stream_state> skeep_, rkeep_; // self-references while nng ops are in flight
   std::error_code dead_;
   bool closed_ = false;
   std::uint64_t next_id_ = 0;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file detail/pool_core.hpp
+/// @file detail/pool_scheduler.hpp
 /// The Pool's scheduler, on the runtime thread. Pull-based: each worker
 /// holds a few chunks (its credit window: `prefetch`, or more for chunks that
 /// run in well under a millisecond, see window_of()); the pending table
@@ -14,7 +14,7 @@
 #include <fiber/detail/call_sync.hpp>
 #include <fiber/detail/link_drain.hpp>
 #include <fiber/detail/pool_wire.hpp>
-#include <fiber/detail/stream_core.hpp>
+#include <fiber/detail/stream_state.hpp>
 #include <fiber/detail/supervisor.hpp>
 #include <fiber/detail/worker_host.hpp>
 
@@ -60,11 +60,11 @@ struct pool_settings {
 
 /// The scheduler of one Pool. On its host's executor (the runtime thread)
 /// unless a member says otherwise; create with std::make_shared.
-class pool_core : public std::enable_shared_from_this<pool_core> {
+class pool_scheduler : public std::enable_shared_from_this<pool_scheduler> {
 public:
   /// Workers of `host` (which outlives it: runtime_host::instance(), or a
   /// test's fake) started on launcher `l`.
-  pool_core(pool_settings s, std::shared_ptr<backend::launcher> l, worker_host& host)
+  pool_scheduler(pool_settings s, std::shared_ptr<backend::launcher> l, worker_host& host)
       : s_(std::move(s)), launcher_(std::move(l)), host_(host) {}
 
   /// Runtime thread. Launch the initial workers; throws backend_error.
@@ -213,7 +213,7 @@ private:
     // Large arguments leave as the tail of a frame of their own, shared
     // with this record (kept for reruns) instead of copied into the frame.
     std::shared_ptr<const std::vector<std::byte>> big;
-    if (msg.args.size() >= stream_core::copy_threshold) {
+    if (msg.args.size() >= stream_state::copy_threshold) {
       big = share_recycled(std::move(msg.args));
       msg.args = {};
     }
@@ -359,7 +359,7 @@ private:
   void arm_stagger() {
     if (stagger_timer_) return;
     stagger_timer_ = std::make_unique<asio::steady_timer>(host_.executor(), stagger);
-    std::weak_ptr<pool_core> weak = shared_from_this();
+    std::weak_ptr<pool_scheduler> weak = shared_from_this();
     stagger_timer_->async_wait([weak](std::error_code ec) {
       auto s = weak.lock();
       if (ec || !s) return;
@@ -420,7 +420,7 @@ private:
       if (starting() == 0) start_extra_ = 0;
       grow_or_fail(); // the next workers, if they were held back
     }
-    std::weak_ptr<pool_core> weak = shared_from_this();
+    std::weak_ptr<pool_scheduler> weak = shared_from_this();
     l->start(
         [weak, id](frame_kind k, std::span<const std::byte> body, message& raw) {
           auto s = weak.lock();
@@ -576,9 +576,10 @@ private:
       // end: wait for the job's end, at most link_drain_limit.
       if (!terminated_ && would_fail(w, id)) {
         w.lost_reason = reason;
-        w.exit_wait = start_link_drain(host_.executor(), [weak = std::weak_ptr<pool_core>(shared_from_this()), id] {
-          if (auto s = weak.lock()) s->give_up_exit_wait(id);
-        });
+        w.exit_wait = start_link_drain(host_.executor(),
+                                       [weak = std::weak_ptr<pool_scheduler>(shared_from_this()), id] {
+                                         if (auto s = weak.lock()) s->give_up_exit_wait(id);
+                                       });
         return dispatch();
       }
     }
@@ -605,9 +606,10 @@ private:
     // unread (see start_link_drain): read the link to its end before the
     // chunks are charged, or a finished task is charged with that crash.
     if (w.link && !w.link->closed() && !w.held.empty() && !terminated_ && !w.drain_timer) {
-      w.drain_timer = start_link_drain(host_.executor(), [weak = std::weak_ptr<pool_core>(shared_from_this()), id] {
-        if (auto s = weak.lock()) s->end_job(id);
-      });
+      w.drain_timer = start_link_drain(host_.executor(),
+                                       [weak = std::weak_ptr<pool_scheduler>(shared_from_this()), id] {
+                                         if (auto s = weak.lock()) s->end_job(id);
+                                       });
       return;
     }
     end_job(id);
