@@ -288,9 +288,12 @@ TEST_CASE("pool_scheduler: a late duplicate result is dropped", "[pool_scheduler
   r.settle(); // rerun on the other worker
   REQUIRE(other->tasks().size() == 1);
   CHECK(other->tasks()[0].first == chunk);
+  answer(late, chunk, {99}); // from a worker that no longer holds it
+  r.settle();
+  CHECK(r.deliveries == 0);
   answer(other->on_message, chunk, {14});
   r.settle();
-  answer(late, chunk, {99});
+  answer(late, chunk, {99}); // and once the chunk is done
   r.settle();
   CHECK(r.results[0] == std::vector<int>{14});
   CHECK(r.deliveries == 1);
