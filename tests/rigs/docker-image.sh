@@ -11,7 +11,8 @@
 # --sh            /bin/sh and its libraries (fiber itself needs no shell)
 # Always: /tmp (1777), and OpenSSL's libssl and libcrypto (fiber opens them
 # with dlopen). NAME may carry a tag (fiber-test:ci).
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "docker-image: line $LINENO: exit status $? (set -e)" >&2' ERR
 (($# >= 1)) || { echo "usage: $0 NAME [--libs BINARY]... [--sh] [BINARY[:PATH]]..." >&2; exit 2; }
 name=$1
 shift
@@ -55,7 +56,9 @@ done
 # Libraries fiber opens with dlopen, in no ldd closure: OpenSSL's libssl
 # (tls+tcp://) and libcrypto (frame MACs; libssl needs it too).
 for lib in libssl.so.3 libcrypto.so.3; do
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')
+  # awk reads to the end: an early exit would kill ldconfig with SIGPIPE,
+  # which pipefail turns into a silent exit of this script (set -e).
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && p == "" { p = $NF } END { print p }')
   [[ -n $path ]] && add "$path"
 done
 mkdir -p "$root/tmp"
