@@ -18,9 +18,11 @@ namespace fiber::detail {
 /// runtime::instance() as a worker_host. Stateless; runtime thread only.
 class runtime_host final : public worker_host {
 public:
+  /// Never destroyed: job ends reach supervisors on the runtime thread
+  /// during static destruction too (end_children_at_exit).
   static runtime_host& instance() {
-    static runtime_host h;
-    return h;
+    static auto* h = new runtime_host;
+    return *h;
   }
 
   asio::any_io_executor executor() override { return runtime::instance().executor(); }
