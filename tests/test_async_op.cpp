@@ -128,11 +128,13 @@ TEST_CASE("every fiber::error subclass keeps its class between threads", "[error
   for (auto& k : kinds()) {
     auto r = std::make_shared<fiber::detail::blocking_result<int>>();
     std::thread t([&] {
+      std::exception_ptr e;
       try {
         k.raise();
       } catch (...) {
-        r->set(std::current_exception());
+        e = std::current_exception();
       }
+      r->set(std::move(e)); // after the catch block: see blocking_result
     });
     try {
       r->take();

@@ -64,6 +64,7 @@
 #include <fiber/detail/object_registry.hpp>
 #include <fiber/detail/object_traits.hpp>
 #include <fiber/detail/remote_ref.hpp>
+#include <fiber/detail/wire_status.hpp>
 #include <fiber/init.hpp>
 #include <fiber/shared.hpp>
 
@@ -133,13 +134,16 @@ public:
   /// True once ready and the method returned normally; std::logic_error before.
   bool successful() const {
     if (!st_->ready()) throw std::logic_error("fiber::remote_result::successful: not ready");
-    return !st_->failed();
+    return st_->get().first == detail::wire_status::ok;
   }
 
 private:
   template <class>
   friend class Remote;
-  using state = detail::blocking_result<std::vector<std::byte>>;
+  // ok and the result's bytes, or a failure in its wire form: each read
+  // raises a fresh exception on the reading thread, so that no exception
+  // object is shared between threads (docs/ARCHITECTURE.md).
+  using state = detail::blocking_result<std::pair<detail::wire_status, std::vector<std::byte>>>;
   explicit remote_result(std::shared_ptr<state> st) : st_(std::move(st)) {}
 
   static void check_thread() {
@@ -148,7 +152,11 @@ private:
                              "handler); use async_call there");
   }
 
-  R take() const { return detail::decode_result<R>(st_->get()); }
+  R take() const {
+    auto [status, bytes] = st_->get();
+    if (status != detail::wire_status::ok) std::rethrow_exception(detail::failure_of(status, bytes));
+    return detail::decode_result<R>(bytes);
+  }
 
   std::shared_ptr<state> st_;
 };
@@ -194,7 +202,14 @@ public:
       auto st = std::make_shared<typename result_type::state>();
       detail::send_call(ref(), payload<M>(std::forward<A>(args)...),
                         [st](std::exception_ptr e, std::vector<std::byte> bytes) {
-                          st->set(std::move(e), std::move(bytes));
+                          if (!e) return st->set_value({detail::wire_status::ok, std::move(bytes)});
+                          std::pair<detail::wire_status, std::vector<std::byte>> failure;
+                          try {
+                            std::rethrow_exception(e);
+                          } catch (...) {
+                            failure = detail::current_failure();
+                          }
+                          st->set_value(std::move(failure));
                         });
       return result_type(st);
     } else {

@@ -519,11 +519,13 @@ auto Condition::async_wait_for_impl(Pred pred, std::optional<std::chrono::steady
           // With the lock held: check pred, then wait again (or finish).
           static void step(std::shared_ptr<step_state> s) {
             bool r = false;
+            std::exception_ptr e;
             try {
               r = static_cast<bool>(s->pred());
             } catch (...) {
-              return s->op->complete(detail::via::dispatch, std::current_exception(), false);
+              e = std::current_exception();
             }
+            if (e) return s->op->complete(detail::via::dispatch, std::move(e), false);
             if (r) return s->op->complete(detail::via::dispatch, std::exception_ptr(), true);
             std::int64_t ms = -1;
             if (s->deadline) {

@@ -15,9 +15,12 @@
 namespace fiber::detail {
 
 /// One outcome (a value of `R`, or an exception) that one thread sets and
-/// others wait for. Thread-safe. The exception is moved in, so the setting
-/// thread keeps no reference to it: the waiting threads alone read it and
-/// drop it (see docs/ARCHITECTURE.md, "Exceptions between threads").
+/// others wait for. Thread-safe. The exception is moved in (set it after
+/// the catch block that caught it has ended), so the setting thread keeps
+/// no reference to it: the waiter alone reads it and drops it. take() is
+/// the form for exceptions; get() reads a value again, and rethrows a
+/// stored exception only to readers that outlive every other owner (see
+/// docs/ARCHITECTURE.md, "One rule for exceptions").
 /// Share it through a std::shared_ptr when the setter may outlive the waiter;
 /// a waiter may own it alone when the setter is done with it once set.
 template <class R = std::monostate>

@@ -106,6 +106,7 @@ public:
     using R = decltype(f());
     blocking_result<std::conditional_t<std::is_void_v<R>, std::monostate, R>> out;
     asio::post(ctx_, [&] {
+      std::exception_ptr e;
       try {
         if constexpr (std::is_void_v<R>) {
           f();
@@ -113,9 +114,13 @@ public:
         } else {
           out.set_value(f());
         }
+        return;
       } catch (...) {
-        out.set_exception(std::current_exception());
+        e = std::current_exception();
       }
+      // Set once the catch block has released the exception in flight: the
+      // waiter may read and drop it at once (see blocking_result).
+      out.set_exception(std::move(e));
     });
     if constexpr (std::is_void_v<R>) out.take();
     else return out.take();
