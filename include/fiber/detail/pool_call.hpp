@@ -372,10 +372,8 @@ private:
     constexpr std::size_t arity = std::tuple_size_v<Params>;
     static_assert(std::tuple_size_v<std::remove_cvref_t<Tuple>> == arity,
                   "fiber::Pool::starmap: each tuple must hold exactly the target's arguments");
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (write_arg<std::tuple_element_t<I, Params>>(w, std::get<I>(t)), ...);
-    }
-    (std::make_index_sequence<arity>{});
+    if constexpr (std::tuple_size_v<std::remove_cvref_t<Tuple>> == arity)
+      std::apply([&](const auto&... a) { write_args<Params>(w, a...); }, t);
   }
 
   std::shared_ptr<pool_scheduler> core_;
