@@ -12,6 +12,7 @@
 #include <fiber/detail/host_name.hpp>
 #include <fiber/backend/detail/child_watch.hpp>
 #include <fiber/backend/detail/environment.hpp>
+#include <fiber/backend/detail/job_table.hpp>
 #include <fiber/backend/detail/spawn.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/error.hpp>
@@ -26,7 +27,6 @@
 #include <sys/wait.h>
 #include <system_error>
 #include <unistd.h>
-#include <unordered_map>
 #include <vector>
 
 namespace fiber {
@@ -35,15 +35,15 @@ namespace detail {
 /// Starts jobs as child processes. Runtime thread only (as every launcher).
 class local_launcher final : public backend::launcher, public std::enable_shared_from_this<local_launcher> {
 public:
-  explicit local_launcher(asio::any_io_executor ex) : ex_(std::move(ex)) {}
+  explicit local_launcher(asio::any_io_executor ex) : ex_(ex), jobs_(std::move(ex)) {}
 
   /// Jobs still running when the runtime goes away must not outlive it:
   /// each one's process group is killed and the job reaped (not reaped
   /// before: the group id is still theirs).
   ~local_launcher() override {
-    for (auto& [pid, w] : live_) {
-      ::kill(-pid, SIGKILL);
-      w->detach_and_reap(std::chrono::milliseconds(0));
+    for (auto& [id, r] : jobs_) {
+      ::kill(-r.watch->pid(), SIGKILL);
+      r.watch->detach_and_reap(std::chrono::milliseconds(0));
     }
   }
 
@@ -63,8 +63,8 @@ public:
 
   /// Sends `signal` to the job's whole process group; ignored once it ended.
   void cancel(const backend::job& j, int signal) override {
-    auto it = live_.find(pid_t(j.pid));
-    if (j.pid <= 0 || it == live_.end() || it->second->done()) return;
+    auto* r = jobs_.find(j.id);
+    if (j.pid <= 0 || !r || r->watch->done()) return;
     ::kill(-pid_t(j.pid), signal);
   }
 
@@ -87,16 +87,18 @@ private:
     const pid_t pid = child.pid;
     // Stragglers in the job's process group die with it (killed before the
     // job is reaped, so that the group id cannot be another's yet).
-    live_.emplace(pid, child_watch::start(
-                           ex_, pid,
-                           [self = weak_from_this(), pid, h = std::move(on_exit)](int status) {
-                             if (auto s = self.lock()) s->ended(pid, status, h);
-                           },
-                           true));
-    return backend::job{std::to_string(pid), pid, fiber::detail::host_name()};
+    auto id = std::to_string(pid);
+    auto watch = child_watch::start(
+        ex_, pid,
+        [self = weak_from_this(), id](int status) {
+          if (auto s = self.lock()) s->ended(id, status);
+        },
+        true);
+    jobs_.add(id, std::move(on_exit)).watch = std::move(watch);
+    return backend::job{id, pid, fiber::detail::host_name()};
   }
 
-  void ended(pid_t pid, int status, const backend::exit_handler& on_exit) {
+  void ended(const std::string& id, int status) {
     backend::job_exit ex;
     if (status < 0) {
       ex.how = backend::job_exit::kind::lost;
@@ -107,12 +109,15 @@ private:
     } else {
       ex.code = WEXITSTATUS(status);
     }
-    live_.erase(pid);
-    if (on_exit) on_exit(ex);
+    jobs_.finish(id, std::move(ex), delivery::call);
   }
 
+  struct record : job_record {
+    std::shared_ptr<child_watch> watch;
+  };
+
   asio::any_io_executor ex_;
-  std::unordered_map<pid_t, std::shared_ptr<child_watch>> live_;
+  job_table<record> jobs_; // by pid
 };
 
 } // namespace detail

@@ -105,6 +105,7 @@
 #include <fiber/backend/detail/child_watch.hpp>
 #include <fiber/backend/detail/command.hpp>
 #include <fiber/backend/detail/environment.hpp>
+#include <fiber/backend/detail/job_table.hpp>
 #include <fiber/backend/detail/net_address.hpp>
 #include <fiber/backend/detail/slurm_address.hpp>
 #include <fiber/backend/detail/reaper.hpp>
@@ -152,7 +153,7 @@ namespace detail {
 class slurm_launcher final : public backend::launcher, public std::enable_shared_from_this<slurm_launcher> {
 public:
   slurm_launcher(asio::any_io_executor ex, slurm_options opts)
-      : ex_(std::move(ex)), opts_(std::move(opts)), timer_(ex_) {
+      : ex_(std::move(ex)), opts_(std::move(opts)), timer_(ex_), jobs_(ex_) {
     if (!opts_.warn) opts_.warn = [](const std::string& m) { detail::log(log_level::warning, m); };
   }
 
@@ -217,7 +218,7 @@ public:
     }
     for (std::size_t i = 0; i < specs.size(); ++i) {
       auto key = "slurm-" + std::to_string(++next_key_);
-      jobs_[key].on_exit = std::move(on_exit[i]);
+      jobs_.add(key, std::move(on_exit[i]));
       queued_.push_back({key, specs[i]});
       jobs[i] = backend::job{key, -1, {}};
     }
@@ -238,53 +239,50 @@ public:
   /// reported through on_exit as signalled(signal). Unknown or finished jobs
   /// are ignored; a failing scancel is logged, not thrown.
   void cancel(const backend::job& j, int signal) override {
-    auto it = jobs_.find(j.id);
-    if (it == jobs_.end()) return;
-    auto& r = it->second;
-    r.asked = signal;
-    if (r.watch) return cancel_step(j.id, signal, 0);
-    if (!r.slurm_id.empty()) return async_scancel({r.slurm_id}, signal);
-    if (!r.submitting) end_job(j.id, {backend::job_exit::kind::signalled, signal, "cancelled before it was submitted"});
+    auto* r = jobs_.find(j.id);
+    if (!r) return;
+    r->ask(signal);
+    if (r->watch) return cancel_step(j.id, signal, 0);
+    if (!r->slurm_id.empty()) return async_scancel({r->slurm_id}, signal);
+    if (!r->submitting) end_job(j.id, {backend::job_exit::kind::signalled, signal, "cancelled before it was submitted"});
   }
 
   /// The job's Slurm id ("1234", "1234_5", "srun-<pid>"); empty while its
   /// submission runs, and once it ended.
   std::string slurm_id(const backend::job& j) const {
-    auto it = jobs_.find(j.id);
-    if (it == jobs_.end()) return {};
-    return it->second.watch ? j.id : it->second.slurm_id;
+    auto* r = jobs_.find(j.id);
+    if (!r) return {};
+    return r->watch ? j.id : r->slurm_id;
   }
 
   /// Why Slurm keeps `j` PENDING (e.g. "Resources", "Priority",
   /// "ReqNodeNotAvail"), as of the last poll; empty when not pending or
   /// unknown.
   std::string pending_reason(const backend::job& j) const {
-    auto it = jobs_.find(j.id);
-    return it != jobs_.end() && it->second.state == "PENDING" ? it->second.reason : std::string();
+    auto* r = jobs_.find(j.id);
+    return r && r->state == "PENDING" ? r->reason : std::string();
   }
 
   /// Slurm's state of `j` as of the last poll ("PENDING", "RUNNING", ...;
   /// "" before the first poll, for srun steps, and once ended).
   std::string state(const backend::job& j) const {
-    auto it = jobs_.find(j.id);
-    return it != jobs_.end() ? it->second.state : std::string();
+    auto* r = jobs_.find(j.id);
+    return r ? r->state : std::string();
   }
 
   /// Node(s) `j` runs on, as of the last poll ("" if unknown).
   std::string node(const backend::job& j) const {
-    auto it = jobs_.find(j.id);
-    return it != jobs_.end() ? it->second.nodes : std::string();
+    auto* r = jobs_.find(j.id);
+    return r ? r->nodes : std::string();
   }
 
   /// Number of jobs not yet reported ended.
-  std::size_t live_jobs() const noexcept { return jobs_.size(); }
+  std::size_t live_jobs() const noexcept { return jobs_.live(); }
 
   const slurm_options& options() const noexcept { return opts_; }
 
 private:
-  struct record {
-    backend::exit_handler on_exit;
-    int asked = 0;                      // signal asked with cancel()
+  struct record : job_record {
     std::string slurm_id;               // batch jobs: "" until sbatch answered
     bool submitting = false;            // its sbatch runs (or waits for a slot)
     std::string state, reason, nodes;   // last poll
@@ -319,11 +317,10 @@ private:
 
   /// Report the end of job `key` (posted: a handler may re-enter launch).
   void end_job(const std::string& key, backend::job_exit x) {
-    auto it = jobs_.find(key);
-    if (it == jobs_.end()) return;
-    if (!it->second.slurm_id.empty()) reaper_.note("-" + it->second.slurm_id);
-    if (auto h = std::move(it->second.on_exit)) asio::post(ex_, [h = std::move(h), x = std::move(x)] { h(x); });
-    jobs_.erase(it);
+    auto* r = jobs_.find(key);
+    if (!r) return;
+    if (!r->slurm_id.empty()) reaper_.note("-" + r->slurm_id);
+    jobs_.finish(key, std::move(x));
   }
 
   // ---- batch jobs and arrays ----------------------------------------------
@@ -334,13 +331,13 @@ private:
   void submit_queued() {
     flush_posted_ = false;
     auto q = std::exchange(queued_, {});
-    std::erase_if(q, [&](const queued_spec& s) { return !jobs_.count(s.key); }); // cancelled meanwhile
+    std::erase_if(q, [&](const queued_spec& s) { return !jobs_.contains(s.key); }); // cancelled meanwhile
     if (q.empty()) return;
     const bool arrays = effective_mode(q.size()) == slurm_options::mode::array;
     std::map<std::tuple<std::vector<std::string>, int, int, int>, std::size_t> index;
     std::vector<submission> groups;
     for (auto& s : q) {
-      jobs_[s.key].submitting = true;
+      jobs_.find(s.key)->submitting = true;
       auto& r = s.spec.resources;
       auto [it, fresh] = index.try_emplace({s.spec.argv, r.cpu, r.memory_mb, r.gpu}, groups.size());
       if (!arrays || fresh || groups[it->second].size() == max_array_) { // Slurm's default MaxArraySize is 1001
@@ -367,10 +364,10 @@ private:
       auto g = std::move(waiting_.front());
       waiting_.pop_front();
       std::erase_if(g, [&](const queued_spec& s) { // cancelled while it waited: ended already
-        auto it = jobs_.find(s.key);
-        if (it == jobs_.end()) return true;
-        if (!it->second.asked) return false;
-        end_job(s.key, {backend::job_exit::kind::signalled, it->second.asked, "cancelled before it was submitted"});
+        auto* r = jobs_.find(s.key);
+        if (!r) return true;
+        if (!r->asked) return false;
+        end_job(s.key, {backend::job_exit::kind::signalled, r->asked, "cancelled before it was submitted"});
         return true;
       });
       if (!g.empty()) submit(std::move(g));
@@ -414,9 +411,9 @@ private:
     else if (!id) fail_submission(keys, "slurm: sbatch printed no job id for '" + name + "': " + res.message());
     else start_reaper();
     for (std::size_t k = 0; id && k < keys.size(); ++k) {
-      auto it = jobs_.find(keys[k]);
-      if (it == jobs_.end()) continue;
-      auto& r = it->second;
+      auto* rp = jobs_.find(keys[k]);
+      if (!rp) continue;
+      auto& r = *rp;
       r.submitting = false;
       r.slurm_id = array ? *id + "_" + std::to_string(k) : *id;
       reaper_.note(r.slurm_id);
@@ -468,30 +465,26 @@ private:
         child = spawn(req);
       } catch (const std::system_error& e) {
         for (auto& id : started) { // started in this call: stop, and forget their handlers
-          jobs_[id].on_exit = nullptr;
-          jobs_[id].asked = SIGTERM;
-          jobs_[id].watch->kill(SIGTERM);
+          auto* r = jobs_.find(id);
+          r->on_exit = nullptr;
+          r->ask(SIGTERM);
+          r->watch->kill(SIGTERM);
         }
         throw backend_error("slurm: cannot run " + req.argv[0] + " for '" + specs[i].name + "': " + e.code().message() +
                             (e.code().value() == ENOENT ? " (is Slurm on PATH?)" : ""));
       }
       std::string id = "srun-" + std::to_string(child.pid);
-      auto& r = jobs_[id];
-      r.on_exit = std::move(on_exit[i]);
-      r.watch = child_watch::start(ex_, child.pid, [self = weak_from_this(), id](int status) {
+      auto watch = child_watch::start(ex_, child.pid, [self = weak_from_this(), id](int status) {
         if (auto s = self.lock()) s->step_ended(id, status);
       });
+      jobs_.add(id, std::move(on_exit[i])).watch = std::move(watch);
       started.push_back(id);
       jobs[i] = backend::job{id, -1, {}};
     }
   }
 
   void step_ended(const std::string& id, int status) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return;
-    auto r = std::move(it->second);
-    jobs_.erase(it);
-    if (r.on_exit) r.on_exit(slurm_impl::srun_exit(status, r.asked));
+    if (auto* r = jobs_.find(id)) jobs_.finish(id, slurm_impl::srun_exit(status, r->asked), delivery::call);
   }
 
   /// Cancel an srun step until its srun exits: find the step id (by srun's
@@ -507,13 +500,13 @@ private:
                                                                              attempt](command_result res) {
       auto s = self.lock();
       if (!s) return;
-      auto it = s->jobs_.find(id);
-      if (it == s->jobs_.end() || it->second.watch->done()) return;
-      if (attempt >= 25) return it->second.watch->kill(SIGKILL);
+      auto* r = s->jobs_.find(id);
+      if (!r || r->watch->done()) return;
+      if (attempt >= 25) return r->watch->kill(SIGKILL);
       auto steps = slurm_impl::parse_steps(res.out);
-      auto st = steps.find(it->second.watch->pid());
+      auto st = steps.find(r->watch->pid());
       if (st != steps.end()) s->async_scancel({st->second}, signal);
-      else it->second.watch->kill(signal == 9 ? SIGTERM : signal);
+      else r->watch->kill(signal == 9 ? SIGTERM : signal);
       auto t = std::make_shared<asio::steady_timer>(s->ex_, std::chrono::milliseconds(st != steps.end() ? 1000 : 200));
       t->async_wait([self, id, signal, attempt, t](std::error_code ec) {
         if (auto s2 = self.lock(); s2 && !ec) s2->cancel_step(id, signal, attempt + 1);
@@ -608,10 +601,7 @@ private:
 
   /// Keys of the batch jobs with a Slurm id.
   std::vector<std::string> polled_keys() const {
-    std::vector<std::string> keys;
-    for (auto& [key, r] : jobs_)
-      if (!r.watch && !r.slurm_id.empty()) keys.push_back(key);
-    return keys;
+    return jobs_.ids([](const record& r) { return !r.watch && !r.slurm_id.empty(); });
   }
 
   void poll() {
@@ -621,7 +611,7 @@ private:
       return;
     }
     std::vector<std::string> ids;
-    for (auto& k : keys) ids.push_back(jobs_[k].slurm_id);
+    for (auto& k : keys) ids.push_back(jobs_.find(k)->slurm_id);
     auto self = weak_from_this();
     std::erase_if(inflight_, [](auto& c) { return c->finished(); });
     spawn_request req;
@@ -652,21 +642,21 @@ private:
       failed_polls_ = 0;
       auto q = slurm_impl::parse_queue(res.out);
       for (auto& k : keys) {
-        auto it = jobs_.find(k);
-        if (it == jobs_.end()) continue; // ended meanwhile (cannot happen for batch jobs, but be safe)
-        auto e = q.find(it->second.slurm_id);
+        auto* r = jobs_.find(k);
+        if (!r) continue; // ended meanwhile (cannot happen for batch jobs, but be safe)
+        auto e = q.find(r->slurm_id);
         if (e == q.end()) {
           // Purged (MinJobAge) before we saw it end; allow one odd poll.
-          if (++it->second.missing >= 2) end_job(k, {backend::job_exit::kind::lost, 0, "job no longer known to Slurm"});
+          if (++r->missing >= 2) end_job(k, {backend::job_exit::kind::lost, 0, "job no longer known to Slurm"});
           continue;
         }
-        it->second.missing = 0;
+        r->missing = 0;
         if (slurm_impl::is_terminal(e->second.state)) {
-          end_job(k, slurm_impl::to_exit(e->second, it->second.asked));
+          end_job(k, slurm_impl::to_exit(e->second, r->asked));
         } else {
-          it->second.state = e->second.state;
-          it->second.reason = e->second.reason;
-          it->second.nodes = e->second.nodes;
+          r->state = e->second.state;
+          r->reason = e->second.reason;
+          r->nodes = e->second.nodes;
         }
       }
     }
@@ -682,7 +672,7 @@ private:
   asio::steady_timer timer_;
   bool polling_ = false;
   int failed_polls_ = 0;
-  std::map<std::string, record> jobs_; // live jobs by key ("slurm-<n>", "srun-<pid>")
+  job_table<record> jobs_; // live jobs by key ("slurm-<n>", "srun-<pid>")
   std::uint64_t next_key_ = 0;
   std::vector<queued_spec> queued_; // launched, submitted at the next turn
   bool flush_posted_ = false;
