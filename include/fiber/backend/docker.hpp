@@ -97,6 +97,7 @@
 /// stopped.
 
 #include <fiber/backend/detail/named_backends.hpp>
+#include <fiber/backend/docker/keys.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>

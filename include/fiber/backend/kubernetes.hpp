@@ -114,6 +114,7 @@
 /// (make() may be called anywhere); destroy it there or after the executor stopped.
 
 #include <fiber/backend/detail/named_backends.hpp>
+#include <fiber/backend/kubernetes/keys.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>

@@ -13,6 +13,7 @@
 #include <fiber/backend/detail/child_watch.hpp>
 #include <fiber/backend/detail/environment.hpp>
 #include <fiber/backend/detail/job_table.hpp>
+#include <fiber/backend/detail/named_backends.hpp>
 #include <fiber/backend/detail/spawn.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/error.hpp>
@@ -132,4 +133,9 @@ struct local {
   }
 };
 } // namespace backend
+
+namespace detail {
+/// FIBER_BACKEND=local (and unset) reaches backend::local through this.
+inline const bool local_backend_registered = register_policy<backend::local>();
+} // namespace detail
 } // namespace fiber

@@ -106,6 +106,7 @@
 #include <fiber/backend/detail/command.hpp>
 #include <fiber/backend/detail/environment.hpp>
 #include <fiber/backend/detail/job_table.hpp>
+#include <fiber/backend/detail/named_backends.hpp>
 #include <fiber/backend/detail/net_address.hpp>
 #include <fiber/backend/detail/slurm_address.hpp>
 #include <fiber/backend/detail/reaper.hpp>
@@ -703,4 +704,9 @@ struct slurm {
 static_assert(policy<slurm>);
 
 } // namespace backend
+
+namespace detail {
+/// FIBER_BACKEND=slurm reaches backend::slurm through this (its keys: slurm/keys.hpp).
+inline const bool slurm_backend_registered = register_policy<backend::slurm>();
+} // namespace detail
 } // namespace fiber

@@ -8,6 +8,7 @@
 // Before config.hpp, whose `extern char** environ` must follow unistd.h's extern "C" one.
 #include <unistd.h>
 
+#include <fiber/backend/docker/keys.hpp>
 #include <fiber/detail/host_name.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <fiber/backend/detail/docker_options.hpp> // docker_impl::split_list, the managed-by label
+#include <fiber/backend/kubernetes/keys.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>
 

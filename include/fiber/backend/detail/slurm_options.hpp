@@ -5,6 +5,7 @@
 /// configuration table (slurm.* keys) and the allocation the master runs in.
 
 #include <fiber/backend/detail/shell_words.hpp>
+#include <fiber/backend/slurm/keys.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>
 
