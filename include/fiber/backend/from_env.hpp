@@ -27,10 +27,10 @@ struct from_env {
   static constexpr std::string_view name = "from_env"; ///< this policy's name
   /// Throws fiber::backend_error naming the value for an unknown backend,
   /// or one whose launcher this program does not contain.
-  static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
+  static std::shared_ptr<launcher> make(const launch_context& ctx) {
     auto which = detail::config_string("backend");
     if (which.empty()) which = "local";
-    if (auto make = detail::find_backend(which)) return make(std::move(ex));
+    if (auto make = detail::find_backend(which)) return make(ctx);
     if (const auto* header = detail::backend_header(which))
       throw backend_error("fiber: FIBER_BACKEND=" + which + ", but this program does not contain the " + which +
                           " backend: include <fiber/fiber.hpp>" + (header->empty() ? "" : " or <" + *header + ">") +

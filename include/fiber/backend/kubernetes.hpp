@@ -128,7 +128,6 @@
 #if defined(FIBER_HAS_CURL) && defined(FIBER_HAS_JSON)
 #include <fiber/backend/detail/kube_config.hpp>
 #include <fiber/backend/detail/kube_launcher.hpp>
-#include <fiber/detail/runtime.hpp>
 #define FIBER_HAS_KUBERNETES_BACKEND 1
 #endif
 
@@ -144,18 +143,18 @@ struct kubernetes {
   /// for a malformed value, when no credentials are found (saying where it
   /// looked), when fiber was built without libcurl's and nlohmann-json's
   /// headers, or libcurl cannot be loaded.
-  static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
+  static std::shared_ptr<launcher> make(const launch_context& ctx) {
 #if defined(FIBER_HAS_KUBERNETES_BACKEND)
     auto opts = detail::kube_options::from_config();
-    opts.state_dir = detail::runtime::instance().run_dir();
+    opts.state_dir = ctx.run_dir;
     auto where = detail::kube::resolve(opts, detail::kube::environment::from_process());
     if (auto w = detail::http::exposure(where.server, where.tls); !w.empty())
       detail::log(log_level::warning, "kubernetes: ", where.source, ": ", w,
                   "; the run's Secret and the credentials go through it");
-    return detail::make_started<detail::kube_launcher>(ex, std::move(opts), std::move(where));
+    return detail::make_started<detail::kube_launcher>(ctx.executor, std::move(opts), std::move(where));
 #else
     detail::throw_built_without_http(name); // the headers were missing when fiber was configured
-    (void)ex;
+    (void)ctx;
 #endif
   }
 };

@@ -128,8 +128,8 @@ namespace backend {
 struct local {
   static constexpr std::string_view name = "local"; ///< the backend's name, as FIBER_BACKEND spells it
   /// A launcher that starts the master's own binary with posix_spawn; reads no configuration.
-  static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
-    return std::make_shared<detail::local_launcher>(std::move(ex));
+  static std::shared_ptr<launcher> make(const launch_context& ctx) {
+    return std::make_shared<detail::local_launcher>(ctx.executor);
   }
 };
 } // namespace backend

@@ -696,8 +696,8 @@ struct slurm {
   static constexpr std::string_view name = "slurm"; ///< the backend's name, as FIBER_BACKEND spells it
   /// Reads the configuration table now. Throws fiber::backend_error for a
   /// malformed slurm.* value (fiber::config_error for an unknown key).
-  static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
-    return std::make_shared<detail::slurm_launcher>(std::move(ex), detail::slurm_options::from_config());
+  static std::shared_ptr<launcher> make(const launch_context& ctx) {
+    return std::make_shared<detail::slurm_launcher>(ctx.executor, detail::slurm_options::from_config());
   }
 };
 

@@ -10,7 +10,6 @@
 #include <fiber/backend/detail/kube_reaper.hpp>
 #include <fiber/backend/detail/kube_wire.hpp>
 #include <fiber/backend/detail/net_address.hpp>
-#include <fiber/detail/runtime.hpp>
 #include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
@@ -105,6 +104,8 @@ public:
   std::string_view name() const noexcept override { return "kubernetes"; }
   /// Pods run on the cluster's nodes: nothing shared with the master.
   backend::launcher_traits traits() const noexcept override { return {false, false, false}; }
+  /// The ephemeral certificate start() made (k8s.tls without tls_cert), which workers pin.
+  std::optional<backend::tls_identity> listener_identity() const override { return identity_; }
 
   /// Makes the TLS certificate if one is needed (blocking, ~5 ms), finds the
   /// master's own pod when in a pod, arms the watchdog when outside, and
@@ -260,13 +261,14 @@ private:
   // ---- TLS, the master's pod, the Secret ---------------------------------------
 
   // An ephemeral certificate for the master's listener, which serves with
-  // it from memory (its key never touches the disk). The certificate, which
-  // workers pin, is written (0600) where the Secret is made from.
+  // it from memory (its key never touches the disk; the runtime takes it
+  // from listener_identity()). The certificate, which workers pin, is
+  // written (0600) where the Secret is made from.
   void make_certificate() {
     try {
       auto id = make_self_signed(secret_name());
       opts_.tls_cert = write_private_file(private_dir(opts_.state_dir) + "/k8s-" + run_id_ + ".crt", id.cert_pem);
-      runtime::instance().set_tls_identity(std::move(id));
+      identity_ = backend::tls_identity{std::move(id.cert_pem), std::move(id.key_pem)};
     } catch (const std::exception& e) {
       throw backend_error(std::string("kubernetes: TLS: ") + e.what());
     }
@@ -707,6 +709,7 @@ private:
   std::string secret_error_, fatal_;
   bool has_secret_ = false;
   bool own_cert_ = false; // the certificate is fiber's ephemeral one, named secret_name()
+  std::optional<backend::tls_identity> identity_; // that certificate and its key, for the master's listener
   std::optional<kube::owner_ref> owner_;
   std::string master_image_;
   nlohmann::json pull_secrets_;

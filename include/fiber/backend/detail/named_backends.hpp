@@ -22,7 +22,7 @@
 namespace fiber::detail {
 
 /// What makes a backend's launcher: its policy's make().
-using backend_factory = std::shared_ptr<backend::launcher> (*)(asio::any_io_executor);
+using backend_factory = std::shared_ptr<backend::launcher> (*)(const backend::launch_context&);
 
 /// Factories by backend name.
 inline std::map<std::string, backend_factory, std::less<>>& named_backends() {
@@ -94,10 +94,10 @@ concept policy_with_keys = requires {
 /// The one registration of a backend policy `B` (`name`, `make`, and
 /// `config_keys` when it has them), for an inline variable next to it:
 /// `inline const bool my_registered = fiber::detail::register_policy<my_backend>();`.
-template <class B>
+template <backend::policy B>
 bool register_policy() {
   if constexpr (policy_with_keys<B>) register_backend_keys(B::name, "", B::config_keys);
-  return register_backend(B::name, &B::make);
+  return register_backend(B::name, [](const backend::launch_context& ctx) { return backend::make_launcher<B>(ctx); });
 }
 
 /// A launcher of type `L` made from `args` and started: what a backend's
