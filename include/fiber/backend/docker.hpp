@@ -109,7 +109,7 @@
 #include <utility>
 
 #if defined(FIBER_HAS_CURL) && defined(FIBER_HAS_JSON)
-#include <fiber/backend/detail/docker_launcher.hpp>
+#include <fiber/backend/docker/launcher.hpp>
 #define FIBER_HAS_DOCKER_BACKEND 1
 #endif
 

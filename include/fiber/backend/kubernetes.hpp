@@ -106,7 +106,7 @@
 ///   at start it deletes what earlier runs in its pod left (a restarted
 ///   container). A master outside (kubeconfig credentials, or
 ///   `k8s.api_server`): a watchdog child (`sh` +
-///   `kubectl delete pods,secrets -l fiber.run=<run>`, kube_reaper.hpp) runs
+///   `kubectl delete pods,secrets -l fiber.run=<run>`, kubernetes/reaper.hpp) runs
 ///   when the master dies without cleaning up (SIGKILL).
 /// * Workers whose master vanished exit within heartbeat_timeout_ms.
 ///
@@ -126,8 +126,8 @@
 #include <utility>
 
 #if defined(FIBER_HAS_CURL) && defined(FIBER_HAS_JSON)
-#include <fiber/backend/detail/kube_config.hpp>
-#include <fiber/backend/detail/kube_launcher.hpp>
+#include <fiber/backend/kubernetes/access.hpp>
+#include <fiber/backend/kubernetes/launcher.hpp>
 #define FIBER_HAS_KUBERNETES_BACKEND 1
 #endif
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/slurm_options.hpp
+/// @file backend/slurm/options.hpp
 /// Everything the Slurm launcher is configured with, read from fiber's
 /// configuration table (slurm.* keys) and the allocation the master runs in.
 

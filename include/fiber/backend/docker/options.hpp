@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/docker_options.hpp
+/// @file backend/docker/options.hpp
 /// The docker backend's settings (configuration keys docker.*), the labels
 /// it puts on containers, and who the master is (for the sweep of containers
 /// whose master is gone).

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/docker_launcher.hpp
+/// @file backend/docker/launcher.hpp
 /// The docker backend's launcher: one container per job, driven through the
-/// Engine API (docker_api.hpp). See backend/docker.hpp for the behaviour.
+/// Engine API (docker/api.hpp). See backend/docker.hpp for the behaviour.
 
 #include <fiber/backend/detail/net_address.hpp>
-#include <fiber/backend/detail/docker_api.hpp>
-#include <fiber/backend/detail/docker_options.hpp>
-#include <fiber/backend/detail/docker_output.hpp>
+#include <fiber/backend/docker/api.hpp>
+#include <fiber/backend/docker/options.hpp>
+#include <fiber/backend/docker/output.hpp>
 #include <fiber/backend/detail/job_table.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>

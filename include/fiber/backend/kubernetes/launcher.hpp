@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/kube_launcher.hpp
+/// @file backend/kubernetes/launcher.hpp
 /// The kubernetes backend's launcher: one pod per job, its state from one
 /// label-selected list+watch. See backend/kubernetes.hpp for the behaviour.
 
 #include <fiber/backend/detail/job_table.hpp>
-#include <fiber/backend/detail/kube_api.hpp>
-#include <fiber/backend/detail/kube_options.hpp>
-#include <fiber/backend/detail/kube_reaper.hpp>
-#include <fiber/backend/detail/kube_wire.hpp>
+#include <fiber/backend/kubernetes/api.hpp>
+#include <fiber/backend/kubernetes/options.hpp>
+#include <fiber/backend/kubernetes/reaper.hpp>
+#include <fiber/backend/kubernetes/wire.hpp>
 #include <fiber/backend/detail/net_address.hpp>
 #include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/backend/launcher.hpp>
