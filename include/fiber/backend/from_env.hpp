@@ -36,8 +36,8 @@ struct from_env {
                           " backend: include <fiber/fiber.hpp>" + (header->empty() ? "" : " or <" + *header + ">") +
                           " in one of its source files (with FIBER_SEPARATE_COMPILATION defined: "
                           "compile <fiber/impl/src.hpp> into it)");
-    throw backend_error("fiber: unknown backend '" + which +
-                        "' (FIBER_BACKEND): expected " + detail::known_backend_names());
+    throw backend_error("fiber: unknown backend '" + which + "' (FIBER_BACKEND): expected " +
+                        detail::known_backend_names());
   }
 };
 

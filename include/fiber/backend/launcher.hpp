@@ -143,21 +143,34 @@ public:
   virtual std::optional<tls_identity> listener_identity() const { return std::nullopt; }
 };
 
+} // namespace backend
+
+namespace detail {
+/// B::make(const backend::launch_context&) makes a launcher.
+template <class B>
+concept makes_with_context = requires(const backend::launch_context& ctx) {
+  { B::make(ctx) } -> std::convertible_to<std::shared_ptr<backend::launcher>>;
+};
+/// B::make(asio::any_io_executor) makes a launcher (a policy written before launch_context).
+template <class B>
+concept makes_with_executor = requires(asio::any_io_executor ex) {
+  { B::make(ex) } -> std::convertible_to<std::shared_ptr<backend::launcher>>;
+};
+} // namespace detail
+
+namespace backend {
+
 /// A backend policy: a tag type naming a backend, usable as the Backend
 /// template argument of Pool, Process and RemoteManager. Its static make()
 /// takes a launch_context (or, as before there was one, an executor).
 template <class B>
-concept policy = requires(const launch_context& ctx) {
-  { B::make(ctx) } -> std::convertible_to<std::shared_ptr<launcher>>;
-} || requires(asio::any_io_executor ex) {
-  { B::make(ex) } -> std::convertible_to<std::shared_ptr<launcher>>;
-};
+concept policy = fiber::detail::makes_with_context<B> || fiber::detail::makes_with_executor<B>;
 
 /// Policy B's launcher for `ctx`: B::make(ctx), or B::make(ctx.executor) for
 /// a make() that takes an executor. What the runtime calls, once per policy.
 template <policy B>
 std::shared_ptr<launcher> make_launcher(const launch_context& ctx) {
-  if constexpr (requires { B::make(ctx); }) return B::make(ctx);
+  if constexpr (fiber::detail::makes_with_context<B>) return B::make(ctx);
   else return B::make(ctx.executor);
 }
 

@@ -23,7 +23,7 @@ docker.labels [] more container labels, comma-separated key=value
 )";
 
 /// Registers them, and the name "docker", during static initialization.
-inline const bool docker_keys_registered =
-    register_backend_keys("docker", "fiber/backend/docker.hpp", docker_config_keys);
+inline const bool docker_keys_registered = register_backend_keys("docker", "fiber/backend/docker.hpp",
+                                                                 docker_config_keys);
 
 } // namespace fiber::detail

@@ -165,9 +165,7 @@ public:
   /// This run's id: label fiber.run=<id> on each of its containers.
   const std::string& run_id() const noexcept { return run_id_; }
   /// Jobs not yet reported ended.
-  std::size_t live_jobs() const noexcept {
-    return jobs_.live();
-  }
+  std::size_t live_jobs() const noexcept { return jobs_.live(); }
   /// The client (its negotiated version, ...).
   const docker::api& api() const noexcept { return api_; }
   const docker_options& options() const noexcept { return opts_; }

@@ -38,7 +38,7 @@ k8s.watch_silence_s [90] {1..3600} a pod watch that carries no event or bookmark
 )";
 
 /// Registers them, and the name "kubernetes", during static initialization.
-inline const bool kube_keys_registered =
-    register_backend_keys("kubernetes", "fiber/backend/kubernetes.hpp", kube_config_keys);
+inline const bool kube_keys_registered = register_backend_keys("kubernetes", "fiber/backend/kubernetes.hpp",
+                                                               kube_config_keys);
 
 } // namespace fiber::detail

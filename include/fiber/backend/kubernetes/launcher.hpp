@@ -215,9 +215,7 @@ public:
   /// Label selector of this run's pods and Secret.
   std::string selector() const { return std::string(kube::label_run) + "=" + run_id_; }
   std::string secret_name() const { return "fiber-" + run_id_; }
-  std::size_t live_jobs() const noexcept {
-    return jobs_.live();
-  }
+  std::size_t live_jobs() const noexcept { return jobs_.live(); }
   const kube::api& api() const noexcept { return api_; }
   const kube_options& options() const noexcept { return opts_; }
   /// Lists of the run's pods made so far (1 + one per watch that had to be re-listed).
@@ -613,7 +611,9 @@ private:
           on_pod(p, false);
         });
     // Created before this list was asked for, and not in it: deleted while nobody watched.
-    auto gone = jobs_.ids([&](const record& r) { return r.created && r.created_epoch < epoch && !present.count(r.id); });
+    auto gone = jobs_.ids([&](const record& r) {
+      return r.created && r.created_epoch < epoch && !present.count(r.id);
+    });
     for (auto& n : gone)
       if (auto* r = find(n)) this->gone(*r);
     watch(kube::resource_version(list));
@@ -702,13 +702,13 @@ private:
   kube_options opts_;
   kube::api api_;
   std::string run_id_, ns_;
-  job_table<record> jobs_;             // by pod name
-  std::vector<std::string> waiting_;   // to create once prepared
+  job_table<record> jobs_;           // by pod name
+  std::vector<std::string> waiting_; // to create once prepared
   std::map<std::string, std::string> secret_data_;
   step owner_state_ = step::idle, secret_state_ = step::idle;
   std::string secret_error_, fatal_;
   bool has_secret_ = false;
-  bool own_cert_ = false; // the certificate is fiber's ephemeral one, named secret_name()
+  bool own_cert_ = false;                         // the certificate is fiber's ephemeral one, named secret_name()
   std::optional<backend::tls_identity> identity_; // that certificate and its key, for the master's listener
   std::optional<kube::owner_ref> owner_;
   std::string master_image_;

@@ -21,7 +21,6 @@ slurm.poll_interval_ms [500] {10..3600000} squeue polling period
 )";
 
 /// Registers them, and the name "slurm", during static initialization.
-inline const bool slurm_keys_registered =
-    register_backend_keys("slurm", "fiber/backend/slurm.hpp", slurm_config_keys);
+inline const bool slurm_keys_registered = register_backend_keys("slurm", "fiber/backend/slurm.hpp", slurm_config_keys);
 
 } // namespace fiber::detail

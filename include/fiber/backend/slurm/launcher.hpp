@@ -147,7 +147,8 @@ public:
     r->ask(signal);
     if (r->watch) return cancel_step(j.id, signal, 0);
     if (!r->slurm_id.empty()) return async_scancel({r->slurm_id}, signal);
-    if (!r->submitting) end_job(j.id, {backend::job_exit::kind::signalled, signal, "cancelled before it was submitted"});
+    if (!r->submitting)
+      end_job(j.id, {backend::job_exit::kind::signalled, signal, "cancelled before it was submitted"});
   }
 
   /// The job's Slurm id ("1234", "1234_5", "srun-<pid>"); empty while its
