@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file config.hpp
-/// fiber's one configuration table, of the keys detail/config_keys.hpp
-/// knows (fiber's own and each registered backend's). Precedence: code (options structs and
-/// fiber::set_config) > FIBER_* environment variables > a TOML file
-/// (`FIBER_CONFIG`, else `fiber.toml` in the working directory; parsed with
-/// toml++ when it was found at build time). An unknown key in code or in the
+/// fiber's one configuration table, over the keys detail/config_keys.hpp
+/// knows (fiber's own and each registered backend's). Precedence: code
+/// (options structs and fiber::set_config) > FIBER_* environment variables >
+/// a TOML file (`FIBER_CONFIG`, else `fiber.toml` in the working directory;
+/// parsed with toml++ when it was found at build time). An unknown key in code or in the
 /// file is an error naming the key; an unknown FIBER_* environment variable
 /// is ignored with a warning on stderr (the environment is shared: Uber's
 /// Python Fiber reads FIBER_IMAGE, FIBER_CPU_PER_JOB, ... too). Workers
