@@ -6,7 +6,7 @@
 // are tested without one. Containers made here carry the label
 // fiber.apitest=<random>; each test checks none of them is left.
 
-#include <fiber/backend/detail/docker_api.hpp>
+#include <fiber/backend/docker/api.hpp>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>

@@ -11,8 +11,8 @@
 
 #if defined(FIBER_HAS_KUBERNETES_BACKEND)
 
-#include <fiber/backend/detail/kube_config.hpp>
-#include <fiber/backend/detail/kube_wire.hpp>
+#include <fiber/backend/kubernetes/access.hpp>
+#include <fiber/backend/kubernetes/wire.hpp>
 #include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/detail/transport.hpp>
 

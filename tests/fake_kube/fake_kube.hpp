@@ -5,7 +5,7 @@
 #pragma once
 
 #include <fiber/backend/detail/http_client.hpp>
-#include <fiber/backend/detail/kube_config.hpp>
+#include <fiber/backend/kubernetes/access.hpp>
 
 #include <nlohmann/json.hpp>
 

@@ -97,6 +97,7 @@
 /// stopped.
 
 #include <fiber/backend/detail/named_backends.hpp>
+#include <fiber/backend/docker/keys.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
@@ -108,7 +109,7 @@
 #include <utility>
 
 #if defined(FIBER_HAS_CURL) && defined(FIBER_HAS_JSON)
-#include <fiber/backend/detail/docker_launcher.hpp>
+#include <fiber/backend/docker/launcher.hpp>
 #define FIBER_HAS_DOCKER_BACKEND 1
 #endif
 
@@ -121,7 +122,7 @@ struct docker {
   /// the daemon in the background. Throws fiber::backend_error for a
   /// malformed value or DOCKER_HOST, or when fiber was built without
   /// libcurl's and nlohmann-json's headers, or libcurl cannot be loaded.
-  static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
+  static std::shared_ptr<launcher> make(const launch_context& ctx) {
 #if defined(FIBER_HAS_DOCKER_BACKEND)
     auto opts = detail::docker_options::from_config();
     auto where = detail::docker::endpoint_from_env();
@@ -129,9 +130,9 @@ struct docker {
       detail::log(log_level::warning, "docker: DOCKER_HOST=", where.host, ": ", w,
                   "; each container's create request carries the run's secret (set DOCKER_TLS_VERIFY=1, or reach the "
                   "daemon's socket through ssh -L)");
-    return detail::make_started<detail::docker_launcher>(ex, std::move(opts), std::move(where));
+    return detail::make_started<detail::docker_launcher>(ctx.executor, std::move(opts), std::move(where));
 #else
-    (void)ex;
+    (void)ctx;
     detail::throw_built_without_http(name);
 #endif
   }

@@ -106,7 +106,7 @@
 ///   at start it deletes what earlier runs in its pod left (a restarted
 ///   container). A master outside (kubeconfig credentials, or
 ///   `k8s.api_server`): a watchdog child (`sh` +
-///   `kubectl delete pods,secrets -l fiber.run=<run>`, kube_reaper.hpp) runs
+///   `kubectl delete pods,secrets -l fiber.run=<run>`, kubernetes/reaper.hpp) runs
 ///   when the master dies without cleaning up (SIGKILL).
 /// * Workers whose master vanished exit within heartbeat_timeout_ms.
 ///
@@ -114,6 +114,7 @@
 /// (make() may be called anywhere); destroy it there or after the executor stopped.
 
 #include <fiber/backend/detail/named_backends.hpp>
+#include <fiber/backend/kubernetes/keys.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
@@ -125,9 +126,8 @@
 #include <utility>
 
 #if defined(FIBER_HAS_CURL) && defined(FIBER_HAS_JSON)
-#include <fiber/backend/detail/kube_config.hpp>
-#include <fiber/backend/detail/kube_launcher.hpp>
-#include <fiber/detail/runtime.hpp>
+#include <fiber/backend/kubernetes/access.hpp>
+#include <fiber/backend/kubernetes/launcher.hpp>
 #define FIBER_HAS_KUBERNETES_BACKEND 1
 #endif
 
@@ -143,18 +143,18 @@ struct kubernetes {
   /// for a malformed value, when no credentials are found (saying where it
   /// looked), when fiber was built without libcurl's and nlohmann-json's
   /// headers, or libcurl cannot be loaded.
-  static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
+  static std::shared_ptr<launcher> make(const launch_context& ctx) {
 #if defined(FIBER_HAS_KUBERNETES_BACKEND)
     auto opts = detail::kube_options::from_config();
-    opts.state_dir = detail::runtime::instance().run_dir();
+    opts.state_dir = ctx.run_dir;
     auto where = detail::kube::resolve(opts, detail::kube::environment::from_process());
     if (auto w = detail::http::exposure(where.server, where.tls); !w.empty())
       detail::log(log_level::warning, "kubernetes: ", where.source, ": ", w,
                   "; the run's Secret and the credentials go through it");
-    return detail::make_started<detail::kube_launcher>(ex, std::move(opts), std::move(where));
+    return detail::make_started<detail::kube_launcher>(ctx.executor, std::move(opts), std::move(where));
 #else
     detail::throw_built_without_http(name); // the headers were missing when fiber was configured
-    (void)ex;
+    (void)ctx;
 #endif
   }
 };

@@ -5,7 +5,7 @@
 /// job-backed process, learn when it ends, stop it. Pool, Process and
 /// RemoteManager only ever talk to this; a backend *policy* (backend::local,
 /// backend::slurm, backend::from_env) is a compile-time tag whose make()
-/// returns a launcher.
+/// returns a launcher, given a launch_context.
 
 #include <fiber/error.hpp>
 
@@ -85,6 +85,28 @@ struct launcher_traits {
   bool shares_cores = false;
 };
 
+/// A certificate and its private key, PEM.
+struct tls_identity {
+  std::string cert_pem; ///< "-----BEGIN CERTIFICATE-----..."
+  std::string key_pem;  ///< "-----BEGIN ... PRIVATE KEY-----..."
+};
+
+/// What the runtime hands a policy's make(): where the launcher runs and
+/// what it may need of this process, so that no backend reaches into the
+/// runtime. Made from an executor alone (a test; a backend wrapping
+/// another), the other members are empty. Copyable.
+struct launch_context {
+  /// A context with `ex` only (implicit: `B::make(executor)` still reads well).
+  launch_context(asio::any_io_executor ex) : executor(std::move(ex)) {} // NOLINT(google-explicit-constructor)
+  /// The runtime's executor: every launcher member but prepare() runs there.
+  asio::any_io_executor executor;
+  /// This process's 0700 run directory, for files the launcher writes for its
+  /// run; "" when not given (the launcher then makes a private one if it needs one).
+  std::string run_dir;
+  /// This process's name: "master", or a worker's name when a worker starts workers of its own.
+  std::string process_name;
+};
+
 /// A backend instance. Thread-safety: all member functions but prepare() are
 /// called from the runtime thread only, and must not block it (heartbeats
 /// depend on it). Errors: launch throws fiber::backend_error with the
@@ -114,14 +136,43 @@ public:
   /// Ask a job to stop: SIGTERM (15) or SIGKILL (9) locally, scancel elsewhere.
   /// Idempotent; a job that already ended is ignored.
   virtual void cancel(const job& j, int signal) = 0;
+  /// The certificate and key the listener its workers dial must serve with,
+  /// when the launcher made them (kubernetes: an ephemeral certificate its
+  /// workers pin); nullopt (the default): the tls_cert/tls_key files. The
+  /// runtime reads it once, right after make().
+  virtual std::optional<tls_identity> listener_identity() const { return std::nullopt; }
 };
 
-/// A backend policy: a tag type naming a backend, usable as the Backend
-/// template argument of Pool, Process and RemoteManager.
+} // namespace backend
+
+namespace detail {
+/// B::make(const backend::launch_context&) makes a launcher.
 template <class B>
-concept policy = requires(asio::any_io_executor ex) {
-  { B::make(ex) } -> std::convertible_to<std::shared_ptr<launcher>>;
+concept makes_with_context = requires(const backend::launch_context& ctx) {
+  { B::make(ctx) } -> std::convertible_to<std::shared_ptr<backend::launcher>>;
 };
+/// B::make(asio::any_io_executor) makes a launcher (a policy written before launch_context).
+template <class B>
+concept makes_with_executor = requires(asio::any_io_executor ex) {
+  { B::make(ex) } -> std::convertible_to<std::shared_ptr<backend::launcher>>;
+};
+} // namespace detail
+
+namespace backend {
+
+/// A backend policy: a tag type naming a backend, usable as the Backend
+/// template argument of Pool, Process and RemoteManager. Its static make()
+/// takes a launch_context (or, as before there was one, an executor).
+template <class B>
+concept policy = fiber::detail::makes_with_context<B> || fiber::detail::makes_with_executor<B>;
+
+/// Policy B's launcher for `ctx`: B::make(ctx), or B::make(ctx.executor) for
+/// a make() that takes an executor. What the runtime calls, once per policy.
+template <policy B>
+std::shared_ptr<launcher> make_launcher(const launch_context& ctx) {
+  if constexpr (fiber::detail::makes_with_context<B>) return B::make(ctx);
+  else return B::make(ctx.executor);
+}
 
 } // namespace backend
 } // namespace fiber

@@ -9,122 +9,27 @@
 /// waitpid(WNOHANG) instead. Workers dial back over ipc:// in a 0700 run
 /// directory, so other users cannot reach the master.
 
-#include <fiber/detail/host_name.hpp>
-#include <fiber/backend/detail/child_watch.hpp>
-#include <fiber/backend/detail/environment.hpp>
-#include <fiber/backend/detail/spawn.hpp>
+#include <fiber/backend/detail/named_backends.hpp>
 #include <fiber/backend/launcher.hpp>
-#include <fiber/error.hpp>
+#include <fiber/backend/local/launcher.hpp>
 
-#include <asio/any_io_executor.hpp>
-
-#include <chrono>
 #include <memory>
-#include <signal.h>
-#include <string>
 #include <string_view>
-#include <sys/wait.h>
-#include <system_error>
-#include <unistd.h>
-#include <unordered_map>
-#include <vector>
 
 namespace fiber {
-namespace detail {
-
-/// Starts jobs as child processes. Runtime thread only (as every launcher).
-class local_launcher final : public backend::launcher, public std::enable_shared_from_this<local_launcher> {
-public:
-  explicit local_launcher(asio::any_io_executor ex) : ex_(std::move(ex)) {}
-
-  /// Jobs still running when the runtime goes away must not outlive it:
-  /// each one's process group is killed and the job reaped (not reaped
-  /// before: the group id is still theirs).
-  ~local_launcher() override {
-    for (auto& [pid, w] : live_) {
-      ::kill(-pid, SIGKILL);
-      w->detach_and_reap(std::chrono::milliseconds(0));
-    }
-  }
-
-  std::string_view name() const noexcept override { return "local"; }
-  backend::launcher_traits traits() const noexcept override { return {true, true, true}; }
-  std::string listen_url() override { return "ipc://"; } // the runtime picks the path in its 0700 run dir
-
-  /// Throws backend_error when posix_spawn fails (jobs of earlier specs of
-  /// the same call keep running and report their ends).
-  std::vector<backend::job> launch(const std::vector<backend::job_spec>& specs,
-                                   std::vector<backend::exit_handler> on_exit) override {
-    std::vector<backend::job> jobs;
-    jobs.reserve(specs.size());
-    for (std::size_t i = 0; i < specs.size(); ++i) jobs.push_back(launch_one(specs[i], std::move(on_exit[i])));
-    return jobs;
-  }
-
-  /// Sends `signal` to the job's whole process group; ignored once it ended.
-  void cancel(const backend::job& j, int signal) override {
-    auto it = live_.find(pid_t(j.pid));
-    if (j.pid <= 0 || it == live_.end() || it->second->done()) return;
-    ::kill(-pid_t(j.pid), signal);
-  }
-
-private:
-  backend::job launch_one(const backend::job_spec& spec, backend::exit_handler on_exit) {
-    spawn_request r;
-    r.argv = spec.argv;
-    if (r.argv.empty()) r.argv.push_back(self_exe());
-    r.env = merged_environment(spec.env);
-    r.out = r.err = stdio::inherit;
-    r.out_file = spec.stdout_path;
-    r.err_file = spec.stderr_path;
-    r.new_process_group = true;
-    spawned child;
-    try {
-      child = spawn(r);
-    } catch (const std::system_error& e) {
-      throw backend_error("local backend: posix_spawn " + r.argv[0] + " failed: " + e.code().message());
-    }
-    const pid_t pid = child.pid;
-    // Stragglers in the job's process group die with it (killed before the
-    // job is reaped, so that the group id cannot be another's yet).
-    live_.emplace(pid, child_watch::start(
-                           ex_, pid,
-                           [self = weak_from_this(), pid, h = std::move(on_exit)](int status) {
-                             if (auto s = self.lock()) s->ended(pid, status, h);
-                           },
-                           true));
-    return backend::job{std::to_string(pid), pid, fiber::detail::host_name()};
-  }
-
-  void ended(pid_t pid, int status, const backend::exit_handler& on_exit) {
-    backend::job_exit ex;
-    if (status < 0) {
-      ex.how = backend::job_exit::kind::lost;
-      ex.reason = "its exit status was reaped elsewhere";
-    } else if (WIFSIGNALED(status)) {
-      ex.how = backend::job_exit::kind::signalled;
-      ex.code = WTERMSIG(status);
-    } else {
-      ex.code = WEXITSTATUS(status);
-    }
-    live_.erase(pid);
-    if (on_exit) on_exit(ex);
-  }
-
-  asio::any_io_executor ex_;
-  std::unordered_map<pid_t, std::shared_ptr<child_watch>> live_;
-};
-
-} // namespace detail
-
 namespace backend {
 /// Policy: job-backed processes are child processes of the master.
 struct local {
   static constexpr std::string_view name = "local"; ///< the backend's name, as FIBER_BACKEND spells it
   /// A launcher that starts the master's own binary with posix_spawn; reads no configuration.
-  static std::shared_ptr<launcher> make(asio::any_io_executor ex) {
-    return std::make_shared<detail::local_launcher>(std::move(ex));
+  static std::shared_ptr<launcher> make(const launch_context& ctx) {
+    return std::make_shared<detail::local_launcher>(ctx.executor);
   }
 };
 } // namespace backend
+
+namespace detail {
+/// FIBER_BACKEND=local (and unset) reaches backend::local through this.
+inline const bool local_backend_registered = register_policy<backend::local>();
+} // namespace detail
 } // namespace fiber

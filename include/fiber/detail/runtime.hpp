@@ -337,12 +337,24 @@ public:
     return to_hex(n);
   }
 
-  /// One launcher per backend policy per process. Runtime thread.
+  /// One launcher per backend policy per process, made from launch_context();
+  /// a certificate it made becomes the one TLS listeners serve with. Runtime thread.
   template <class Policy>
   std::shared_ptr<backend::launcher> launcher() {
     auto& l = launchers_[std::type_index(typeid(Policy))];
-    if (!l) l = Policy::make(executor());
+    if (!l) {
+      l = backend::make_launcher<Policy>(launch_context());
+      if (auto id = l->listener_identity()) set_tls_identity({std::move(id->cert_pem), std::move(id->key_pem)});
+    }
     return l;
+  }
+  /// What a backend's make() gets of this process: the executor, the run
+  /// directory, this process's name. Runtime thread.
+  backend::launch_context launch_context() {
+    backend::launch_context c(executor());
+    c.run_dir = dir_.path();
+    c.process_name = name_;
+    return c;
   }
   /// launcher<Policy>(), prepared (launcher::prepare: it may block) on the
   /// calling thread. Any thread; call it off the runtime thread.

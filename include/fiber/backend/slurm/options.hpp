@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/slurm_options.hpp
+/// @file backend/slurm/options.hpp
 /// Everything the Slurm launcher is configured with, read from fiber's
 /// configuration table (slurm.* keys) and the allocation the master runs in.
 
 #include <fiber/backend/detail/shell_words.hpp>
+#include <fiber/backend/slurm/keys.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/docker_options.hpp
+/// @file backend/docker/options.hpp
 /// The docker backend's settings (configuration keys docker.*), the labels
 /// it puts on containers, and who the master is (for the sweep of containers
 /// whose master is gone).
@@ -8,6 +8,7 @@
 // Before config.hpp, whose `extern char** environ` must follow unistd.h's extern "C" one.
 #include <unistd.h>
 
+#include <fiber/backend/docker/keys.hpp>
 #include <fiber/detail/host_name.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/slurm_commands.hpp
+/// @file backend/slurm/commands.hpp
 /// The Slurm commands fiber runs, as argv vectors and scripts (pure, unit-
 /// tested without a cluster): sbatch of one job or one array, srun of a step,
 /// scancel, the squeue poll, the reaper's program.
 
 #include <fiber/backend/detail/shell_words.hpp>
-#include <fiber/backend/detail/slurm_options.hpp>
+#include <fiber/backend/slurm/options.hpp>
 #include <fiber/backend/launcher.hpp>
 
 #include <algorithm>

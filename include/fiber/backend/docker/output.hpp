@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/docker_output.hpp
+/// @file backend/docker/output.hpp
 /// The docker backend's output relay: containers' output written to the
 /// master's stdout/stderr or worker_output_dir files by a thread of its own,
 /// through a bounded buffer that drops (and counts) when full, so a reader

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/kube_api.hpp
+/// @file backend/kubernetes/api.hpp
 /// fiber's Kubernetes API client: JSON calls and watch streams over
-/// http::client (libcurl) on one executor, authenticated as kube_config.hpp
+/// http::client (libcurl) on one executor, authenticated as kubernetes/access.hpp
 /// resolved (bearer token, rotating token file, client certificate, exec
 /// plugin re-run when its credential expires or is rejected). Internal to
 /// fiber (namespace fiber::detail::kube).
@@ -25,11 +25,11 @@
 
 #include <fiber/backend/detail/async_command.hpp>
 #include <fiber/backend/detail/async_util.hpp>
-#include <fiber/backend/detail/docker_wire.hpp> // docker::line_splitter, docker::url_encode
+#include <fiber/backend/docker/wire.hpp> // docker::line_splitter, docker::url_encode
 #include <fiber/backend/detail/environment.hpp>
 #include <fiber/backend/detail/http_client.hpp>
-#include <fiber/backend/detail/kube_config.hpp>
-#include <fiber/backend/detail/kube_wire.hpp>
+#include <fiber/backend/kubernetes/access.hpp>
+#include <fiber/backend/kubernetes/wire.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>

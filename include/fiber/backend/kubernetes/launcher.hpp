@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/kube_launcher.hpp
+/// @file backend/kubernetes/launcher.hpp
 /// The kubernetes backend's launcher: one pod per job, its state from one
 /// label-selected list+watch. See backend/kubernetes.hpp for the behaviour.
 
-#include <fiber/backend/detail/kube_api.hpp>
-#include <fiber/backend/detail/kube_options.hpp>
-#include <fiber/backend/detail/kube_reaper.hpp>
-#include <fiber/backend/detail/kube_wire.hpp>
+#include <fiber/backend/detail/job_table.hpp>
+#include <fiber/backend/kubernetes/api.hpp>
+#include <fiber/backend/kubernetes/options.hpp>
+#include <fiber/backend/kubernetes/reaper.hpp>
+#include <fiber/backend/kubernetes/wire.hpp>
 #include <fiber/backend/detail/net_address.hpp>
-#include <fiber/detail/runtime.hpp>
 #include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
@@ -58,7 +58,7 @@ class kube_launcher final : public backend::launcher, public std::enable_shared_
 public:
   /// `where`: from kube::resolve(). Throws kube::api_error when libcurl cannot be loaded.
   kube_launcher(asio::any_io_executor ex, kube_options opts, kube::access where)
-      : ex_(ex), opts_(std::move(opts)), api_(ex, std::move(where)), relist_timer_(ex), silence_timer_(ex) {
+      : ex_(ex), opts_(std::move(opts)), api_(ex, std::move(where)), jobs_(ex), relist_timer_(ex), silence_timer_(ex) {
     std::random_device rd;
     run_id_ = kube::hex8(rd());
     ns_ = !opts_.namespace_.empty()          ? opts_.namespace_
@@ -104,6 +104,8 @@ public:
   std::string_view name() const noexcept override { return "kubernetes"; }
   /// Pods run on the cluster's nodes: nothing shared with the master.
   backend::launcher_traits traits() const noexcept override { return {false, false, false}; }
+  /// The ephemeral certificate start() made (k8s.tls without tls_cert), which workers pin.
+  std::optional<backend::tls_identity> listener_identity() const override { return identity_; }
 
   /// Makes the TLS certificate if one is needed (blocking, ~5 ms), finds the
   /// master's own pod when in a pod, arms the watchdog when outside, and
@@ -164,10 +166,8 @@ public:
     for (std::size_t i = 0; i < specs.size(); ++i) {
       auto& s = specs[i];
       auto name = kube::pod_name(run_id_, s.name);
-      if (jobs_.count(name)) name = kube::pod_name(run_id_, s.name + "-" + std::to_string(++dup_));
-      auto& r = jobs_[name];
-      r.name = name;
-      r.on_exit = std::move(on_exit[i]);
+      if (jobs_.contains(name)) name = kube::pod_name(run_id_, s.name + "-" + std::to_string(++dup_));
+      auto& r = jobs_.add(name, std::move(on_exit[i]));
       r.memory_mb = s.resources.memory_mb;
       r.in = pod_input_for(name, s);
       for (auto& [k, v] : s.env)
@@ -194,17 +194,16 @@ public:
   void cancel(const backend::job& j, int signal) override {
     auto* r = find(j.id);
     if (!r || r->reported) return;
-    r->asked = signal;
-    r->asked_mask |= signal > 0 && signal < 64 ? (std::uint64_t(1) << signal) : 0;
+    r->ask(signal);
     if (!r->created) {
       if (!r->creating) report(*r, {backend::job_exit::kind::signalled, signal, "cancelled before it was created"});
       return;
     }
-    if (signal == 15) return delete_pod(r->name, -1);
+    if (signal == 15) return delete_pod(r->id, -1);
     const bool running = kube::wire_impl::text(kube::wire_impl::field(r->last, "status"), "phase") == "Running";
-    if (r->memory_mb <= 0 || !running || r->kill_hold) return delete_pod(r->name, 0);
+    if (r->memory_mb <= 0 || !running || r->kill_hold) return delete_pod(r->id, 0);
     r->kill_hold = std::make_unique<asio::steady_timer>(ex_, std::chrono::seconds(1));
-    r->kill_hold->async_wait(guarded([name = r->name](kube_launcher& self, std::error_code ec) {
+    r->kill_hold->async_wait(guarded([name = r->id](kube_launcher& self, std::error_code ec) {
       if (auto* r = self.find(name); r && !ec && !r->reported) self.delete_pod(name, 0);
     }));
   }
@@ -216,9 +215,7 @@ public:
   /// Label selector of this run's pods and Secret.
   std::string selector() const { return std::string(kube::label_run) + "=" + run_id_; }
   std::string secret_name() const { return "fiber-" + run_id_; }
-  std::size_t live_jobs() const noexcept {
-    return std::size_t(std::ranges::count_if(jobs_, [](auto& kv) { return !kv.second.reported; }));
-  }
+  std::size_t live_jobs() const noexcept { return jobs_.live(); }
   const kube::api& api() const noexcept { return api_; }
   const kube_options& options() const noexcept { return opts_; }
   /// Lists of the run's pods made so far (1 + one per watch that had to be re-listed).
@@ -228,14 +225,10 @@ private:
   enum class step { idle, running, done, failed };
   static constexpr int no_delete = std::numeric_limits<int>::max();
 
-  struct record {
-    std::string name;
-    backend::exit_handler on_exit;
+  struct record : job_record {
     kube::pod_input in;
-    bool creating = false, created = false, reported = false;
+    bool creating = false, created = false;
     unsigned created_epoch = 0; // list_epoch_ when its creation was confirmed
-    int asked = 0;
-    std::uint64_t asked_mask = 0;
     int memory_mb = 0;
     std::string pending_logged;
     bool node_warned = false;
@@ -251,10 +244,7 @@ private:
     return kube::wire_impl::text(kube::wire_impl::field(obj, "metadata"), "name");
   }
 
-  record* find(const std::string& name) {
-    auto it = jobs_.find(name);
-    return it == jobs_.end() ? nullptr : &it->second;
-  }
+  record* find(const std::string& name) { return jobs_.find(name); }
 
   std::string pods_path() const { return "/api/v1/namespaces/" + kube::url_encode(ns_) + "/pods"; }
   std::string secrets_path() const { return "/api/v1/namespaces/" + kube::url_encode(ns_) + "/secrets"; }
@@ -269,13 +259,14 @@ private:
   // ---- TLS, the master's pod, the Secret ---------------------------------------
 
   // An ephemeral certificate for the master's listener, which serves with
-  // it from memory (its key never touches the disk). The certificate, which
-  // workers pin, is written (0600) where the Secret is made from.
+  // it from memory (its key never touches the disk; the runtime takes it
+  // from listener_identity()). The certificate, which workers pin, is
+  // written (0600) where the Secret is made from.
   void make_certificate() {
     try {
       auto id = make_self_signed(secret_name());
       opts_.tls_cert = write_private_file(private_dir(opts_.state_dir) + "/k8s-" + run_id_ + ".crt", id.cert_pem);
-      runtime::instance().set_tls_identity(std::move(id));
+      identity_ = backend::tls_identity{std::move(id.cert_pem), std::move(id.key_pem)};
     } catch (const std::exception& e) {
       throw backend_error(std::string("kubernetes: TLS: ") + e.what());
     }
@@ -479,8 +470,8 @@ private:
 
   void post_pod(record& r) {
     api_.async_call(
-        "POST", pods_path(), kube::pod_manifest(r.in), "create pod " + r.name + " (image " + r.in.image + ")",
-        guarded([name = r.name](kube_launcher& self, std::exception_ptr e, nlohmann::json pod) {
+        "POST", pods_path(), kube::pod_manifest(r.in), "create pod " + r.id + " (image " + r.in.image + ")",
+        guarded([name = r.id](kube_launcher& self, std::exception_ptr e, nlohmann::json pod) {
           auto* r = self.find(name);
           if (!r) { // ended meanwhile (the API server was lost): do not leave the pod
             if (!e) self.delete_pod(name, 0);
@@ -567,13 +558,11 @@ private:
 
   // A job ends: its handler (posted), its pod deleted, its record forgotten.
   void report(record& r, backend::job_exit x) {
-    if (r.reported) return;
-    r.reported = true;
-    if (auto h = std::move(r.on_exit)) asio::post(ex_, [h = std::move(h), x = std::move(x)] { h(x); });
+    if (!jobs_.report(r, std::move(x))) return;
     // Its pod goes too, unless a deletion is under way (the kubelet removes a
     // terminated pod that is being deleted).
-    if (r.created && r.delete_sent == no_delete) delete_pod(r.name, 0);
-    jobs_.erase(r.name);
+    if (r.created && r.delete_sent == no_delete) delete_pod(r.id, 0);
+    jobs_.forget(r.id);
   }
 
   void on_pod(const nlohmann::json& pod, bool deleted) {
@@ -584,17 +573,17 @@ private:
     if (v.what == kube::verdict::stage::ended) return report(*r, std::move(v.exit));
     if (!v.pending.empty() && v.pending != r->pending_logged) {
       r->pending_logged = v.pending;
-      log(v.pending.starts_with("Unschedulable") ? log_level::warning : log_level::debug, "kubernetes: pod ", r->name,
+      log(v.pending.starts_with("Unschedulable") ? log_level::warning : log_level::debug, "kubernetes: pod ", r->id,
           " is pending: ", v.pending);
     }
     if (v.node_not_ready && !r->node_warned) {
       r->node_warned = true;
-      log(log_level::warning, "kubernetes: pod ", r->name, ": its node is not ready (it stopped reporting)");
+      log(log_level::warning, "kubernetes: pod ", r->id, ": its node is not ready (it stopped reporting)");
     }
   }
 
   // The pod is gone (a 404, or missing from a list): judged by how it was last seen.
-  void gone(record& r) { on_pod(r.last.is_object() ? r.last : nlohmann::json{{"metadata", {{"name", r.name}}}}, true); }
+  void gone(record& r) { on_pod(r.last.is_object() ? r.last : nlohmann::json{{"metadata", {{"name", r.id}}}}, true); }
 
   // ---- list + watch -------------------------------------------------------------
 
@@ -622,9 +611,9 @@ private:
           on_pod(p, false);
         });
     // Created before this list was asked for, and not in it: deleted while nobody watched.
-    std::vector<std::string> gone;
-    for (auto& [n, r] : jobs_)
-      if (r.created && r.created_epoch < epoch && !present.count(n)) gone.push_back(n);
+    auto gone = jobs_.ids([&](const record& r) {
+      return r.created && r.created_epoch < epoch && !present.count(r.id);
+    });
     for (auto& n : gone)
       if (auto* r = find(n)) this->gone(*r);
     watch(kube::resource_version(list));
@@ -695,9 +684,7 @@ private:
     if (fatal || now - failing_since_ > std::chrono::seconds(30)) {
       fatal_ = what(e) + (fatal ? "" : " (for 30 s)");
       log(log_level::error, fatal_);
-      std::vector<std::string> names;
-      for (auto& [n, r] : jobs_) names.push_back(n);
-      for (auto& n : names)
+      for (auto& n : jobs_.ids([](const record&) { return true; }))
         if (auto* r = find(n))
           r->created ? report(*r, {backend::job_exit::kind::lost, 0, fatal_}) : fail_start(*r, fatal_);
       waiting_.clear();
@@ -715,13 +702,14 @@ private:
   kube_options opts_;
   kube::api api_;
   std::string run_id_, ns_;
-  std::map<std::string, record> jobs_; // by pod name
-  std::vector<std::string> waiting_;   // to create once prepared
+  job_table<record> jobs_;           // by pod name
+  std::vector<std::string> waiting_; // to create once prepared
   std::map<std::string, std::string> secret_data_;
   step owner_state_ = step::idle, secret_state_ = step::idle;
   std::string secret_error_, fatal_;
   bool has_secret_ = false;
-  bool own_cert_ = false; // the certificate is fiber's ephemeral one, named secret_name()
+  bool own_cert_ = false;                         // the certificate is fiber's ephemeral one, named secret_name()
+  std::optional<backend::tls_identity> identity_; // that certificate and its key, for the master's listener
   std::optional<kube::owner_ref> owner_;
   std::string master_image_;
   nlohmann::json pull_secrets_;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/kube_config.hpp
+/// @file backend/kubernetes/access.hpp
 /// Where the kubernetes backend finds its API server and credentials:
 /// in-cluster service-account files, a kubeconfig (read through `kubectl
 /// config view`: no YAML parser here), or k8s.api_server; and the parsing of
@@ -9,7 +9,7 @@
 #include <fiber/backend/detail/command.hpp>
 #include <fiber/backend/detail/environment.hpp>
 #include <fiber/backend/detail/http_types.hpp>
-#include <fiber/backend/detail/kube_options.hpp>
+#include <fiber/backend/kubernetes/options.hpp>
 #include <fiber/error.hpp>
 
 #include <mbedtls/base64.h>

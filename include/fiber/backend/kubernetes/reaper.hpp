@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/kube_reaper.hpp
+/// @file backend/kubernetes/reaper.hpp
 /// The kubernetes backend's watchdog for a master outside the cluster: a
 /// small `sh` + `kubectl` process that deletes the run's pods and Secret
 /// when the master dies without doing it itself (SIGKILL, a crash).
@@ -18,7 +18,7 @@
 /// stop it) and exits after that one command (bounded by kubectl's
 /// --request-timeout).
 
-#include <fiber/backend/detail/kube_config.hpp>
+#include <fiber/backend/kubernetes/access.hpp>
 #include <fiber/backend/detail/reaper.hpp>
 
 #include <optional>

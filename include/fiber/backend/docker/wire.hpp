@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/docker_wire.hpp
+/// @file backend/docker/wire.hpp
 /// The pure parts of fiber's Docker Engine API client: DOCKER_HOST parsing,
 /// API versions, the container-create document, `/events` lines and the
 /// multiplexed output of `/attach`. No I/O; unit-tested without a daemon.

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/docker_launcher.hpp
+/// @file backend/docker/launcher.hpp
 /// The docker backend's launcher: one container per job, driven through the
-/// Engine API (docker_api.hpp). See backend/docker.hpp for the behaviour.
+/// Engine API (docker/api.hpp). See backend/docker.hpp for the behaviour.
 
 #include <fiber/backend/detail/net_address.hpp>
-#include <fiber/backend/detail/docker_api.hpp>
-#include <fiber/backend/detail/docker_options.hpp>
-#include <fiber/backend/detail/docker_output.hpp>
+#include <fiber/backend/docker/api.hpp>
+#include <fiber/backend/docker/options.hpp>
+#include <fiber/backend/docker/output.hpp>
+#include <fiber/backend/detail/job_table.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>
@@ -49,6 +50,7 @@ public:
         local_daemon_(!where.unix_socket.empty()),
         api_(ex, std::move(where)),
         me_(docker_impl::master_identity::self()),
+        jobs_(ex),
         events_retry_(ex) {
     std::random_device rd;
     char buf[17];
@@ -134,14 +136,12 @@ public:
     launched_ = launched_ || !specs.empty();
     for (std::size_t i = 0; i < specs.size(); ++i) {
       auto name = docker_impl::container_name(run_id_, specs[i].name);
-      if (jobs_.count(name)) name += "-" + std::to_string(++dup_);
-      auto& r = jobs_[name];
-      r.name = name;
-      r.on_exit = std::move(on_exit[i]);
+      if (jobs_.contains(name)) name += "-" + std::to_string(++dup_);
+      auto& r = jobs_.add(name, std::move(on_exit[i]));
       r.memory_mb = specs[i].resources.memory_mb;
       open_outputs(r, specs[i]);
       jobs.push_back(backend::job{name, -1, me_.host});
-      r.spec = container_for(r.name, specs[i]);
+      r.spec = container_for(r.id, specs[i]);
       r.give_up = std::chrono::steady_clock::now() +
                   std::chrono::seconds(std::max<long long>(1, config_int("start_timeout_s")));
       create(r);
@@ -154,12 +154,10 @@ public:
   /// is reported as signalled(signal). Before it started, it is removed
   /// instead. Unknown or ended jobs are ignored. Never blocks.
   void cancel(const backend::job& j, int signal) override {
-    auto it = jobs_.find(j.id);
-    if (it == jobs_.end() || it->second.reported) return;
-    auto& r = it->second;
-    r.asked = signal;
-    r.asked_mask |= signal > 0 && signal < 64 ? (std::uint64_t(1) << signal) : 0;
-    if (r.ph == phase::running) kill(r.name, signal);
+    auto* r = jobs_.find(j.id);
+    if (!r || r->reported) return;
+    r->ask(signal);
+    if (r->ph == phase::running) kill(r->id, signal);
   }
 
   // ---- for tests and tools ------------------------------------------------
@@ -167,9 +165,7 @@ public:
   /// This run's id: label fiber.run=<id> on each of its containers.
   const std::string& run_id() const noexcept { return run_id_; }
   /// Jobs not yet reported ended.
-  std::size_t live_jobs() const noexcept {
-    return std::size_t(std::ranges::count_if(jobs_, [](auto& kv) { return !kv.second.reported; }));
-  }
+  std::size_t live_jobs() const noexcept { return jobs_.live(); }
   /// The client (its negotiated version, ...).
   const docker::api& api() const noexcept { return api_; }
   const docker_options& options() const noexcept { return opts_; }
@@ -177,13 +173,9 @@ public:
 private:
   enum class phase { creating, attaching, waiting_events, starting, running, ended, failed };
 
-  struct record {
-    std::string name;
-    backend::exit_handler on_exit;
+  struct record : job_record {
     phase ph = phase::creating;
-    int asked = 0;                // last signal asked with cancel()
-    std::uint64_t asked_mask = 0; // every signal asked
-    bool oom = false, reported = false, destroyed = false;
+    bool oom = false, destroyed = false;
     int memory_mb = 0;
     int out = 1, err = 2; // relay sinks: worker_output_dir files, else the master's stdout/stderr
     std::unique_ptr<asio::steady_timer> oom_grace;
@@ -201,10 +193,7 @@ private:
         weak_from_this(), [](const docker_launcher& s) { return s.shutting_down_; }, std::move(f));
   }
 
-  record* find(const std::string& name) {
-    auto it = jobs_.find(name);
-    return it == jobs_.end() ? nullptr : &it->second;
-  }
+  record* find(const std::string& name) { return jobs_.find(name); }
 
   // ---- the pipeline: create -> attach -> (events ready) -> start -----------
 
@@ -246,7 +235,7 @@ private:
   }
 
   void create(record& r) {
-    api_.async_create(r.spec, guarded([name = r.name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
+    api_.async_create(r.spec, guarded([name = r.id](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
                         auto* r = self.find(name);
                         if (!r) return;
                         if (e && r->attempts > 0 && error_status<docker::api_error>(e) == 409)
@@ -264,18 +253,18 @@ private:
 
   void attach(record& r) {
     docker::attach_handlers h;
-    h.on_attached = guarded([name = r.name](docker_launcher& self) {
+    h.on_attached = guarded([name = r.id](docker_launcher& self) {
       if (auto* r = self.find(name); r && r->ph == phase::attaching) self.ready_to_start(*r);
     });
-    h.on_output = guarded([name = r.name](docker_launcher& self, int stream, std::string_view bytes) {
+    h.on_output = guarded([name = r.id](docker_launcher& self, int stream, std::string_view bytes) {
       if (auto* r = self.find(name)) self.write_output(*r, stream, bytes);
     });
     api_.async_attach(
-        r.name, std::move(h), guarded([name = r.name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
+        r.id, std::move(h), guarded([name = r.id](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
           auto* r = self.find(name);
           if (!r) return;
           if (r->ph == phase::attaching) { // never attached: start anyway, output goes to docker logs only
-            log(log_level::warning, "docker: ", r->name, ": cannot forward its output (", what(e), ")");
+            log(log_level::warning, "docker: ", r->id, ": cannot forward its output (", what(e), ")");
             self.ready_to_start(*r);
           }
         }));
@@ -292,7 +281,7 @@ private:
   void start_container(record& r) {
     if (r.asked) return remove_unstarted(r);
     r.ph = phase::starting;
-    api_.async_start(r.name, guarded([name = r.name](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
+    api_.async_start(r.id, guarded([name = r.id](docker_launcher& self, std::exception_ptr e, nlohmann::json) {
                        auto* r = self.find(name);
                        if (!r || r->reported) return;
                        if (e && r->attempts > 0 && error_status<docker::api_error>(e) == 304)
@@ -302,7 +291,7 @@ private:
                          return;
                        if (e) return self.fail_start(*r, e, true);
                        r->ph = phase::running;
-                       if (r->asked) self.kill(r->name, r->asked);
+                       if (r->asked) self.kill(r->id, r->asked);
                      }));
   }
 
@@ -317,7 +306,7 @@ private:
     log(log_level::debug, what(e), "; trying again");
     r.retry = std::make_unique<asio::steady_timer>(ex_, backoff_delay(r.attempts++, std::chrono::milliseconds(100),
                                                                       std::chrono::seconds(3)));
-    r.retry->async_wait(guarded([name = r.name, again](docker_launcher& self, std::error_code ec) {
+    r.retry->async_wait(guarded([name = r.id, again](docker_launcher& self, std::error_code ec) {
       auto* r = self.find(name);
       if (ec || !r || r->reported) return;
       if (r->asked) return self.remove_unstarted(*r);
@@ -327,7 +316,7 @@ private:
   }
 
   void fail_start(record& r, std::exception_ptr e, bool created) {
-    if (created) api_.async_remove(r.name, true, [](std::exception_ptr, nlohmann::json) {});
+    if (created) api_.async_remove(r.id, true, [](std::exception_ptr, nlohmann::json) {});
     else r.destroyed = true; // nothing to remove
     backend::job_exit x{backend::job_exit::kind::lost, 0, what(e)};
     x.start_failed = true;
@@ -337,7 +326,7 @@ private:
 
   // Cancelled before it ran: remove it; it ends as the signal asked.
   void remove_unstarted(record& r) {
-    api_.async_remove(r.name, true, [](std::exception_ptr, nlohmann::json) {});
+    api_.async_remove(r.id, true, [](std::exception_ptr, nlohmann::json) {});
     report(r, {backend::job_exit::kind::signalled, r.asked, "cancelled before it started"});
   }
 
@@ -357,19 +346,17 @@ private:
   }
 
   void report(record& r, backend::job_exit x) {
-    if (r.reported) return;
-    r.reported = true;
+    if (!jobs_.report(r, std::move(x))) return;
     if (r.ph != phase::failed) r.ph = phase::ended;
     r.oom_grace.reset();
-    if (auto h = std::move(r.on_exit)) asio::post(ex_, [h = std::move(h), x = std::move(x)] { h(x); });
-    if (r.destroyed) forget(r.name);
+    if (r.destroyed) forget(r.id);
   }
 
   void forget(const std::string& name) {
-    auto it = jobs_.find(name);
-    if (it == jobs_.end()) return;
-    close_outputs(it->second);
-    jobs_.erase(it);
+    auto* r = find(name);
+    if (!r) return;
+    close_outputs(*r);
+    jobs_.forget(name);
   }
 
   static std::string what(std::exception_ptr e) { return exception_text(e, "docker: unknown error"); }
@@ -408,10 +395,7 @@ private:
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
               .count() -
           1'000'000'000; // replay from a second before, should the stream drop
-    std::vector<std::string> waiting;
-    for (auto& [name, r] : jobs_)
-      if (r.ph == phase::waiting_events) waiting.push_back(name);
-    for (auto& n : waiting)
+    for (auto& n : jobs_.ids([](const record& r) { return r.ph == phase::waiting_events; }))
       if (auto* r = find(n)) start_container(*r);
   }
 
@@ -448,10 +432,7 @@ private:
 
   void lose_all(const std::string& why_running, const std::string& why_waiting) {
     event_failures_ = 0; // a later launch tries afresh
-    std::vector<std::string> names;
-    for (auto& [name, r] : jobs_)
-      if (!r.reported) names.push_back(name);
-    for (auto& n : names) {
+    for (auto& n : jobs_.ids([](const record& r) { return !r.reported; })) {
       auto* r = find(n);
       if (!r) continue;
       if (r->ph == phase::running || r->ph == phase::starting) {
@@ -459,7 +440,7 @@ private:
       } else if (r->ph == phase::waiting_events) {
         backend::job_exit x{backend::job_exit::kind::lost, 0, why_waiting};
         x.start_failed = true;
-        api_.async_remove(r->name, true, [](std::exception_ptr, nlohmann::json) {});
+        api_.async_remove(r->id, true, [](std::exception_ptr, nlohmann::json) {});
         report(*r, std::move(x));
       }
     }
@@ -495,10 +476,9 @@ private:
           for (auto& n : names)
             state[n.get<std::string>().substr(n.get<std::string>().starts_with("/") ? 1 : 0)] = c.value("State", "");
         });
-    std::vector<std::string> names;
-    for (auto& [name, r] : jobs_)
-      if (!r.reported && (r.ph == phase::running || r.ph == phase::starting)) names.push_back(name);
-    for (auto& n : names) {
+    for (auto& n : jobs_.ids([](const record& r) {
+           return !r.reported && (r.ph == phase::running || r.ph == phase::starting);
+         })) {
       auto* r = find(n);
       auto it = state.find(n);
       if (!r || r->reported) continue;
@@ -536,13 +516,13 @@ private:
       on_die(*r, e.attribute("exitCode"));
     } else if (e.action == "destroy") {
       r->destroyed = true;
-      if (r->reported) forget(r->name);
+      if (r->reported) forget(r->id);
     }
   }
 
   backend::job_exit oom_exit(const record& r) const {
     return {backend::job_exit::kind::lost, 0,
-            "out of memory: container " + r.name + " exceeded its memory limit" +
+            "out of memory: container " + r.id + " exceeded its memory limit" +
                 (r.memory_mb > 0 ? " (" + std::to_string(r.memory_mb) + " MiB)" : std::string()) + " and was killed"};
   }
 
@@ -556,7 +536,7 @@ private:
     // `die`; wait a moment for it before calling it a SIGKILL.
     if (code == 137 && r.memory_mb > 0) {
       r.oom_grace = std::make_unique<asio::steady_timer>(ex_, std::chrono::milliseconds(250));
-      r.oom_grace->async_wait(guarded([name = r.name, code](docker_launcher& self, std::error_code ec) {
+      r.oom_grace->async_wait(guarded([name = r.id, code](docker_launcher& self, std::error_code ec) {
         auto* r = self.find(name);
         if (ec || !r || r->reported) return;
         self.report(*r, self.exit_of(*r, code));
@@ -569,8 +549,8 @@ private:
   backend::job_exit exit_of(const record& r, int code) const {
     const bool by_signal = code > 128 && code <= 128 + 64;
     if (r.asked) {
-      const int sig = by_signal && (r.asked_mask >> (code - 128) & 1) ? code - 128 : r.asked;
-      return {backend::job_exit::kind::signalled, sig, "docker: container " + r.name + " stopped"};
+      const int sig = by_signal && r.was_asked(code - 128) ? code - 128 : r.asked;
+      return {backend::job_exit::kind::signalled, sig, "docker: container " + r.id + " stopped"};
     }
     // A container's exit status is its init's: 128+n when the worker died of
     // signal n (a worker that exits with such a status says so first, and
@@ -668,7 +648,7 @@ private:
   docker::api api_;
   docker_impl::master_identity me_;
   std::string run_id_;
-  std::map<std::string, record> jobs_; // by container name
+  job_table<record> jobs_; // by container name
   events_state events_ = events_state::idle;
   asio::steady_timer events_retry_; // the next reconnection, or reconciliation
   int event_failures_ = 0;          // reconnections that failed in a row

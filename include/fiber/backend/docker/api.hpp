@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/docker_api.hpp
+/// @file backend/docker/api.hpp
 /// fiber's Docker Engine API client: the calls the docker backend makes,
 /// asynchronous on one executor, over http::client (libcurl), JSON through
 /// nlohmann::json. Internal to fiber (namespace fiber::detail::docker).
@@ -23,7 +23,7 @@
 /// Thread-safety: as http::client (one single-threaded executor).
 
 #include <fiber/backend/detail/async_util.hpp>
-#include <fiber/backend/detail/docker_wire.hpp>
+#include <fiber/backend/docker/wire.hpp>
 #include <fiber/backend/detail/http_client.hpp>
 
 #include <asio/any_io_executor.hpp>

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/kube_options.hpp
+/// @file backend/kubernetes/options.hpp
 /// The kubernetes backend's settings (configuration keys k8s.*), the labels
 /// it puts on pods, and the names it gives them.
 
 // Before config.hpp, whose `extern char** environ` must follow unistd.h's extern "C" one.
 #include <unistd.h>
 
-#include <fiber/backend/detail/docker_options.hpp> // docker_impl::split_list, the managed-by label
+#include <fiber/backend/docker/options.hpp> // docker_impl::split_list, the managed-by label
+#include <fiber/backend/kubernetes/keys.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>
 
@@ -120,7 +121,7 @@ struct kube_options {
   /// Where an ephemeral certificate is written (the runtime's 0700 run
   /// directory); "" makes the launcher create a directory of its own.
   std::string state_dir;
-  /// Clean up after a SIGKILLed master with a kubectl watchdog (see kube_reaper.hpp).
+  /// Clean up after a SIGKILLed master with a kubectl watchdog (see kubernetes/reaper.hpp).
   bool reaper = true;
 
   /// Reads the configuration table. Throws fiber::backend_error for a malformed value.

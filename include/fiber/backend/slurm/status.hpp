@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/slurm_status.hpp
+/// @file backend/slurm/status.hpp
 /// What Slurm's tools print, parsed (pure, unit-tested without a cluster):
 /// job ids, squeue lines, how a job ended, step ids, the controller's address.
 

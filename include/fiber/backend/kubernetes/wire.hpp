@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/kube_wire.hpp
+/// @file backend/kubernetes/wire.hpp
 /// The pure parts of the kubernetes backend: the worker pod and the run's
 /// Secret as JSON documents, what a pod's status says about its worker (a
 /// job_exit, or why it still waits), watch events and API error messages.
 /// No I/O; unit-tested without an API server.
 
 #include <fiber/backend/detail/http_types.hpp>
-#include <fiber/backend/detail/kube_config.hpp>
-#include <fiber/backend/detail/kube_options.hpp>
+#include <fiber/backend/kubernetes/access.hpp>
+#include <fiber/backend/kubernetes/options.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/error.hpp>
 

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-/// @file backend/detail/slurm_address.hpp
+/// @file backend/slurm/address.hpp
 /// The address a Slurm master listens at for its jobs (rules in slurm.hpp,
 /// "Listen address"). Blocks (DNS, `scontrol show config`): call it off the
 /// runtime thread (launcher::prepare).
 
 #include <fiber/backend/detail/command.hpp>
 #include <fiber/backend/detail/net_address.hpp>
-#include <fiber/backend/detail/slurm_options.hpp>
-#include <fiber/backend/detail/slurm_status.hpp>
+#include <fiber/backend/slurm/options.hpp>
+#include <fiber/backend/slurm/status.hpp>
 
 #include <chrono>
 #include <exception>
