@@ -4,6 +4,8 @@
 // splits, late duplicates, retirement and join, in microseconds.
 #include <fiber/detail/pool_scheduler.hpp>
 
+#include "fake_link.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <asio/io_context.hpp>
@@ -19,31 +21,7 @@ namespace {
 
 namespace d = fiber::detail;
 
-struct fake_link final : d::worker_link {
-  asio::any_io_executor ex;
-  d::peer_identity who;
-  message_handler on_message;
-  close_handler on_close;
-  std::vector<std::vector<std::byte>> sent; // whole frames, tails appended
-  bool closed_ = false;
-
-  void start(message_handler m, close_handler c) override {
-    on_message = std::move(m);
-    on_close = std::move(c);
-  }
-  void send(std::vector<std::byte> f, d::shared_bytes tail, std::function<void()> on_sent) override {
-    f.insert(f.end(), tail.bytes.begin(), tail.bytes.end());
-    sent.push_back(std::move(f));
-    if (on_sent) on_sent();
-  }
-  void close(const std::string& reason) override {
-    if (std::exchange(closed_, true)) return;
-    if (auto h = std::move(on_close)) asio::post(ex, [h, reason] { h(reason); });
-    on_message = nullptr;
-  }
-  bool closed() const noexcept override { return closed_; }
-  const d::peer_identity& peer() const noexcept override { return who; }
-
+struct fake_link final : fiber_test::fake_link {
   // The chunks sent so far: (chunk id, the ints they hold).
   std::vector<std::pair<std::uint64_t, std::vector<int>>> tasks() const {
     std::vector<std::pair<std::uint64_t, std::vector<int>>> out;
@@ -115,6 +93,7 @@ struct fake_host final : d::worker_host {
     auto l = std::make_shared<fake_link>();
     l->ex = io_.get_executor();
     l->who.worker_id = id;
+    l->number = id;
     links[id] = l;
     auto h = std::move(expected.at(id));
     expected.erase(id);

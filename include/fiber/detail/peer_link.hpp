@@ -112,7 +112,7 @@ public:
   /// The largest frame this link sends or accepts, in bytes.
   std::size_t max_message_size() const noexcept { return stream_.max_message_size(); }
   const peer_identity& peer() const noexcept override { return peer_; }
-  std::uint64_t id() const noexcept { return id_; }
+  std::uint64_t id() const noexcept override { return id_; }
   asio::any_io_executor get_executor() { return stream_.get_executor(); }
 
 private:

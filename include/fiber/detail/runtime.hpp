@@ -1,11 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/runtime.hpp
-/// The per-process runtime: one background thread running an asio::io_context
-/// that owns every socket, the listeners peers dial, the table of workers the
-/// master expects, and the services (queue brokers, pipe relays, object
-/// relays) other processes send requests to. User-facing blocking calls wait
-/// on it; async calls complete on the caller's executor.
+/// The per-process runtime: one thread running the io_context that owns every
+/// socket, the listeners and their handshakes, the workers the master expects
+/// and the launchers; its identity, service_host and service_client are parts.
 
 #include <fiber/backend/detail/async_util.hpp>
 #include <fiber/backend/detail/environment.hpp>
@@ -13,7 +11,6 @@
 #include <fiber/config.hpp>
 #include <fiber/detail/accept_loop.hpp>
 #include <fiber/detail/blocking_result.hpp>
-#include <fiber/detail/build_id.hpp>
 #include <fiber/detail/dir_watch.hpp>
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/handshake_session.hpp>
@@ -21,6 +18,7 @@
 #include <fiber/detail/libssl_loader.hpp>
 #include <fiber/detail/local_transport.hpp>
 #include <fiber/detail/run_dir.hpp>
+#include <fiber/detail/run_identity.hpp>
 #include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/host_name.hpp>
 #include <fiber/detail/liveness.hpp>
@@ -31,6 +29,8 @@
 #include <fiber/detail/sched.hpp>
 #include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/detail/service.hpp>
+#include <fiber/detail/service_client.hpp>
+#include <fiber/detail/service_host.hpp>
 #include <fiber/detail/transport.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
@@ -72,15 +72,6 @@
 #include <vector>
 
 namespace fiber::detail {
-
-/// Bounds a timed request while the link to its service's process is being
-/// set up: a request still unsent at `at` is withdrawn and completes with
-/// `reply`, the service's own answer to a timeout. A request already sent
-/// waits for the service (the link's heartbeats bound that).
-struct request_expiry {
-  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::time_point::max();
-  std::vector<std::byte> reply;
-};
 
 class runtime {
 public:
@@ -131,12 +122,8 @@ public:
     guard_.reset();
     asio::post(ctx_, [this] {
       for (auto& [u, l] : listeners_) l->close();
-      for (auto& [u, c] : clients_)
-        if (c.link) c.link->close("runtime stopping");
-      // Links of peers served here (a child's Queue or Lock requests): their
-      // nng reads would otherwise complete into a destroyed io_context.
-      for (auto& [id, w] : std::unordered_map(served_links_))
-        if (auto l = w.lock()) l->close("runtime stopping");
+      client_.close_links("runtime stopping");
+      host_.close_links("runtime stopping");
       launchers_.clear();
       if (run_dir_watch_) run_dir_watch_->stop();
       ctx_.stop();
@@ -147,42 +134,34 @@ public:
 
   // ---- identity --------------------------------------------------------
 
-  const std::string& secret() const { return secret_; }
+  const std::string& secret() const { return id_.secret(); }
   /// Where workers on this machine read the secret: "/proc/PID/fd/N", a
   /// memfd of the process that made the run directory (secret_fd.hpp).
   const std::string& secret_file() const { return dir_.secret_file(); }
   /// This executable's path (/proc/self/exe resolved at start).
-  const std::string& executable() const { return exe_; }
+  const std::string& executable() const { return id_.executable(); }
   const std::string& run_dir() const { return dir_.path(); }
-  bool is_worker() const { return is_worker_; }
-  const std::string& process_name() const { return name_; }
-  std::uint64_t registry_hash() const {
-    auto h = registry::instance().hash();
-    if (is_worker_)
-      if (const auto& salt = worker_environment().registry_salt; !salt.empty()) h = fnv1a(salt.c_str(), h);
-    return h;
-  }
-  const std::string& own_build_id() const { return build_id_; }
-  std::vector<std::string>& argv() { return argv_; }
+  bool is_worker() const { return id_.is_worker(); }
+  const std::string& process_name() const { return id_.name(); }
+  std::uint64_t registry_hash() const { return id_.registry_hash(); }
+  const std::string& own_build_id() const { return id_.build_id(); }
+  std::vector<std::string>& argv() { return id_.argv(); }
 
   /// `masters_dir`: the master's run directory (and the secret's file) is
   /// on this machine; otherwise this worker makes its own when it needs one
   /// (ensure_run_dir), for ipc:// and for workers of its own.
   void become_worker(std::string name, std::string secret, bool masters_dir) {
     const auto& env = worker_environment();
-    is_worker_ = true;
-    name_ = std::move(name);
-    secret_ = std::move(secret);
-    if (nonce_t v{}; !env.worker_nonce.empty() && from_hex(env.worker_nonce, v)) own_nonce_ = v;
+    id_.become_worker(std::move(name), std::move(secret));
     if (masters_dir && !env.run_dir.empty()) dir_.adopt(env.run_dir, env.secret_file);
     // A job-backed worker (another machine, maybe) reaches the services its
     // master named by its ipc:// URL through the URL it dialled (worker_spec).
     if (!env.master_ipc.empty()) master_alias_ = {env.master_ipc, env.master};
     if (!env.master.empty())
-      fates_->set_master([this, url = env.master](std::vector<std::byte> req, request_done done) {
+      host_.fates().set_master([this, url = env.master](std::vector<std::byte> req, request_done done) {
         request(url, liveness_service_id, liveness_op::watch, std::move(req), std::move(done));
       });
-    logger::instance().set_process(name_);
+    logger::instance().set_process(id_.name());
   }
 
   /// The run directory, its secret file and this process's ipc:// socket
@@ -191,7 +170,7 @@ public:
   /// Throws backend_error.
   void ensure_run_dir() {
     if (dir_.empty()) return make_run_dir();
-    if (dir_.restore(secret_)) {
+    if (dir_.restore(id_.secret())) {
       log(log_level::warning, "the run directory ", dir_.path(), " was removed (by a tmp cleaner?): made it again");
       if (dir_.owned()) watch_run_dir();
     }
@@ -266,7 +245,7 @@ public:
     bool make_key = false;
     sync([&] {
       o = transport();
-      make_key = !tls_identity_ && is_worker_ && o.tls_cert_file.empty();
+      make_key = !tls_identity_ && id_.is_worker() && o.tls_cert_file.empty();
     });
     if (make_key) {
       auto id = make_self_signed("fiber-worker");
@@ -353,7 +332,7 @@ public:
   backend::launch_context launch_context() {
     backend::launch_context c(executor());
     c.run_dir = dir_.path();
-    c.process_name = name_;
+    c.process_name = id_.name();
     return c;
   }
   /// launcher<Policy>(), prepared (launcher::prepare: it may block) on the
@@ -371,14 +350,10 @@ public:
   // ---- services --------------------------------------------------------
 
   std::uint64_t add_service(std::shared_ptr<service> s) {
-    return sync([&] {
-      auto id = next_service_id_++;
-      services_[id] = std::move(s);
-      return id;
-    });
+    return sync([&] { return host_.add(std::move(s)); });
   }
   void remove_service(std::uint64_t id) {
-    asio::post(ctx_, [this, id] { services_.erase(id); });
+    asio::post(ctx_, [this, id] { host_.remove(id); });
   }
 
   /// Send a request to service `service_id` in the process listening at
@@ -396,42 +371,26 @@ public:
     }
     asio::dispatch(ctx_, [this, url, service_id, op, payload = std::move(payload), done = std::move(done),
                           expiry = std::move(expiry)]() mutable {
-      if (is_local(url)) return local_request(service_id, op, std::move(payload), std::move(done));
-      auto& c = clients_[url];
-      auto id = next_request_id_++;
-      c.pending[id] = std::move(done);
-      auto f = frame(frame_kind::request, request_msg{id, service_id, op, std::move(payload)});
-      if (c.link) return c.link->send(std::move(f));
-      c.queued.push_back({id, std::move(f), expire_unsent(url, id, std::move(expiry))});
-      if (!c.connecting) connect_client(url);
+      if (is_local(url)) return host_.request(service_id, op, std::move(payload), std::move(done));
+      client_.send(url, service_id, op, std::move(payload), std::move(done), std::move(expiry));
     });
   }
 
   /// Who is at the other end of the client link `peer` that services see
   /// (service::handle, service::peer_gone): "name (pid N on host)"; "this
   /// process" for 0. Runtime thread only.
-  std::string peer_description(std::uint64_t peer) const {
-    if (peer == 0) return "this process";
-    auto it = served_.find(peer);
-    if (it == served_.end()) return "link " + std::to_string(peer);
-    return it->second.name + " (pid " + std::to_string(it->second.pid) + " on " + it->second.host + ")";
-  }
+  std::string peer_description(std::uint64_t peer) const { return host_.peer_description(peer); }
 
   /// The process behind client link `peer` as services see it (0: this
   /// process): the same number for every link that process opens here, so
   /// a holder keeps its identity across reconnects. Runtime thread only.
-  std::uint64_t process_of(std::uint64_t peer) const { return fates_->process_of(peer); }
-  /// Client link `link` is `peer`'s from now on (serve_client does this for
-  /// every client link it serves); returns its process_of(). Runtime thread.
-  std::uint64_t attach_link(std::uint64_t link, const peer_identity& peer) { return fates_->attach(link, peer); }
-  /// Link `link` is closed and its services were told (service::peer_gone).
-  void detach_link(std::uint64_t link) { fates_->detach(link); }
+  std::uint64_t process_of(std::uint64_t peer) const { return host_.fates().process_of(peer); }
   /// "name (pid N on host)" for a process_of() number.
-  std::string process_description(std::uint64_t proc) const { return fates_->describe(proc); }
+  std::string process_description(std::uint64_t proc) const { return host_.fates().describe(proc); }
 
   /// This process's workers, as far as their liveness goes (supervisor.hpp
   /// reports to it). Runtime thread only.
-  liveness& workers_liveness() { return *liveness_; }
+  liveness& workers_liveness() { return host_.workers_liveness(); }
 
   /// Calls `dead(why)` on the runtime thread once process `proc`
   /// (process_of()) is known dead: its backend reported its end, or its
@@ -440,7 +399,7 @@ public:
   /// master; when neither knows it, it counts as dead once it has had no
   /// link here for liveness::grace(). Never for this process or its master.
   /// Runtime thread only.
-  void when_dead(std::uint64_t proc, liveness::dead_fn dead) { fates_->when_dead(proc, std::move(dead)); }
+  void when_dead(std::uint64_t proc, liveness::dead_fn dead) { host_.fates().when_dead(proc, std::move(dead)); }
 
   /// Requests whose effect must reach another process (Queue acks, abandoned
   /// grants: broker_client's deliver_request) count themselves here while
@@ -486,19 +445,19 @@ public:
   }
 
 private:
-  runtime() : guard_(asio::make_work_guard(ctx_)) {
-    build_id_ = detail::build_id();
-    exe_ = self_exe_path();
-    if (argv_.empty()) argv_.push_back(exe_);
-    if (!worker_environment().is_worker()) {
-      secret_ = to_hex(random_nonce());
-      make_run_dir();
-    }
+  runtime()
+      : guard_(asio::make_work_guard(ctx_)),
+        host_(executor(), process_ref{host_name(), ::getpid(), process_incarnation()}),
+        client_(executor(), [this](const std::string& url, auto done) {
+          connect(url, role::client, 0,
+                  [done = std::move(done)](std::exception_ptr e, std::shared_ptr<peer_link> l,
+                                           std::map<std::string, std::string>) { done(std::move(e), std::move(l)); });
+        }) {
+    if (!worker_environment().is_worker()) make_run_dir();
     // nng starts its threads (poller, task queues, timers, resolver) on first
     // use: make that happen here, with the runtime thread, under SCHED_BATCH.
     batch_policy_scope batch{config_bool("io_threads_batch")};
     if (nng_aio* a = nullptr; nng_aio_alloc(&a, nullptr, nullptr) == 0) nng_aio_free(a);
-    start_liveness();
     thread_ = std::thread([this] {
       thread_id_ = std::this_thread::get_id();
       for (;;) {
@@ -513,12 +472,6 @@ private:
     // Nothing reaches the thread before this constructor returns: no need
     // to wait (spin) until it has stored its id itself.
     thread_id_ = thread_.get_id();
-  }
-
-  void start_liveness() {
-    liveness_ = std::make_shared<liveness>(executor(), process_ref{host_name(), ::getpid(), process_incarnation()});
-    services_[liveness_service_id] = liveness_;
-    fates_ = std::make_unique<peer_fates>(executor(), *liveness_);
   }
 
   // A connect in progress: what it reports to, its budget and next pause.
@@ -574,9 +527,9 @@ private:
             return dial_failed(j, std::move(e), busy || (j->r == role::worker && !gone));
           }
           std::optional<nonce_t> issued;
-          if (j->r == role::worker) issued = std::exchange(own_nonce_, std::nullopt); // the first link only
+          if (j->r == role::worker) issued = id_.take_own_nonce(); // the first link only
           a->s = std::make_shared<stream>(std::move(s));
-          client_handshake(a->s, identity(), j->r, j->worker_id, transport().max_message_size, issued,
+          client_handshake(a->s, id_.handshake(), j->r, j->worker_id, transport().max_message_size, issued,
                            [this, a, j](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
                              if (a->over) return;
                              a->over = true;
@@ -614,16 +567,8 @@ private:
     }
   }
 
-  static std::string self_exe_path() {
-    try {
-      return self_exe();
-    } catch (const backend_error&) {
-      return "/proc/self/exe";
-    }
-  }
-
   void make_run_dir() {
-    dir_.make(secret_);
+    dir_.make(id_.secret());
     watch_run_dir();
   }
 
@@ -651,9 +596,6 @@ private:
     });
   }
 
-  /// What this process proves and compares in handshakes.
-  handshake_identity identity() const { return {secret_, build_id_, registry_hash(), name_}; }
-
   // Server side: the handshake, then the link goes to whoever expects the
   // worker, or serves requests for a client.
   void server_handshake(std::shared_ptr<stream> s) {
@@ -676,7 +618,7 @@ private:
     };
     hooks.authenticated = [this](peer_identity peer, stream st) {
       auto l = std::make_shared<peer_link>(std::move(st), peer);
-      if (peer.r != role::worker) return serve_client(l);
+      if (peer.r != role::worker) return host_.serve(l);
       auto it = expected_.find(peer.worker_id);
       if (it == expected_.end()) {
         log(log_level::warning, "unexpected worker ", peer.worker_id, " (", peer.name, "): told to exit");
@@ -688,9 +630,9 @@ private:
       expected_.erase(it);
       h(l);
     };
-    detail::server_handshake(executor(), std::move(s), identity(), effective_config(), transport().max_message_size,
-                             config_bool("frame_mac"), std::make_shared<pending_slot>(pending_handshakes_),
-                             std::move(hooks));
+    detail::server_handshake(executor(), std::move(s), id_.handshake(), effective_config(),
+                             transport().max_message_size, config_bool("frame_mac"),
+                             std::make_shared<pending_slot>(pending_handshakes_), std::move(hooks));
   }
 
   /// The client's proof covers this connection's challenge or, for a local
@@ -700,178 +642,30 @@ private:
   /// proof cannot be replayed. Runtime thread.
   bool verify_client(const auth_msg& a, const nonce_t& challenge, const channel_binding& tls) {
     auto it = role(a.role) == role::worker ? worker_nonces_.find(a.worker_id) : worker_nonces_.end();
-    const bool ok = (it != worker_nonces_.end() && mac_equal(a.mac, client_proof(secret_, it->second, a, tls))) ||
-                    mac_equal(a.mac, client_proof(secret_, challenge, a, tls));
+    const bool ok = (it != worker_nonces_.end() && mac_equal(a.mac, client_proof(id_.secret(), it->second, a, tls))) ||
+                    mac_equal(a.mac, client_proof(id_.secret(), challenge, a, tls));
     if (ok && it != worker_nonces_.end()) worker_nonces_.erase(it);
     return ok;
-  }
-
-  // ---- services: owner side -----------------------------------------------
-
-  void serve_client(std::shared_ptr<peer_link> l) {
-    std::weak_ptr<peer_link> weak = l;
-    served_[l->id()] = l->peer();
-    attach_link(l->id(), l->peer());
-    served_links_[l->id()] = l;
-    l->start(
-        [this, weak](frame_kind k, std::span<const std::byte> body, message&) {
-          auto l = weak.lock();
-          if (!l || k != frame_kind::request) return;
-          auto req = deserialize<request_msg>(body);
-          dispatch_request(l->id(), std::move(req),
-                           [weak, id = req.request_id](wire_status st, std::vector<std::byte> p) {
-                             auto l = weak.lock();
-                             if (!l) return;
-                             if (!fits_in_frame(p.size())) { // the reply fails, not the link
-                               p = failure_payload(oversize_message("a reply", p.size()));
-                               st = wire_status::error;
-                             }
-                             l->send(frame(frame_kind::reply, reply_msg{id, st, std::move(p)}));
-                           });
-        },
-        [this, id = l->id()](const std::string&) {
-          for (auto& [sid, s] : services_) s->peer_gone(id);
-          served_.erase(id);
-          served_links_.erase(id);
-          detach_link(id);
-        });
-  }
-
-  void dispatch_request(std::uint64_t peer, request_msg req, reply_fn reply) {
-    auto it = services_.find(req.service_id);
-    if (it == services_.end()) {
-      return reply(wire_status::error, failure_payload("fiber: no such object or queue (id " +
-                                                       std::to_string(req.service_id) + "); its owner released it"));
-    }
-    auto svc = it->second;
-    try {
-      svc->handle(peer, req.op, req.payload, reply);
-    } catch (...) {
-      auto [status, payload] = current_failure();
-      reply(status, std::move(payload));
-    }
-  }
-
-  void local_request(std::uint64_t service_id, std::uint32_t op, std::vector<std::byte> payload, request_done done) {
-    dispatch_request(0, request_msg{0, service_id, op, std::move(payload)},
-                     [this, done = std::move(done)](wire_status st, std::vector<std::byte> p) mutable {
-                       // Replies are delivered asynchronously even in-process, as over a link.
-                       asio::post(ctx_, [st, p = std::move(p), done = std::move(done)]() mutable {
-                         if (st == wire_status::ok) done(nullptr, std::move(p));
-                         else done(failure_of(st, p), {});
-                       });
-                     });
-  }
-
-  // ---- services: client side ----------------------------------------------
-
-  // A request waiting for its link: its id, its frame, and the timer of its
-  // expiry (if it has one).
-  struct unsent_request {
-    std::uint64_t id;
-    std::vector<std::byte> frame;
-    std::shared_ptr<asio::steady_timer> expiry;
-  };
-
-  struct client_conn {
-    std::shared_ptr<peer_link> link;
-    bool connecting = false;
-    std::vector<unsent_request> queued;
-    std::unordered_map<std::uint64_t, request_done> pending;
-  };
-
-  // Request `id` to `url`, not sent yet: at the expiry's time, if it still
-  // waits for its link, it is withdrawn and completes with the expiry's reply.
-  std::shared_ptr<asio::steady_timer> expire_unsent(const std::string& url, std::uint64_t id, request_expiry ex) {
-    if (ex.at == clock::time_point::max()) return nullptr;
-    auto t = std::make_shared<asio::steady_timer>(executor(), ex.at);
-    t->async_wait([this, url, id, reply = std::move(ex.reply)](std::error_code ec) mutable {
-      auto c = clients_.find(url);
-      if (ec || c == clients_.end()) return;
-      auto& q = c->second.queued;
-      auto it = std::find_if(q.begin(), q.end(), [id](const unsent_request& u) { return u.id == id; });
-      auto p = c->second.pending.find(id);
-      if (it == q.end() || p == c->second.pending.end()) return; // sent, or failed already
-      q.erase(it);
-      auto done = std::move(p->second);
-      c->second.pending.erase(p);
-      done(nullptr, std::move(reply));
-    });
-    return t;
-  }
-
-  void connect_client(const std::string& url) {
-    clients_[url].connecting = true;
-    connect(url, role::client, 0,
-            [this, url](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string>) {
-              auto& c = clients_[url];
-              c.connecting = false;
-              if (e) return fail_client(url, std::move(e));
-              c.link = l;
-              l->start(
-                  [this, url](frame_kind k, std::span<const std::byte> body, message&) {
-                    if (k != frame_kind::reply) return;
-                    auto r = deserialize<reply_msg>(body);
-                    auto& c = clients_[url];
-                    auto it = c.pending.find(r.request_id);
-                    if (it == c.pending.end()) return;
-                    auto done = std::move(it->second);
-                    c.pending.erase(it);
-                    if (r.status == wire_status::ok) done(nullptr, std::move(r.payload));
-                    else done(failure_of(r.status, r.payload), {});
-                  },
-                  [this, url](const std::string& reason) {
-                    fail_client(url, std::make_exception_ptr(worker_lost("fiber: lost the connection to " + url + " (" +
-                                                                         reason + ")")));
-                  });
-              for (auto& u : c.queued) {
-                if (u.expiry) u.expiry->cancel();
-                l->send(std::move(u.frame));
-              }
-              c.queued.clear();
-            });
-  }
-
-  void fail_client(const std::string& url, std::exception_ptr e) {
-    auto c = std::move(clients_[url]);
-    clients_.erase(url);
-    for (auto& u : c.queued)
-      if (u.expiry) u.expiry->cancel();
-    // The last waiter gets `e` itself: with one waiter, the thread that reads
-    // the error releases it (libstdc++'s exception refcount is invisible to TSan).
-    std::size_t left = c.pending.size();
-    for (auto& [id, done] : c.pending) {
-      if (--left) done(e, {});
-      else done(std::move(e), {});
-    }
   }
 
   asio::io_context ctx_{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};
-  std::string secret_, name_ = "master", build_id_, exe_;
+  run_identity id_;
   detail::run_dir dir_;
   std::string default_base_ = "ipc://";
   std::pair<std::string, std::string> master_alias_; // worker: master's ipc URL -> the URL it dialled
-  std::vector<std::string> argv_;
-  bool is_worker_ = false;
-  std::optional<pem_identity> tls_identity_;      // runtime thread
-  std::shared_ptr<const tls_context> tls_client_; // made by prepare_tls_client(); runtime thread
+  std::optional<pem_identity> tls_identity_;         // runtime thread
+  std::shared_ptr<const tls_context> tls_client_;    // made by prepare_tls_client(); runtime thread
   std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
   std::unordered_map<std::uint64_t, nonce_t> worker_nonces_; // issued to local workers (verify_client)
-  std::optional<nonce_t> own_nonce_;                         // a worker's own, issued at its spawn
   std::atomic<std::uint64_t> next_worker_id_{1};
   std::atomic<std::size_t> pending_handshakes_{0};
-  std::uint64_t next_service_id_ = 1, next_request_id_ = 1;
-  std::unordered_map<std::uint64_t, std::shared_ptr<service>> services_;
-  std::unordered_map<std::uint64_t, peer_identity> served_;                  // client links served, by link id
-  std::unordered_map<std::uint64_t, std::weak_ptr<peer_link>> served_links_; // the same links, closed by stop()
-  std::unordered_map<std::string, client_conn> clients_;
-  std::shared_ptr<liveness> liveness_; // this process's workers
-  std::unique_ptr<peer_fates> fates_;  // the processes behind the client links served
+  service_host host_;     // this process's services, and the client links they serve
+  service_client client_; // requests to other processes' services
   pending_count deliveries_;
   std::unordered_map<std::type_index, std::shared_ptr<backend::launcher>> launchers_;
   static constexpr std::chrono::milliseconds max_dial_pause{500};                      // dial retries (see connect)

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/worker_link.hpp
-/// What an owner of workers (Pool, RemoteManager, Process) needs of a
-/// worker's link: framed sends, its frames, its end. peer_link is the real
-/// one; tests bring fakes (tests/test_pool_core.cpp).
+/// What an owner of workers (Pool, RemoteManager, Process) and the service
+/// host need of a link: framed sends, its frames, its end. peer_link is the
+/// real one; tests bring fakes (tests/fake_link.hpp).
 
 #include <fiber/detail/bytes.hpp>
 #include <fiber/detail/frame.hpp>
@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -41,6 +42,9 @@ public:
   virtual bool closed() const noexcept = 0;
   /// Who is at the other end, as its handshake said.
   virtual const peer_identity& peer() const noexcept = 0;
+  /// This link's number, unique in this process (services name their
+  /// clients by it: service::handle's `peer`).
+  virtual std::uint64_t id() const noexcept = 0;
 
   /// Queues frame `f`.
   void send(std::vector<std::byte> f) { send(std::move(f), shared_bytes{}, {}); }
