@@ -385,6 +385,11 @@ public:
   /// process): the same number for every link that process opens here, so
   /// a holder keeps its identity across reconnects. Runtime thread only.
   std::uint64_t process_of(std::uint64_t peer) const { return host_.fates().process_of(peer); }
+  /// Client link `link` is `peer`'s from now on (the service host does this
+  /// for every client link it serves); returns its process_of(). Runtime thread.
+  std::uint64_t attach_link(std::uint64_t link, const peer_identity& peer) { return host_.fates().attach(link, peer); }
+  /// Link `link` is closed and its services were told (service::peer_gone).
+  void detach_link(std::uint64_t link) { host_.fates().detach(link); }
   /// "name (pid N on host)" for a process_of() number.
   std::string process_description(std::uint64_t proc) const { return host_.fates().describe(proc); }
 
