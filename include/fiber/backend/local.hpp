@@ -9,15 +9,14 @@
 /// waitpid(WNOHANG) instead. Workers dial back over ipc:// in a 0700 run
 /// directory, so other users cannot reach the master.
 
-#include <fiber/backend/detail/named_backends.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/backend/local/launcher.hpp>
 
 #include <memory>
 #include <string_view>
 
-namespace fiber {
-namespace backend {
+namespace fiber::backend {
+
 /// Policy: job-backed processes are child processes of the master.
 struct local {
   static constexpr std::string_view name = "local"; ///< the backend's name, as FIBER_BACKEND spells it
@@ -26,10 +25,5 @@ struct local {
     return std::make_shared<detail::local_launcher>(ctx.executor);
   }
 };
-} // namespace backend
 
-namespace detail {
-/// FIBER_BACKEND=local (and unset) reaches backend::local through this.
-inline const bool local_backend_registered = register_policy<backend::local>();
-} // namespace detail
-} // namespace fiber
+} // namespace fiber::backend

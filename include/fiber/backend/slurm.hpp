@@ -101,7 +101,6 @@
 /// stopped. Destruction cancels (scancel) every job it submitted that has
 /// not ended and does not call their exit handlers.
 
-#include <fiber/backend/detail/named_backends.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/backend/slurm/launcher.hpp>
 #include <fiber/backend/slurm/options.hpp>
@@ -109,9 +108,7 @@
 #include <memory>
 #include <string_view>
 
-namespace fiber {
-
-namespace backend {
+namespace fiber::backend {
 
 /// Policy: job-backed processes are Slurm jobs (see backend/slurm.hpp).
 struct slurm {
@@ -123,12 +120,4 @@ struct slurm {
   }
 };
 
-static_assert(policy<slurm>);
-
-} // namespace backend
-
-namespace detail {
-/// FIBER_BACKEND=slurm reaches backend::slurm through this (its keys: slurm/keys.hpp).
-inline const bool slurm_backend_registered = register_policy<backend::slurm>();
-} // namespace detail
-} // namespace fiber
+} // namespace fiber::backend

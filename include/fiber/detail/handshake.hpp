@@ -120,25 +120,26 @@ inline bool mac_equal(const mac_t& a, const mac_t& b) {
   return constant_time_equal(std::as_bytes(std::span(a)), std::as_bytes(std::span(b)));
 }
 
+/// HMAC-SHA256 under `secret` of `label`, the other side's `nonce`, the TLS
+/// channel and `fields`, serialized in that order: the one layout of both proofs.
+template <class... Fields>
+mac_t proof(std::string_view secret, const char* label, const nonce_t& nonce, const channel_binding& tls,
+            const Fields&... fields) {
+  writer w;
+  w.write(std::string(label));
+  w.write(nonce);
+  w.write(tls);
+  (w.write(fields), ...);
+  return hmac(secret, w.buffer());
+}
+
 /// What the client's MAC covers: the server's nonce, every field of the
 /// identity it claims (a relay cannot rename a worker, nor claim another's
 /// pid) and the TLS channel it sees (a relay that terminates TLS sees two).
 inline mac_t client_proof(std::string_view secret, const nonce_t& server_nonce, const auth_msg& a,
                           const channel_binding& tls) {
-  writer w;
-  w.write(std::string("fiber-c"));
-  w.write(server_nonce);
-  w.write(tls);
-  w.write(a.nonce);
-  w.write(a.role);
-  w.write(a.worker_id);
-  w.write(a.registry_hash);
-  w.write(a.build_id);
-  w.write(a.pid);
-  w.write(a.host);
-  w.write(a.name);
-  w.write(a.incarnation);
-  return hmac(secret, w.buffer());
+  return proof(secret, "fiber-c", server_nonce, tls, a.nonce, a.role, a.worker_id, a.registry_hash, a.build_id, a.pid,
+               a.host, a.name, a.incarnation);
 }
 
 /// A random number drawn once per process: with the host name and pid it
@@ -160,13 +161,7 @@ inline std::uint64_t process_incarnation() {
 /// applies nor turn frame MACs off) and the TLS channel it sees.
 inline mac_t server_proof(std::string_view secret, const nonce_t& client_nonce, const auth_ok_msg& ok,
                           const channel_binding& tls) {
-  writer w;
-  w.write(std::string("fiber-s"));
-  w.write(client_nonce);
-  w.write(tls);
-  w.write(ok.config);
-  w.write(ok.frame_mac);
-  return hmac(secret, w.buffer());
+  return proof(secret, "fiber-s", client_nonce, tls, ok.config, ok.frame_mac);
 }
 
 /// The keys of one connection's frame MACs, one per direction: HMAC-SHA256

@@ -2,10 +2,20 @@
 #pragma once
 /// @file backend/detail/builtin_backends.hpp
 /// fiber's own backends, the one list that names them (as nng's transport.c):
-/// local and slurm whole; docker and kubernetes by name and keys, their
+/// local and slurm registered here; docker and kubernetes by name and keys, their
 /// launchers where a source file includes their header. backend::from_env includes it.
 
+#include <fiber/backend/detail/named_backends.hpp>
 #include <fiber/backend/docker/keys.hpp>
 #include <fiber/backend/kubernetes/keys.hpp>
 #include <fiber/backend/local.hpp>
 #include <fiber/backend/slurm.hpp>
+
+namespace fiber::detail {
+
+/// FIBER_BACKEND=local (and unset) and FIBER_BACKEND=slurm reach their
+/// policies through these (slurm's keys: slurm/keys.hpp).
+inline const bool local_backend_registered = register_policy<backend::local>();
+inline const bool slurm_backend_registered = register_policy<backend::slurm>();
+
+} // namespace fiber::detail

@@ -14,12 +14,21 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace fiber::detail {
+
+/// Throws std::invalid_argument unless launch() got one exit handler per
+/// spec. Example: `check_handlers("slurm", specs.size(), on_exit.size());`
+inline void check_handlers(std::string_view backend, std::size_t specs, std::size_t handlers) {
+  if (specs != handlers)
+    throw std::invalid_argument(std::string(backend) + ": launch: one exit handler per spec (" + std::to_string(specs) +
+                                " specs, " + std::to_string(handlers) + " handlers)");
+}
 
 /// What every launcher records of one job; a launcher's own record derives
 /// from it and adds what its backend needs.

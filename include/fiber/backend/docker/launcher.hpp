@@ -9,6 +9,7 @@
 #include <fiber/backend/docker/options.hpp>
 #include <fiber/backend/docker/output.hpp>
 #include <fiber/backend/detail/job_table.hpp>
+#include <fiber/backend/detail/listen_once.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/error.hpp>
@@ -95,8 +96,15 @@ public:
   /// (`GET /networks/<name>`, up to 5 s) for listen_url(). Any thread; once
   /// (a failure is tried again by the next call); throws as listen_url().
   /// For launcher::prepare(), which the runtime calls off its own thread.
-  void prepare() override {
-    std::call_once(listen_once_, [this] {
+  void prepare() override { (void)listen_url(); }
+
+  /// "tcp://127.0.0.1:0" on the host network (tls+tcp:// when tls_cert is
+  /// set); on another network its gateway's address (inspected once by
+  /// prepare(); blocks up to 5 s when that did not run first); `listen_address`
+  /// beats both. Throws fiber::backend_error for network "none" or a network
+  /// without an IPv4/IPv6 gateway.
+  std::string listen_url() override {
+    return listen_.get([this] {
       std::string addr = opts_.listen_address;
       if (addr.empty()) {
         if (opts_.network == "host") addr = "127.0.0.1";
@@ -105,18 +113,8 @@ public:
                               "a bridge network");
         else addr = network_gateway();
       }
-      listen_url_ = fiber::detail::tcp_listen_url(addr, opts_.tls);
+      return fiber::detail::tcp_listen_url(addr, opts_.tls);
     });
-  }
-
-  /// "tcp://127.0.0.1:0" on the host network (tls+tcp:// when tls_cert is
-  /// set); on another network its gateway's address (inspected once by
-  /// prepare(); blocks up to 5 s when that did not run first); `listen_address`
-  /// beats both. Throws fiber::backend_error for network "none" or a network
-  /// without an IPv4/IPv6 gateway.
-  std::string listen_url() override {
-    prepare();
-    return listen_url_;
   }
 
   /// One container per spec, created and started in the background; the
@@ -126,7 +124,7 @@ public:
   /// when docker.image is not set, std::invalid_argument for mismatched sizes.
   std::vector<backend::job> launch(const std::vector<backend::job_spec>& specs,
                                    std::vector<backend::exit_handler> on_exit) override {
-    if (specs.size() != on_exit.size()) throw std::invalid_argument("docker: launch: one exit handler per spec");
+    check_handlers("docker", specs.size(), on_exit.size());
     if (opts_.image.empty())
       throw backend_error("docker: no image to run workers in: set docker.image (FIBER_DOCKER_IMAGE), e.g. an image "
                           "holding the shared libraries of " +
@@ -660,8 +658,7 @@ private:
   unsigned dup_ = 0;
   bool shutting_down_ = false;
   bool launched_ = false;
-  std::once_flag listen_once_;
-  std::string listen_url_; // set once, by prepare()
+  listen_once listen_;
 };
 
 } // namespace fiber::detail

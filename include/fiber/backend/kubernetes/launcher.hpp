@@ -5,6 +5,7 @@
 /// label-selected list+watch. See backend/kubernetes.hpp for the behaviour.
 
 #include <fiber/backend/detail/job_table.hpp>
+#include <fiber/backend/detail/listen_once.hpp>
 #include <fiber/backend/kubernetes/api.hpp>
 #include <fiber/backend/kubernetes/options.hpp>
 #include <fiber/backend/kubernetes/reaper.hpp>
@@ -124,8 +125,14 @@ public:
   /// What may block, done on the calling thread: the API server's address
   /// (a DNS lookup) and the route to it, for listen_url(). Any thread; once
   /// (a failure is tried again by the next call); throws as listen_url().
-  void prepare() override {
-    std::call_once(listen_once_, [this] {
+  void prepare() override { (void)listen_url(); }
+
+  /// `tls+tcp://<addr>:0` (`tcp://` with k8s.tls false), addr = the
+  /// `listen_address` key, else the local address on the route to the API
+  /// server (in a pod: the pod's IP), found by prepare(). Throws
+  /// backend_error when there is none.
+  std::string listen_url() override {
+    return listen_.get([this] {
       std::string addr = opts_.listen_address;
       if (addr.empty()) {
         auto [host, port] = kube::split_server(api_.where().server);
@@ -134,17 +141,8 @@ public:
       if (addr.empty())
         throw backend_error("kubernetes: no local address routes to the API server at " + api_.where().server +
                             ": set listen_address to an address the pods can reach");
-      listen_url_ = fiber::detail::tcp_listen_url(addr, opts_.tls);
+      return fiber::detail::tcp_listen_url(addr, opts_.tls);
     });
-  }
-
-  /// `tls+tcp://<addr>:0` (`tcp://` with k8s.tls false), addr = the
-  /// `listen_address` key, else the local address on the route to the API
-  /// server (in a pod: the pod's IP), found by prepare(). Throws
-  /// backend_error when there is none.
-  std::string listen_url() override {
-    prepare();
-    return listen_url_;
   }
 
   /// One pod per spec, created in the background once the run's Secret
@@ -154,7 +152,7 @@ public:
   /// fiber::backend_error when no image can be known (k8s.image unset outside a pod).
   std::vector<backend::job> launch(const std::vector<backend::job_spec>& specs,
                                    std::vector<backend::exit_handler> on_exit) override {
-    if (specs.size() != on_exit.size()) throw std::invalid_argument("kubernetes: launch: one exit handler per spec");
+    check_handlers("kubernetes", specs.size(), on_exit.size());
     if (opts_.image.empty() && !api_.where().in_cluster)
       throw backend_error("kubernetes: no image for the worker pods: set k8s.image (FIBER_K8S_IMAGE) to an image "
                           "holding " +
@@ -725,8 +723,7 @@ private:
   bool shutting_down_ = false, launched_ = false, output_note_ = false;
   bool answered_ = false; // a create got an answer: something of this run may exist
   bool reached_ = false;  // the API server has answered: a call that gets no answer now may be retried
-  std::once_flag listen_once_;
-  std::string listen_url_; // set once, by prepare()
+  listen_once listen_;
 };
 
 } // namespace fiber::detail

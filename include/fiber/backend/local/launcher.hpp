@@ -47,9 +47,11 @@ public:
   std::string listen_url() override { return "ipc://"; } // the runtime picks the path in its 0700 run dir
 
   /// Throws backend_error when posix_spawn fails (jobs of earlier specs of
-  /// the same call keep running and report their ends).
+  /// the same call keep running and report their ends), std::invalid_argument
+  /// for mismatched sizes.
   std::vector<backend::job> launch(const std::vector<backend::job_spec>& specs,
                                    std::vector<backend::exit_handler> on_exit) override {
+    check_handlers("local", specs.size(), on_exit.size());
     std::vector<backend::job> jobs;
     jobs.reserve(specs.size());
     for (std::size_t i = 0; i < specs.size(); ++i) jobs.push_back(launch_one(specs[i], std::move(on_exit[i])));

@@ -9,6 +9,7 @@
 #include <fiber/backend/detail/command.hpp>
 #include <fiber/backend/detail/environment.hpp>
 #include <fiber/backend/detail/job_table.hpp>
+#include <fiber/backend/detail/listen_once.hpp>
 #include <fiber/backend/detail/net_address.hpp>
 #include <fiber/backend/slurm/address.hpp>
 #include <fiber/backend/detail/reaper.hpp>
@@ -89,16 +90,14 @@ public:
 
   /// Finds the listen address (see "Listen address": may resolve the host
   /// name and run `scontrol show config`, up to ~15 s). Once; any thread.
-  void prepare() override {
-    std::call_once(address_once_, [this] { address_ = slurm_impl::listen_address(opts_); });
-  }
+  void prepare() override { (void)listen_url(); }
 
   /// "tcp://<address>:0"; see the file comment for how the address is chosen.
   /// Blocks for the lookup when prepare() has not run.
   std::string listen_url() override {
-    prepare();
-    if (!listen_url_) listen_url_ = fiber::detail::tcp_listen_url(address_, !config_string("tls_cert").empty());
-    return *listen_url_;
+    return listen_.get([this] {
+      return fiber::detail::tcp_listen_url(slurm_impl::listen_address(opts_), !config_string("tls_cert").empty());
+    });
   }
 
   /// Start `specs` (see "Launch modes" and "Submission never blocks");
@@ -109,7 +108,7 @@ public:
   /// allocation or when srun cannot be started.
   std::vector<backend::job> launch(const std::vector<backend::job_spec>& specs,
                                    std::vector<backend::exit_handler> on_exit) override {
-    if (specs.size() != on_exit.size()) throw std::invalid_argument("slurm: launch: one exit handler per spec");
+    check_handlers("slurm", specs.size(), on_exit.size());
     for (auto& s : specs)
       if (s.argv.empty()) throw std::invalid_argument("slurm: launch: empty argv in spec '" + s.name + "'");
     if (weak_from_this().expired()) throw std::logic_error("slurm: the launcher must be owned by a shared_ptr");
@@ -585,9 +584,7 @@ private:
   std::vector<std::shared_ptr<async_command>> inflight_;
   reaper reaper_;
   bool reaper_tried_ = false;
-  std::once_flag address_once_;
-  std::string address_; // set once by prepare()
-  std::optional<std::string> listen_url_;
+  listen_once listen_;
 };
 
 } // namespace detail
