@@ -15,6 +15,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <asio/io_context.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -139,4 +141,14 @@ TEST_CASE("a Process runs through the registered backend, its key applied", "[pl
   CHECK(p.exitcode() == 0);
   CHECK(plugin_jobs > before);
   fiber_test::require_no_children();
+}
+
+TEST_CASE("the local launcher refuses a launch with fewer exit handlers than specs", "[plugin][launcher]") {
+  asio::io_context io;
+  auto l = std::make_shared<fiber::detail::local_launcher>(io.get_executor());
+  std::vector<fiber::backend::job_spec> specs(2);
+  for (auto& s : specs) s.argv = {"/bin/true"};
+  std::vector<fiber::backend::exit_handler> one(1);
+  CHECK_THROWS_WITH(l->launch(specs, std::move(one)),
+                    Catch::Contains("one exit handler per spec (2 specs, 1 handlers)"));
 }
