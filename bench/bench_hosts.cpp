@@ -48,9 +48,11 @@
 //
 //   bench_hosts [--reps 5] [--pairs 9] [--trips 2000] [--stream 20000] [--tasks 200] [--ideal 2.0]
 //               [--hosts 3] [--transports tcp,tls] [--parts rtt,stream,payload,mac,overhead] [--slurm]
-//               [--require-rig] [--smoke]
+//               [--require-rig] [--control] [--smoke]
 // --transports / --parts: a subset (for profiling one figure; rows of the
-// others then read n/a); --no-baseline: fiber alone (for perf stat / strace).
+// others then read n/a); --no-baseline: fiber alone (for perf stat / strace);
+// --control: the mac part with neither Pool tagged (an A/A run, as
+// bench_frame_mac's), to read the method's own bias and noise across hosts.
 #include "bench_mac_pair.hpp"
 #include "bench_netns.hpp"
 #include "bench_tasks.hpp"
@@ -314,6 +316,7 @@ int main(int argc, char** argv) {
   const bool want_slurm = std::find(a.rest.begin(), a.rest.end(), "--slurm") != a.rest.end();
   const bool require_rig = std::find(a.rest.begin(), a.rest.end(), "--require-rig") != a.rest.end();
   const bool no_baseline = std::find(a.rest.begin(), a.rest.end(), "--no-baseline") != a.rest.end();
+  bench::mac_control = std::find(a.rest.begin(), a.rest.end(), "--control") != a.rest.end();
   const std::string transports = bench::opt(a, "--transports").value_or("tcp,tls"), parts = [&] {
     auto p = bench::opt(a, "--parts").value_or("rtt,stream,payload,mac,overhead");
     return p == "one" ? std::string("rtt,stream,payload") : p;
@@ -446,7 +449,7 @@ int main(int argc, char** argv) {
 
   // ---- rows ----
   auto m = [&](const std::string& k) { return bench::median(s[k]); };
-  const std::string one = ", 1 worker on " + ns_name(1);
+  std::string one = ", 1 worker on " + ns_name(1);
   for (bool use_tls : {false, true}) {
     if (use_tls && !have_tls) {
       bench::row("hosts: tls+tcp://", "all figures", "n/a (no openssl CLI)", "-", "-", "-", "n/a");
@@ -497,6 +500,7 @@ int main(int argc, char** argv) {
                bench::fmt("%.2fx", pr), "≥ 0.5x", bench::verdict(pr >= 0.5, !std::isnan(pr)));
   }
   if (in(parts, "mac")) { // medians of the differences and ratios within each repetition
+    if (bench::mac_control) one += " (control: neither Pool has tags)";
     std::vector<double> dr, pq, sq;
     for (std::size_t i = 0; i < s["rtt_nomac"].size(); ++i) {
       dr.push_back(s["rtt_mac"][i] - s["rtt_nomac"][i]);
