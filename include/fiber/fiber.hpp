@@ -15,6 +15,7 @@
 #include <fiber/error.hpp>
 #include <fiber/init.hpp>
 #include <fiber/log.hpp>
+#include <fiber/object_store.hpp>
 #include <fiber/pool.hpp>
 #include <fiber/process.hpp>
 #include <fiber/serialize.hpp>

@@ -36,6 +36,9 @@ heartbeat_timeout_ms [2000] {20..86400000} a peer silent this long is dead (hung
 start_timeout_s [120] {1..604800} a job that has not connected back after this long counts as lost
 connect_timeout_ms [10000] {10..3600000} bound on one dial and handshake with another fiber process (a worker dials
     again within start_timeout_s; a timed call returns within its own timeout)
+object_store_mb [4096] {1..16777216} bound on the object store's memory in each process (MiB): the objects it put and
+    the copies it fetched from other hosts; past it, copies no reference uses are evicted, then put and get fail
+    with fiber::error
 max_message_size_mb [1024] {1..4095} largest accepted frame (MiB)
 local_transport [ipc] how local workers dial back: ipc (a socket in the 0700 run dir) | tcp | tls (127.0.0.1 only;
     tls needs tls_cert)

@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: BSL-1.0
+// fiber::put and fiber::object_ref: get in the owner, Pool workers and
+// Processes; one copy per host; a fetched copy freed when the owner drops
+// the object; the bound; the owner killed.
+#include <fiber/object_store.hpp>
+#include <fiber/pool.hpp>
+#include <fiber/process.hpp>
+#include <fiber/queue.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <dirent.h>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <sys/stat.h>
+
+#include "support.hpp"
+
+namespace {
+
+struct particle {
+  double x = 0, y = 0;
+  int id = 0;
+};
+
+struct point { // no padding: a vector of them is a zero-copy view
+  float x = 0, y = 0;
+};
+
+struct config {
+  std::string name;
+  std::map<std::string, int> sizes;
+  std::vector<particle> swarm;
+};
+
+using floats = fiber::object_ref<std::vector<float>>;
+
+/// The same reference, but naming another host: get() fetches a copy over
+/// the link instead of mapping the owner's segment.
+template <class T>
+fiber::object_ref<T> as_if_remote(const fiber::object_ref<T>& r) {
+  auto bytes = fiber::serialize(r);
+  fiber::reader in(bytes);
+  fiber::writer out;
+  out.write(in.read<bool>());
+  out.write(in.read<std::string>());                               // source url
+  for (int i = 0; i < 4; ++i) out.write(in.read<std::uint64_t>()); // source id, nonce, size, type
+  (void)in.read<std::string>();
+  out.write(std::string("another host"));
+  out.write(in.read<std::uint64_t>());
+  out.write(in.read<std::uint64_t>());
+  return fiber::deserialize<fiber::object_ref<T>>(out.release());
+}
+
+/// The inode of the file mapped at `p` in this process (0: none).
+std::uint64_t mapped_inode(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::string perms, off, dev;
+    std::uint64_t inode = 0;
+    std::istringstream ls(line);
+    ls >> std::hex >> lo >> dash >> hi >> std::dec >> perms >> off >> dev >> inode;
+    if (a >= lo && a < hi) return inode;
+  }
+  return 0;
+}
+
+double sum_floats(floats r) {
+  auto v = r.get();
+  return std::accumulate(v.begin(), v.end(), 0.0);
+}
+
+std::string config_name(fiber::object_ref<config> r) {
+  const config& c = r.get();
+  return c.name + ":" + std::to_string(c.sizes.at("b")) + ":" + std::to_string(c.swarm.at(1).id);
+}
+
+// Where a worker's view lies, and whether it holds bytes of its own.
+std::vector<std::uint64_t> where_mapped(floats r) {
+  auto v = r.get();
+  return {mapped_inode(v.data()), fiber::detail::object_store::instance().held_bytes()};
+}
+
+// A Process: fetches its copy, reports it, then waits until the owner's drop
+// has freed it, and reports that.
+void hold_until_dropped(floats r, fiber::Queue<std::uint64_t> out) {
+  out.put(std::uint64_t(sum_floats(r)));
+  out.put(fiber::detail::object_store::instance().held_bytes());
+  r = floats();
+  bool freed = fiber_test::eventually([] { return fiber::detail::object_store::instance().held_bytes() == 0; });
+  out.put(freed ? 0 : fiber::detail::object_store::instance().held_bytes());
+}
+
+// A Process that owns an object and hands out its reference, then waits.
+void owner(fiber::Queue<floats> out, fiber::Queue<int> stop) {
+  auto r = fiber::put(std::vector<float>(1000, 1.0f));
+  out.put(r);
+  (void)stop.get();
+}
+
+std::size_t dev_shm_entries() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (auto* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("put and get in the owner: scalars, strings, vectors, aggregates", "[object_store]") {
+  auto i = fiber::put(42);
+  CHECK(i.get() == 42);
+  auto s = fiber::put(std::string("theta"));
+  CHECK(s.get() == "theta");
+  std::vector<float> v(1 << 16);
+  std::iota(v.begin(), v.end(), 0.0f);
+  auto fv = fiber::put(v);
+  static_assert(std::is_same_v<decltype(fv.get()), std::span<const float>>);
+  CHECK(std::equal(v.begin(), v.end(), fv.get().begin(), fv.get().end()));
+  CHECK(fv.size_bytes() == v.size() * sizeof(float));
+  auto ps = fiber::put(std::vector<particle>{{1, 2, 3}, {4, 5, 6}});
+  CHECK(ps.get()[1].id == 6);
+  auto pts = fiber::put(std::vector<point>{{1, 2}, {3, 4}});
+  static_assert(std::is_same_v<decltype(pts.get()), std::span<const point>>);
+  CHECK(pts.get()[1].y == 4);
+  auto c = fiber::put(config{"cfg", {{"a", 1}, {"b", 2}}, {{0, 0, 7}, {1, 1, 8}}});
+  CHECK(config_name(c) == "cfg:2:8");
+  CHECK(fiber::object_ref<int>{}.size_bytes() == 0);
+  CHECK_THROWS_AS(fiber::object_ref<int>{}.get(), std::logic_error);
+  // a reference read back names the same object; another type does not read
+  auto back = fiber::deserialize<floats>(fiber::serialize(fv));
+  CHECK(back.get().data() == fv.get().data());
+  CHECK_THROWS_AS(fiber::deserialize<fiber::object_ref<int>>(fiber::serialize(fv)), fiber::serialization_error);
+}
+
+TEST_CASE("Pool workers on the owner's host map the owner's one copy", "[object_store]") {
+  std::vector<float> v(1 << 20, 0.5f);
+  auto r = fiber::put(v);
+  struct stat st {};
+  REQUIRE(::stat(("/proc/self/fd/" + std::to_string([&] {
+                    auto bytes = fiber::serialize(r);
+                    fiber::reader in(bytes);
+                    (void)in.read<bool>(), (void)in.read<std::string>();
+                    for (int k = 0; k < 4; ++k) (void)in.read<std::uint64_t>();
+                    (void)in.read<std::string>(), (void)in.read<std::uint64_t>();
+                    return in.read<std::uint64_t>();
+                  }()))
+                     .c_str(),
+                 &st) == 0);
+  fiber::Pool<&where_mapped> pool(fiber::target<&where_mapped>, {.processes = 8});
+  auto got = pool.map(std::vector<floats>(32, r), 1);
+  for (auto& g : got) {
+    CHECK(g[0] == std::uint64_t(st.st_ino)); // the owner's memfd itself
+    CHECK(g[1] == 0);                        // no copy of its own
+  }
+  CHECK(mapped_inode(r.get().data()) == std::uint64_t(st.st_ino));
+
+  fiber::Pool<&sum_floats> sums(fiber::target<&sum_floats>, {.processes = 2});
+  CHECK(sums.map(std::vector<floats>(4, r)) == std::vector<double>(4, 0.5 * (1 << 20)));
+  fiber::Pool<&config_name> names(fiber::target<&config_name>, {.processes = 2});
+  auto c = fiber::put(config{"cfg", {{"b", 3}}, {{0, 0, 1}, {0, 0, 9}}});
+  CHECK(names.map(std::vector{c, c, c}) == std::vector<std::string>(3, "cfg:3:9"));
+}
+
+TEST_CASE("a process on another host fetches one copy, freed when the owner drops the object", "[object_store]") {
+  std::vector<float> v(3 << 20); // 12 MiB: two pieces of 8 MiB at most
+  std::iota(v.begin(), v.end(), 0.0f);
+  auto r = fiber::put(v);
+  const double want = std::accumulate(v.begin(), v.end(), 0.0);
+  fiber::Pool<&sum_floats> pool(fiber::target<&sum_floats>, {.processes = 2});
+  CHECK(pool.map(std::vector<floats>(4, as_if_remote(r))) == std::vector<double>(4, want));
+
+  fiber::Queue<std::uint64_t> out;
+  fiber::Process p{fiber::target<&hold_until_dropped>, as_if_remote(r), out};
+  p.start();
+  CHECK(out.get() == std::uint64_t(want));
+  CHECK(out.get() == v.size() * sizeof(float)); // it holds one copy
+  r = floats();                                 // the owner's last reference
+  CHECK(out.get() == 0);                        // freed there
+  p.join();
+  CHECK(p.exitcode() == 0);
+}
+
+TEST_CASE("past object_store_mb, put fails with an error naming the key", "[object_store]") {
+  fiber::set_config("object_store_mb", "1");
+  CHECK_THROWS_WITH(fiber::put(std::vector<char>(2 << 20)), Catch::Contains("object_store_mb"));
+  auto small = fiber::put(std::vector<char>(512 << 10));
+  CHECK_THROWS_WITH(fiber::put(std::vector<char>(768 << 10)), Catch::Contains("object_store_mb"));
+  small = {};
+  CHECK_NOTHROW(fiber::put(std::vector<char>(768 << 10)));
+  fiber::set_config("object_store_mb", "4096");
+}
+
+TEST_CASE("the owner killed: get raises worker_lost, nothing is left behind", "[object_store]") {
+  const auto shm = dev_shm_entries();
+  fiber::Queue<floats> refs;
+  fiber::Queue<int> stop;
+  fiber::Process p{fiber::target<&owner>, refs, stop};
+  p.start();
+  auto r = refs.get();
+  p.kill();
+  p.join();
+  CHECK_THROWS_AS(r.get(), fiber::worker_lost);
+  CHECK(dev_shm_entries() == shm);
+}
