@@ -230,10 +230,9 @@ object_ref<std::remove_cvref_t<T>> put(const T& value) {
                 auto& rt = detail::runtime::instance();
                 for (auto& l : listeners)
                   rt.request(l.url, l.id, detail::store_drop, serialize(nonce), [](std::exception_ptr, auto) {});
-                detail::object_store::instance().drop(nonce);
               });
         },
-        "fiber: the object's owner dropped it");
+        "fiber: the object's owner dropped it", [nonce] { detail::object_store::instance().drop(nonce); });
     s->id.source = s->owner->ref();
     store.add_owned(nonce, std::move(view), size);
     R r;

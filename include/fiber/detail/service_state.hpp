@@ -24,11 +24,12 @@
 namespace fiber::detail {
 
 /// Keeps a service registered while a handle exists in the creating process;
-/// the last one out shuts it down (waiters get worker_lost with `gone`) and
-/// unregisters it (later requests get fiber::error: no such object).
+/// the last one out runs `released` (on its own thread, at once), shuts the
+/// service down (waiters get worker_lost with `gone`) and unregisters it
+/// (later requests get fiber::error: no such object).
 struct service_owner {
-  service_owner(std::uint64_t id, std::shared_ptr<service> s, std::string gone)
-      : id(id), svc(std::move(s)), gone(std::move(gone)) {}
+  service_owner(std::uint64_t id, std::shared_ptr<service> s, std::string gone, std::function<void()> released = {})
+      : id(id), svc(std::move(s)), gone(std::move(gone)), released(std::move(released)) {}
   service_owner(const service_owner&) = delete;
   service_owner& operator=(const service_owner&) = delete;
   ~service_owner();
@@ -36,6 +37,7 @@ struct service_owner {
   std::uint64_t id;
   std::shared_ptr<service> svc;
   std::string gone;
+  std::function<void()> released;
 };
 
 /// The services this process created for handles, so that a handle coming
@@ -67,6 +69,7 @@ private:
 };
 
 inline service_owner::~service_owner() {
+  if (released) released();
   local_services::instance().erase_expired(id);
   auto& rt = runtime::instance();
   asio::post(rt.executor(), [s = std::move(svc), why = std::move(gone)] { s->shutdown(why); });
@@ -82,8 +85,10 @@ public:
   using factory = std::function<std::shared_ptr<service>(asio::any_io_executor)>;
 
   /// A new object: its service starts in this process on first use; when
-  /// the last handle here goes, waiters get worker_lost(`gone`).
-  service_state(factory make, std::string gone) : make_(std::move(make)), gone_(std::move(gone)) {}
+  /// the last handle here goes, `released` runs and waiters get
+  /// worker_lost(`gone`).
+  service_state(factory make, std::string gone, std::function<void()> released = {})
+      : make_(std::move(make)), gone_(std::move(gone)), released_(std::move(released)) {}
   /// A handle read from bytes: names `r`; in the creating process it keeps
   /// the service alive like any local handle.
   explicit service_state(service_ref r) : ref_(std::move(r)) {
@@ -99,7 +104,7 @@ public:
       auto s = make_(rt.executor());
       ref_.id = rt.add_service(s);
       ref_.url = rt.service_url();
-      keepalive_ = std::make_shared<service_owner>(ref_.id, std::move(s), std::move(gone_));
+      keepalive_ = std::make_shared<service_owner>(ref_.id, std::move(s), std::move(gone_), std::move(released_));
       local_services::instance().add(ref_.id, ref_.url, keepalive_);
       make_ = nullptr;
     });
@@ -130,6 +135,7 @@ private:
   std::once_flag once_;
   factory make_;
   std::string gone_;
+  std::function<void()> released_;
   service_ref ref_;
   std::shared_ptr<service_owner> keepalive_; // set once (in call_once or the constructor)
 };
