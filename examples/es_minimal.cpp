@@ -48,9 +48,10 @@ double cartpole_return(const params& p, std::uint64_t seed) {
 }
 
 /// One task: a perturbation of the policy, evaluated mirrored (θ + σε and
-/// θ − σε, the antithetic pair of the paper), on one episode seed.
+/// θ − σε, the antithetic pair of the paper), on one episode seed. θ is put
+/// once a generation: tasks carry its reference, not its bytes.
 struct pair_task {
-  params theta;
+  fiber::object_ref<params> theta;
   std::uint64_t noise_seed; // ε is drawn from this seed: the master redraws it, never ships it
   double sigma;
   std::uint64_t episode_seed;
@@ -69,7 +70,7 @@ params noise(std::uint64_t seed) {
 
 pair_result evaluate(pair_task t) {
   const params e = noise(t.noise_seed);
-  params plus = t.theta, minus = t.theta;
+  params plus = t.theta.get(), minus = plus;
   for (std::size_t i = 0; i < plus.size(); ++i) {
     plus[i] += t.sigma * e[i];
     minus[i] -= t.sigma * e[i];
@@ -98,8 +99,9 @@ int main(int argc, char** argv) {
   std::uint64_t next_seed = 1;
   double mean = 0;
   for (int gen = 0; gen < generations; ++gen) {
+    const auto theta_ref = fiber::put(theta); // one copy per host, however many tasks read it
     std::vector<pair_task> tasks;
-    for (std::size_t i = 0; i < pairs; ++i) tasks.push_back({theta, next_seed++, sigma, std::uint64_t(gen)});
+    for (std::size_t i = 0; i < pairs; ++i) tasks.push_back({theta_ref, next_seed++, sigma, std::uint64_t(gen)});
     std::vector<pair_result> results = pool.map(tasks); // in input order, whatever dies meanwhile
 
     std::vector<double> returns;

@@ -44,6 +44,8 @@
 #include <utility>
 #include <vector>
 
+#include <fiber/object_store.hpp>
+
 #include "envs.hpp"
 #include "policy.hpp"
 
@@ -136,7 +138,9 @@ struct env_config {
 struct task {
   env_config env;
   policy_spec policy;
-  std::vector<float> theta;  ///< [num_params(policy)] current parameters
+  /// [num_params(policy)] current parameters, put once a generation: a task
+  /// carries the reference, each host holds one copy (fiber::put).
+  fiber::object_ref<std::vector<float>> theta;
   obs_normalizer normalizer; ///< [obs_dim] ×2, from the master's running stats
   float sigma = 0.02f;       ///< perturbation scale σ
   std::uint64_t noise_seed = noise_table::default_seed;
@@ -261,7 +265,8 @@ inline std::uint64_t episode_seed(std::uint64_t generation_seed, std::uint64_t i
 /// (plus the per-process noise table and environment caches).
 inline batch_result evaluate_batch(const task& t) {
   const std::size_t dim = num_params(t.policy);
-  if (t.theta.size() != dim) throw std::invalid_argument("task: theta has the wrong size for its policy");
+  const std::span<const float> theta = t.theta.get();
+  if (theta.size() != dim) throw std::invalid_argument("task: theta has the wrong size for its policy");
   const noise_table* noise = t.evaluate ? nullptr : &noise_table::get(t.noise_seed, t.noise_size);
   return detail::with_env(t.env, [&](auto& env) {
     if (env.obs_dim() != t.policy.obs_dim || env.act_dim() != t.policy.act_dim)
@@ -279,7 +284,7 @@ inline batch_result evaluate_batch(const task& t) {
                                                   t.start_states && !t.evaluate ? i % t.start_states : i, t.evaluate);
       rng obs_rng{hash_seed(t.generation_seed, i, 0x0b5)};
       if (t.evaluate) {
-        const auto res = rollout(env, t.policy, t.theta.data(), t.normalizer, t.obs_clip, env_seed, t.obs_sample_prob,
+        const auto res = rollout(env, t.policy, theta.data(), t.normalizer, t.obs_clip, env_seed, t.obs_sample_prob,
                                  obs_rng, &r.obs[k], buf);
         r.returns_pos.push_back(res.ret);
         r.lengths_pos.push_back(res.length);
@@ -290,7 +295,7 @@ inline batch_result evaluate_batch(const task& t) {
       perturbed.resize(dim);
       for (const float sign : {1.f, -1.f}) {
         const float s = sign * t.sigma;
-        for (std::size_t j = 0; j < dim; ++j) perturbed[j] = t.theta[j] + s * eps[j];
+        for (std::size_t j = 0; j < dim; ++j) perturbed[j] = theta[j] + s * eps[j];
         const auto res = rollout(env, t.policy, perturbed.data(), t.normalizer, t.obs_clip, env_seed, t.obs_sample_prob,
                                  obs_rng, &r.obs[k], buf);
         (sign > 0 ? r.returns_pos : r.returns_neg).push_back(res.ret);
@@ -464,9 +469,10 @@ inline std::vector<task> make_tasks(const es_config& c, const es_state& s, std::
   const std::uint32_t pairs = c.population / 2;
   const std::uint32_t batch = c.batch ? c.batch : auto_batch(c);
   const obs_normalizer norm = current_normalizer(c, s);
+  const auto theta = fiber::put(s.theta);
   std::vector<task> tasks;
   for (std::uint32_t first = 0; first < pairs; first += batch) {
-    tasks.push_back(task{c.env, s.spec, s.theta, norm, c.sigma, c.noise_seed, c.noise_size, generation_seed, first,
+    tasks.push_back(task{c.env, s.spec, theta, norm, c.sigma, c.noise_seed, c.noise_size, generation_seed, first,
                          std::min(batch, pairs - first), c.normalize_obs ? c.obs_sample_prob : 0.0, c.obs_clip, false,
                          c.start_states});
   }
@@ -583,9 +589,10 @@ evaluation evaluate_policy(const env_config& env, const policy_spec& spec, const
                            const obs_normalizer& norm, std::uint32_t episodes, std::uint64_t seed, Pool& pool,
                            std::uint32_t batch = 1, float obs_clip = 5.f) {
   std::vector<task> tasks;
+  const auto theta_ref = fiber::put(theta);
   for (std::uint32_t first = 0; first < episodes; first += batch)
-    tasks.push_back(task{env, spec, theta, norm, 0.f, noise_table::default_seed, noise_table::default_size, seed, first,
-                         std::min(batch, episodes - first), 0.0, obs_clip, true});
+    tasks.push_back(task{env, spec, theta_ref, norm, 0.f, noise_table::default_seed, noise_table::default_size, seed,
+                         first, std::min(batch, episodes - first), 0.0, obs_clip, true});
   auto results = pool.map(tasks, std::size_t{1});
   evaluation e{std::vector<double>(episodes), std::vector<std::uint32_t>(episodes)};
   for (const auto& r : results)

@@ -261,7 +261,8 @@ const std::vector<float> x_star{0.5f, -0.3f, 0.8f, 0.1f, -0.7f, 0.2f, 0.0f, 0.4f
 
 batch_result quadratic_batch(const task& t) {
   const noise_table& noise = noise_table::get(t.noise_seed, t.noise_size);
-  const std::size_t dim = t.theta.size();
+  const std::span<const float> theta = t.theta.get();
+  const std::size_t dim = theta.size();
   batch_result r;
   r.first = t.first;
   r.count = t.count;
@@ -271,7 +272,7 @@ batch_result quadratic_batch(const task& t) {
     for (const float sign : {1.f, -1.f}) {
       double f = 0;
       for (std::size_t j = 0; j < dim; ++j) {
-        const double d = t.theta[j] + sign * t.sigma * eps[j] - x_star[j];
+        const double d = theta[j] + sign * t.sigma * eps[j] - x_star[j];
         f -= d * d;
       }
       (sign > 0 ? r.returns_pos : r.returns_neg).push_back(f);
