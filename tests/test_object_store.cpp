@@ -15,10 +15,12 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <sched.h>
 #include <sys/stat.h>
 
 #include "support.hpp"
@@ -50,12 +52,15 @@ fiber::object_ref<T> as_if_remote(const fiber::object_ref<T>& r) {
   fiber::reader in(bytes);
   fiber::writer out;
   out.write(in.read<bool>());
-  out.write(in.read<std::string>());                               // source url
-  for (int i = 0; i < 4; ++i) out.write(in.read<std::uint64_t>()); // source id, nonce, size, type
-  (void)in.read<std::string>();
-  out.write(std::string("another host"));
-  out.write(in.read<std::uint64_t>());
-  out.write(in.read<std::uint64_t>());
+  out.write(in.read<std::string>());   // source url
+  out.write_varint(in.read_varint());  // source id
+  out.write(in.read<std::uint64_t>()); // nonce
+  out.write_varint(in.read_varint());  // size
+  out.write(in.read<std::uint64_t>()); // type
+  (void)in.read<std::uint64_t>();
+  out.write(std::uint64_t(42));       // another host
+  out.write_varint(in.read_varint()); // pid
+  out.write_varint(in.read_varint()); // fd
   return fiber::deserialize<fiber::object_ref<T>>(out.release());
 }
 
@@ -92,6 +97,20 @@ std::vector<std::uint64_t> where_mapped(floats r) {
   return {mapped_inode(v.data()), fiber::detail::object_store::instance().held_bytes()};
 }
 
+// In its own network namespace: another host to the object store. False
+// without the privilege (not root).
+bool own_host() { return ::unshare(CLONE_NEWNET) == 0; }
+
+// A Process on a host of its own: reports the sum it read and the bytes its
+// copy holds, or -1 without the privilege for a host of its own.
+// Keeps its copy until told to stop.
+void fetch_on_own_host(floats r, fiber::Queue<double> out, fiber::Queue<int> stop) {
+  if (!own_host()) return out.put(-1);
+  out.put(0); // on its host: about to read
+  out.put(sum_floats(r));
+  (void)stop.get();
+}
+
 // A Process: fetches its copy, reports it, then waits until the owner's drop
 // has freed it, and reports that.
 void hold_until_dropped(floats r, fiber::Queue<std::uint64_t> out) {
@@ -107,6 +126,13 @@ void owner(fiber::Queue<floats> out, fiber::Queue<int> stop) {
   auto r = fiber::put(std::vector<float>(1000, 1.0f));
   out.put(r);
   (void)stop.get();
+}
+
+// The next item, or -2 when none came within a minute (the process died).
+template <class T>
+T next(fiber::Queue<T>& q) {
+  auto v = q.get(std::chrono::seconds(60));
+  return v ? *v : T(-2);
 }
 
 std::size_t dev_shm_entries() {
@@ -153,10 +179,10 @@ TEST_CASE("Pool workers on the owner's host map the owner's one copy", "[object_
   REQUIRE(::stat(("/proc/self/fd/" + std::to_string([&] {
                     auto bytes = fiber::serialize(r);
                     fiber::reader in(bytes);
-                    (void)in.read<bool>(), (void)in.read<std::string>();
-                    for (int k = 0; k < 4; ++k) (void)in.read<std::uint64_t>();
-                    (void)in.read<std::string>(), (void)in.read<std::uint64_t>();
-                    return in.read<std::uint64_t>();
+                    (void)in.read<bool>(), (void)in.read<std::string>(), (void)in.read_varint();
+                    (void)in.read<std::uint64_t>(), (void)in.read_varint(), (void)in.read<std::uint64_t>();
+                    (void)in.read<std::uint64_t>(), (void)in.read_varint();
+                    return in.read_varint();
                   }()))
                      .c_str(),
                  &st) == 0);
@@ -180,18 +206,69 @@ TEST_CASE("a process on another host fetches one copy, freed when the owner drop
   std::iota(v.begin(), v.end(), 0.0f);
   auto r = fiber::put(v);
   const double want = std::accumulate(v.begin(), v.end(), 0.0);
-  fiber::Pool<&sum_floats> pool(fiber::target<&sum_floats>, {.processes = 2});
-  CHECK(pool.map(std::vector<floats>(4, as_if_remote(r))) == std::vector<double>(4, want));
+  {
+    fiber::Pool<&sum_floats> pool(fiber::target<&sum_floats>, {.processes = 2});
+    CHECK(pool.map(std::vector<floats>(4, as_if_remote(r))) == std::vector<double>(4, want));
+    // one copy on the host: one worker fetched it, the others map that one
+    fiber::Pool<&where_mapped> where(fiber::target<&where_mapped>, {.processes = 3});
+    auto got = where.map(std::vector<floats>(12, as_if_remote(r)), 1);
+    std::set<std::uint64_t> inodes, holders;
+    std::uint64_t held = 0;
+    for (auto& g : got) inodes.insert(g[0]), held += g[1];
+    CHECK(inodes.size() == 1);
+    CHECK(*inodes.begin() != mapped_inode(r.get().data())); // a copy, not the owner's segment
+  }
 
   fiber::Queue<std::uint64_t> out;
   fiber::Process p{fiber::target<&hold_until_dropped>, as_if_remote(r), out};
   p.start();
-  CHECK(out.get() == std::uint64_t(want));
-  CHECK(out.get() == v.size() * sizeof(float)); // it holds one copy
+  CHECK(next(out) == std::uint64_t(want));
+  CHECK(next(out) == v.size() * sizeof(float)); // it holds one copy
   r = floats();                                 // the owner's last reference
-  CHECK(out.get() == 0);                        // freed there
+  CHECK(next(out) == 0);                        // freed there
   p.join();
   CHECK(p.exitcode() == 0);
+}
+
+TEST_CASE("hosts fetch from one another: the owner sends about one copy, a dead source is replaced", "[object_store]") {
+  std::vector<float> v(24 << 20); // 96 MiB: 12 pieces
+  std::iota(v.begin(), v.end(), 0.0f);
+  const double want = std::accumulate(v.begin(), v.end(), 0.0);
+  auto r = fiber::put(v);
+  auto& served = fiber::detail::object_source::served();
+  const auto served0 = served.load();
+  fiber::Queue<double> out1, out2, out3;
+  fiber::Queue<int> stop;
+  fiber::Process h1{fiber::target<&fetch_on_own_host>, r, out1, stop};
+  h1.start();
+  if (next(out1) < 0) {
+    h1.join();
+    CHECK(h1.exitcode() == 0);
+    WARN("skipped: a host of its own (a network namespace) needs root");
+    return;
+  }
+  CHECK(next(out1) == want);
+  fiber::Process h2{fiber::target<&fetch_on_own_host>, r, out2, stop};
+  h2.start();
+  CHECK(next(out2) == 0);
+  CHECK(next(out2) == want);
+  // two hosts have it; the owner sent one copy (the second read from the first)
+  CHECK(served.load() - served0 <= v.size() * sizeof(float) * 12 / 10);
+
+  // the host the chain names next (h2) dies: a third host reads from the owner
+  const auto before = served.load();
+  fiber::Process h3{fiber::target<&fetch_on_own_host>, r, out3, stop};
+  h2.kill();
+  h2.join();
+  h3.start();
+  CHECK(next(out3) == 0);
+  CHECK(next(out3) == want);
+  CHECK(served.load() - before == v.size() * sizeof(float));
+  stop.put(0), stop.put(0);
+  for (auto* p : {&h1, &h3}) {
+    p->join();
+    CHECK(p->exitcode() == 0);
+  }
 }
 
 TEST_CASE("past object_store_mb, put fails with an error naming the key", "[object_store]") {

@@ -114,7 +114,7 @@ public:
   /// class comment for where it comes from and the errors).
   view_type get() const {
     if (!s_) throw std::logic_error("fiber::object_ref::get: an empty reference (default-constructed or moved from)");
-    auto [view, value] = s_->opened();
+    auto [view, value, users] = s_->opened();
     auto bytes = view->data();
     if constexpr (is_view) {
       using E = typename detail::object_view_traits<T>::element;
@@ -137,13 +137,13 @@ public:
     if (!r.s_) return;
     const auto& id = r.s_->id;
     w.write(id.source.url);
-    w.write(id.source.id);
+    w.write_varint(id.source.id);
     w.write(id.nonce);
-    w.write(id.size);
+    w.write_varint(id.size);
     w.write(id.type);
     w.write(id.host);
-    w.write(id.pid);
-    w.write(id.fd);
+    w.write_varint(id.pid);
+    w.write_varint(id.fd);
   }
   /// Serialization hook: reads what fiber_serialize wrote; a reference of
   /// another T is a fiber::serialization_error.
@@ -152,13 +152,13 @@ public:
     auto s = std::make_shared<state>();
     auto& id = s->id;
     id.source.url = rd.read<std::string>();
-    id.source.id = rd.read<std::uint64_t>();
+    id.source.id = rd.read_varint();
     id.nonce = rd.read<std::uint64_t>();
-    id.size = rd.read<std::uint64_t>();
+    id.size = rd.read_varint();
     id.type = rd.read<std::uint64_t>();
-    id.host = rd.read<std::string>();
-    id.pid = rd.read<std::uint64_t>();
-    id.fd = rd.read<std::uint64_t>();
+    id.host = rd.read<std::uint64_t>();
+    id.pid = rd.read_varint();
+    id.fd = rd.read_varint();
     if (id.type != type_hash())
       throw serialization_error("fiber::object_ref<" + std::string(detail::pretty_type_name<T>()) +
                                 ">: the bytes name an object of another type");
@@ -178,23 +178,23 @@ private:
     detail::object_id id;
     std::shared_ptr<detail::service_state> owner;
     std::mutex m;
-    detail::object_store::opened o;
+    detail::opened_object o;
 
-    detail::object_store::opened opened() {
+    detail::opened_object opened() {
       {
         std::lock_guard lk(m);
-        if (o.first) return o;
+        if (o.view) return o;
       }
       auto got = detail::object_store::instance().open(id);
       std::lock_guard lk(m);
-      if (!o.first) o = std::move(got);
+      if (!o.view) o = std::move(got);
       return o;
     }
     std::shared_ptr<const void> keep(std::shared_ptr<const void> v) {
       v = detail::object_store::instance().keep_value(id.nonce, std::move(v));
       std::lock_guard lk(m);
-      if (!o.second) o.second = v;
-      return o.second;
+      if (!o.value) o.value = v;
+      return o.value;
     }
   };
   std::shared_ptr<state> s_;
@@ -221,12 +221,18 @@ object_ref<std::remove_cvref_t<T>> put(const T& value) {
     seg->seal();
     auto view = detail::map_segment(seg->fd(), size);
     auto s = std::make_shared<typename R::state>();
-    s->id = {{}, nonce, size, R::type_hash(), detail::host_key(), std::uint64_t(::getpid()), std::uint64_t(seg->fd())};
-    s->o.first = view;
+    s->id.nonce = nonce;
+    s->id.size = size;
+    s->id.type = R::type_hash();
+    s->id.host = detail::host_key();
+    s->id.pid = std::uint64_t(::getpid());
+    s->id.fd = std::uint64_t(seg->fd());
+    s->o = {view, nullptr, nullptr};
     s->owner = std::make_shared<detail::service_state>(
-        [seg, view, nonce](asio::any_io_executor) {
+        [seg, view, nonce, size](asio::any_io_executor) {
           return std::make_shared<detail::object_source>(
-              std::move(*seg), view, [nonce](std::vector<detail::service_ref> listeners) {
+              view, size, true, [nonce, seg](std::vector<detail::service_ref> listeners) {
+                (void)seg; // open until now: readers on this host open its fd
                 auto& rt = detail::runtime::instance();
                 for (auto& l : listeners)
                   rt.request(l.url, l.id, detail::store_drop, serialize(nonce), [](std::exception_ptr, auto) {});

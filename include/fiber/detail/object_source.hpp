@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/object_source.hpp
-/// The owner's side of one put object: a service that serves its bytes in
-/// pieces and, when the owner drops it, tells every process holding a copy.
+/// One object's bytes served to other hosts: by its owner, and by every
+/// host's copy while and after it is fetched, so that hosts fetch from one
+/// another in a chain and the owner sends about one copy.
 
 #include <fiber/detail/service.hpp>
 #include <fiber/detail/shared_segment.hpp>
 #include <fiber/serialize.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -20,51 +22,99 @@
 
 namespace fiber::detail {
 
-/// Operations of an object's source, and of every process's drop listener.
+/// Operations of an object's sources, and of every process's drop listener.
 enum store_op : std::uint32_t {
-  store_attach = 1, ///< [listener url][listener id]: tell it when the object goes
-  store_read = 2,   ///< [offset u64][length u64] → those bytes
-  store_drop = 3,   ///< (to a listener) [nonce u64]: the owner dropped it
+  store_attach = 1, ///< (owner) [listener url, id]: tell it when the object goes
+  store_read = 2,   ///< [offset, length] → those bytes (waits for them at a copy being fetched)
+  store_drop = 3,   ///< (listener) [nonce]: the owner dropped it
+  store_where = 4,  ///< (owner) [new source url, id][failed url, id] → [url, id] to read from
 };
 
-/// Serves one object's segment. Runtime thread only (a service).
+/// Serves one object's segment, `have` bytes of it so far (all of it at the
+/// owner); a read past them waits until the fetch brings them. At the owner
+/// it also places fetching hosts in the chain. Runtime thread only.
 class object_source final : public service {
 public:
-  /// `on_shutdown(listeners)` runs once, when the owner's last handle goes.
-  object_source(shared_segment seg, std::shared_ptr<const segment_view> view,
-                std::function<void(std::vector<service_ref>)> on_shutdown)
-      : seg_(std::move(seg)), view_(std::move(view)), on_shutdown_(std::move(on_shutdown)) {}
+  /// `view`: the whole segment mapped; `have`: bytes already in it; `owner`:
+  /// this is the owner's (it answers attach and where); `on_shutdown(listeners)`
+  /// runs once, when it shuts down (the owner's last handle went, or the copy
+  /// was dropped).
+  object_source(std::shared_ptr<const segment_view> view, std::uint64_t have, bool owner,
+                std::function<void(std::vector<service_ref>)> on_shutdown = {})
+      : view_(std::move(view)), have_(have), owner_(owner), on_shutdown_(std::move(on_shutdown)) {}
+
+  /// Bytes served to other processes so far (for tests and benchmarks).
+  static std::atomic<std::uint64_t>& served() {
+    static std::atomic<std::uint64_t> n{0};
+    return n;
+  }
+
+  /// The fetch has `have` bytes in place: answer the reads waiting for them.
+  void advance(std::uint64_t have) {
+    have_ = std::max(have_, have);
+    auto waiting = std::move(waiting_);
+    waiting_.clear();
+    for (auto& w : waiting) read(w.at, w.n, std::move(w.reply));
+  }
 
   void handle(std::uint64_t, std::uint32_t op, std::span<const std::byte> payload, reply_fn reply) override {
-    if (op == store_attach) {
+    if (closed_) return reply(wire_status::error, failure_payload("fiber: this copy of the object is gone"));
+    if (op == store_read) {
+      const auto [at, n] = deserialize<std::pair<std::uint64_t, std::uint64_t>>(payload);
+      if (at > view_->data().size() || n > view_->data().size() - at)
+        return reply(wire_status::error, failure_payload("fiber: object read past its end"));
+      return read(at, n, std::move(reply));
+    }
+    if (op == store_attach && owner_) {
       listeners_.insert(deserialize<std::pair<std::string, std::uint64_t>>(payload));
       return reply(wire_status::ok, {});
     }
-    if (op == store_read && view_) {
-      const auto [at, n] = deserialize<std::pair<std::uint64_t, std::uint64_t>>(payload);
-      auto data = view_->data();
-      if (at > data.size() || n > data.size() - at)
-        return reply(wire_status::error, failure_payload("fiber: object read past its end"));
-      return reply(wire_status::ok,
-                   std::vector<std::byte>(data.begin() + std::ptrdiff_t(at), data.begin() + std::ptrdiff_t(at + n)));
+    if (op == store_where && owner_) {
+      using ref = std::pair<std::string, std::uint64_t>;
+      const auto [fresh, failed] = deserialize<std::pair<ref, ref>>(payload);
+      std::erase(chain_, failed);
+      // A new fetcher reads from the last one (a pipelined chain); one whose
+      // source failed resumes from the owner (named {"", 0}), which has every byte.
+      ref from = failed.second || chain_.empty() ? ref{} : chain_.back();
+      if (!failed.second) chain_.push_back(fresh);
+      return reply(wire_status::ok, serialize(from));
     }
     reply(wire_status::error, failure_payload("fiber: unknown object store operation"));
   }
 
   void shutdown(const std::string&) override {
-    if (!on_shutdown_) return;
-    std::vector<service_ref> ls;
-    for (auto& [url, id] : listeners_) ls.push_back({url, id});
-    std::exchange(on_shutdown_, nullptr)(std::move(ls));
+    closed_ = true;
+    for (auto& w : std::exchange(waiting_, {}))
+      w.reply(wire_status::error, failure_payload("fiber: this copy of the object is gone"));
+    if (on_shutdown_) {
+      std::vector<service_ref> ls;
+      for (auto& [url, id] : listeners_) ls.push_back({url, id});
+      std::exchange(on_shutdown_, nullptr)(std::move(ls));
+    }
     view_.reset();
-    seg_ = shared_segment();
   }
 
 private:
-  shared_segment seg_;
+  struct pending {
+    std::uint64_t at, n;
+    reply_fn reply;
+  };
+
+  void read(std::uint64_t at, std::uint64_t n, reply_fn reply) {
+    if (at + n > have_) return waiting_.push_back({at, n, std::move(reply)});
+    auto data = view_->data().subspan(std::size_t(at), std::size_t(n));
+    served() += n;
+    reply(wire_status::ok, std::vector<std::byte>(data.begin(), data.end()));
+  }
+
   std::shared_ptr<const segment_view> view_;
+  std::uint64_t have_;
+  bool owner_;
   std::function<void(std::vector<service_ref>)> on_shutdown_;
   std::set<std::pair<std::string, std::uint64_t>> listeners_;
+  std::vector<std::pair<std::string, std::uint64_t>> chain_;
+  std::vector<pending> waiting_;
+  bool closed_ = false;
 };
 
 } // namespace fiber::detail

@@ -7,12 +7,16 @@
 #include <fiber/config.hpp>
 #include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/broker_client.hpp>
+#include <fiber/detail/host_share.hpp>
 #include <fiber/detail/object_source.hpp>
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/service_state.hpp>
 #include <fiber/detail/shared_segment.hpp>
 #include <fiber/error.hpp>
 #include <fiber/serialize.hpp>
+#include <fiber/target.hpp>
+
+#include <asio/post.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -38,15 +42,15 @@ namespace fiber::detail {
 struct object_id {
   service_ref source;
   std::uint64_t nonce = 0, size = 0, type = 0;
-  std::string host;              ///< the owner's host_key()
+  std::uint64_t host = 0;        ///< the owner's host_key()
   std::uint64_t pid = 0, fd = 0; ///< its segment: /proc/pid/fd/fd there
 };
 
 /// This machine as the object store sees it: processes with the same key
 /// can open each other's segments. The boot and the network namespace
 /// count, so that the network-namespace rig's hosts are hosts.
-inline const std::string& host_key() {
-  static const std::string key = [] {
+inline std::uint64_t host_key() {
+  static const std::uint64_t key = [] {
     std::string k;
     std::ifstream("/proc/sys/kernel/random/boot_id") >> k;
     for (const char* ns : {"/proc/self/ns/net", "/proc/self/ns/pid"}) {
@@ -54,26 +58,24 @@ inline const std::string& host_key() {
       auto n = ::readlink(ns, buf, sizeof buf - 1);
       k += ":" + std::string(buf, n > 0 ? std::size_t(n) : 0);
     }
-    return k;
+    return fnv1a(k);
   }();
   return key;
 }
+
+/// What a reader holds of an object: its mapping, its decoded value once a
+/// reader of a non-contiguous type made it, and a token whose count says
+/// whether any reference in this process uses it.
+struct opened_object {
+  std::shared_ptr<const segment_view> view;
+  std::shared_ptr<const void> value;
+  std::shared_ptr<const void> users;
+};
 
 /// The process's object store. Any thread; the fetch blocks its caller,
 /// never the runtime thread.
 class object_store {
 public:
-  /// One object this process can read: its mapping, and its decoded value
-  /// once a reader of a non-contiguous type made it.
-  struct entry {
-    std::shared_ptr<const segment_view> view;
-    std::shared_ptr<const void> value;
-    std::uint64_t held = 0; ///< bytes counted against the bound (put or fetched here)
-    std::uint64_t last_use = 0;
-    bool owned = false; ///< put by this process: never evicted
-  };
-  using opened = std::pair<std::shared_ptr<const segment_view>, std::shared_ptr<const void>>;
-
   static object_store& instance() {
     static object_store s;
     return s;
@@ -86,8 +88,9 @@ public:
   /// reference uses, least recently used first. Throws error naming
   /// object_store_mb when that is not enough.
   void reserve(std::uint64_t size, const char* what) {
+    std::vector<entry> gone; // destroyed unlocked
     std::lock_guard lk(m_);
-    reserve_locked(size, what);
+    reserve_locked(size, what, gone);
   }
 
   /// Gives back what reserve() took, for a put that failed after it.
@@ -99,25 +102,30 @@ public:
   /// A segment this process put: `view` readable here at once, held until drop().
   void add_owned(std::uint64_t nonce, std::shared_ptr<const segment_view> view, std::uint64_t size) {
     std::lock_guard lk(m_);
-    entries_[nonce] = entry{std::move(view), nullptr, size, ++clock_, true};
+    auto& e = entries_[nonce];
+    e.o = {std::move(view), nullptr, std::make_shared<int>()};
+    e.held = size;
+    e.last_use = ++clock_;
+    e.owned = true;
   }
 
   /// The owner dropped `nonce` (or, in the owner, its last handle went):
   /// forget it here; mappings references still hold stay until they go.
   void drop(std::uint64_t nonce) {
+    entry gone;
     std::lock_guard lk(m_);
     if (auto it = entries_.find(nonce); it != entries_.end()) {
       held_ -= it->second.held;
+      gone = std::move(it->second);
       entries_.erase(it);
     }
-    copies_.erase(nonce);
   }
 
-  /// The entry of `id`, opened on the owner's host or fetched from its
-  /// source (waiting on the calling thread). Throws worker_lost (the owner
-  /// is gone), error (the bound; the source refused), std::logic_error on
-  /// fiber's runtime thread.
-  opened open(const object_id& id) {
+  /// The entry of `id`: opened on the owner's host, received from this
+  /// host's holder, or fetched (waiting on the calling thread). Throws
+  /// worker_lost (the owner is gone), error (the bound; the owner dropped
+  /// it), std::logic_error on fiber's runtime thread.
+  opened_object open(const object_id& id) {
     std::shared_ptr<blocking_result<std::monostate>> wait;
     bool fetch = false;
     {
@@ -159,35 +167,64 @@ public:
     std::lock_guard lk(m_);
     auto it = entries_.find(nonce);
     if (it == entries_.end()) return value;
-    if (!it->second.value) it->second.value = std::move(value);
-    return it->second.value;
+    if (!it->second.o.value) it->second.o.value = std::move(value);
+    return it->second.o.value;
   }
 
-  /// Bytes held here against the bound; objects known here.
+  /// Bytes held here against the bound.
   std::uint64_t held_bytes() const {
     std::lock_guard lk(m_);
     return held_;
   }
+  /// Objects this process can read without asking anyone.
   std::size_t size() const {
     std::lock_guard lk(m_);
     return entries_.size();
   }
 
 private:
-  std::optional<opened> find_locked(std::uint64_t nonce) {
+  // A copy fetched here: its segment, the source that serves it to other
+  // hosts, and the socket that hands it to processes on this one.
+  struct copy {
+    shared_segment seg;
+    std::shared_ptr<object_source> source;
+    std::uint64_t source_id = 0;
+    std::shared_ptr<share_server> server;
+    copy() = default;
+    copy(const copy&) = delete;
+    copy& operator=(const copy&) = delete;
+    ~copy() {
+      auto& rt = runtime::instance();
+      asio::post(rt.executor(), [src = std::move(source), id = source_id, srv = std::move(server),
+                                 seg = std::make_shared<shared_segment>(std::move(seg))] {
+        if (srv) srv->close();
+        if (src) src->shutdown("");
+        if (id) runtime::instance().remove_service(id);
+      });
+    }
+  };
+
+  struct entry {
+    opened_object o;
+    std::uint64_t held = 0; ///< bytes counted against the bound (put or fetched here)
+    std::uint64_t last_use = 0;
+    bool owned = false; ///< put by this process: never evicted
+    std::shared_ptr<copy> fetched;
+  };
+
+  std::optional<opened_object> find_locked(std::uint64_t nonce) {
     auto it = entries_.find(nonce);
     if (it == entries_.end()) return std::nullopt;
     it->second.last_use = ++clock_;
-    return opened{it->second.view, it->second.value};
+    return it->second.o;
   }
 
-  void reserve_locked(std::uint64_t size, const char* what) {
+  void reserve_locked(std::uint64_t size, const char* what, std::vector<entry>& gone) {
     const auto cap = bound();
     while (held_ + size > cap) {
       auto victim = entries_.end();
       for (auto it = entries_.begin(); it != entries_.end(); ++it)
-        if (it->second.held && !it->second.owned && it->second.view.use_count() == 1 &&
-            (!it->second.value || it->second.value.use_count() == 1) &&
+        if (it->second.held && !it->second.owned && it->second.o.users.use_count() == 1 &&
             (victim == entries_.end() || it->second.last_use < victim->second.last_use))
           victim = it;
       if (victim == entries_.end())
@@ -196,32 +233,37 @@ private:
                     " bytes are in use (object_store_mb = " + std::to_string(cap >> 20) +
                     "; raise it, or drop object references)");
       held_ -= victim->second.held;
-      copies_.erase(victim->first);
+      gone.push_back(std::move(victim->second));
       entries_.erase(victim);
     }
     held_ += size;
   }
 
-  // Opens the owner's segment on its host, else fetches a copy; adds the entry.
+  void add(std::uint64_t nonce, std::shared_ptr<const segment_view> view, std::uint64_t held,
+           std::shared_ptr<copy> fetched = nullptr) {
+    std::lock_guard lk(m_);
+    auto& e = entries_[nonce];
+    e.o = {std::move(view), nullptr, std::make_shared<int>()};
+    e.held = held;
+    e.last_use = ++clock_;
+    e.fetched = std::move(fetched);
+  }
+
+  // The owner's segment on its host; else this host's copy from the process
+  // holding it; else this process claims the host's copy and fetches it.
   void load(const object_id& id) {
     if (id.host == host_key())
       if (auto v = open_segment(id.pid, id.fd, id.nonce, id.size)) {
         attach(id, false);
-        std::lock_guard lk(m_);
-        entries_[id.nonce] = entry{std::move(v), nullptr, 0, ++clock_};
-        return;
+        return add(id.nonce, std::move(v), 0);
       }
     attach(id, true); // worker_lost here if the owner is gone
-    reserve(id.size, "a copy of an object");
-    try {
-      auto view = fetch(id);
-      std::lock_guard lk(m_);
-      entries_[id.nonce] = entry{std::move(view), nullptr, id.size, ++clock_};
-    } catch (...) {
-      std::lock_guard lk(m_);
-      held_ -= id.size;
-      throw;
+    for (int tries = 0; tries < 3; ++tries) {
+      if (auto fd = receive_shared(id.nonce))
+        if (auto v = map_sealed(fd.get(), id.nonce, id.size)) return add(id.nonce, std::move(v), 0);
+      if (auto listener = claim_shared(id.nonce)) return fetch(id, std::move(listener));
     }
+    fetch(id, {}); // the host's holder keeps failing: a copy of this process's own
   }
 
   // Asks the source to tell this process when the object goes: waited for
@@ -239,38 +281,74 @@ private:
     });
   }
 
-  // Reads the object from its source in pieces, a few in flight, into a new
-  // segment here.
-  std::shared_ptr<const segment_view> fetch(const object_id& id) {
-    shared_segment seg(id.nonce, id.size);
-    const std::uint64_t piece = std::min<std::uint64_t>(std::uint64_t(8) << 20,
-                                                        (std::uint64_t(config_int("max_message_size_mb")) << 20) / 2);
-    constexpr std::size_t window = 4;
+  // Where to read from: the owner places this copy at the end of its chain
+  // (`failed`: the source that just failed us, dropped from it).
+  service_ref where(const object_id& id, const service_ref& mine, const service_ref& failed) {
     auto& rt = runtime::instance();
-    using result = blocking_result<std::vector<std::byte>>;
-    std::deque<std::pair<std::uint64_t, std::shared_ptr<result>>> flight;
-    std::uint64_t next = 0;
-    auto issue = [&] {
-      const auto n = std::min(piece, id.size - next);
-      auto r = std::make_shared<result>();
-      rt.request(id.source.url, id.source.id, store_read, serialize(std::pair{next, n}),
-                 [r](std::exception_ptr e, std::vector<std::byte> p) { r->set(std::move(e), std::move(p)); });
-      flight.emplace_back(next, std::move(r));
-      next += n;
-    };
-    while (next < id.size && flight.size() < window) issue();
-    while (!flight.empty()) {
-      auto [at, r] = std::move(flight.front());
-      flight.pop_front();
-      auto bytes = r->take();
-      seg.write(at, bytes);
-      if (next < id.size) issue();
+    auto rep = wait_on_runtime<std::vector<std::byte>>("fiber::object_ref::get", [&](auto cb) {
+      rt.request(id.source.url, id.source.id, store_where,
+                 serialize(std::pair{std::pair{mine.url, mine.id}, std::pair{failed.url, failed.id}}), cb);
+    });
+    auto [url, sid] = deserialize<std::pair<std::string, std::uint64_t>>(rep);
+    return url.empty() ? id.source : service_ref{url, sid};
+  }
+
+  // Reads the object in pieces, a few in flight, into a new segment here,
+  // from the source the owner names; serves the pieces already here to the
+  // next host meanwhile. A source that fails is replaced by the owner.
+  void fetch(const object_id& id, unique_fd listener) {
+    reserve(id.size, "a copy of an object");
+    auto& rt = runtime::instance();
+    auto c = std::make_shared<copy>();
+    try {
+      c->seg = shared_segment(id.nonce, id.size);
+      auto view = map_segment(c->seg.fd(), id.size);
+      c->source = std::make_shared<object_source>(view, 0, false);
+      c->source_id = rt.add_service(c->source);
+      const service_ref mine{rt.service_url(), c->source_id};
+      service_ref from = where(id, mine, {});
+      const std::uint64_t piece = std::min<std::uint64_t>(std::uint64_t(8) << 20,
+                                                          (std::uint64_t(config_int("max_message_size_mb")) << 20) / 2);
+      constexpr std::size_t window = 4;
+      using result = blocking_result<std::vector<std::byte>>;
+      std::deque<std::pair<std::uint64_t, std::shared_ptr<result>>> flight;
+      std::uint64_t next = 0, written = 0;
+      auto issue = [&] {
+        const auto n = std::min(piece, id.size - next);
+        auto r = std::make_shared<result>();
+        rt.request(from.url, from.id, store_read, serialize(std::pair{next, n}),
+                   [r](std::exception_ptr e, std::vector<std::byte> p) { r->set(std::move(e), std::move(p)); });
+        flight.emplace_back(next, std::move(r));
+        next += n;
+      };
+      while (written < id.size) {
+        while (next < id.size && flight.size() < window) issue();
+        auto [at, r] = std::move(flight.front());
+        flight.pop_front();
+        std::vector<std::byte> bytes;
+        try {
+          bytes = r->take();
+        } catch (const error&) {
+          if (from.url == id.source.url && from.id == id.source.id) throw;
+          from = where(id, mine, from); // resume from the owner, at the first byte missing here
+          flight.clear();
+          next = written;
+          continue;
+        }
+        c->seg.write(at, bytes);
+        written = at + bytes.size();
+        asio::post(rt.executor(), [src = c->source, written] { src->advance(written); });
+      }
+      c->seg.seal();
+      if (listener) {
+        c->server = std::make_shared<share_server>(rt.executor(), std::move(listener), c->seg.fd());
+        asio::post(rt.executor(), [srv = c->server] { srv->start(); });
+      }
+      add(id.nonce, std::move(view), id.size, std::move(c));
+    } catch (...) {
+      unreserve(id.size);
+      throw;
     }
-    seg.seal();
-    auto view = map_segment(seg.fd(), id.size);
-    std::lock_guard lk(m_);
-    copies_[id.nonce] = std::move(seg); // its fd: for a later reader on this host
-    return view;
   }
 
   // This process's drop listener, made on first use.
@@ -283,15 +361,13 @@ private:
   struct drops final : service {
     void handle(std::uint64_t, std::uint32_t op, std::span<const std::byte> payload, reply_fn reply) override {
       if (op != store_drop) return reply(wire_status::error, failure_payload("fiber: unknown object store operation"));
-      const auto nonce = deserialize<std::uint64_t>(payload);
-      instance().drop(nonce);
+      instance().drop(deserialize<std::uint64_t>(payload));
       reply(wire_status::ok, {});
     }
   };
 
   mutable std::mutex m_;
   std::unordered_map<std::uint64_t, entry> entries_;
-  std::unordered_map<std::uint64_t, shared_segment> copies_;
   std::unordered_map<std::uint64_t, std::shared_ptr<blocking_result<std::monostate>>> fetching_;
   std::uint64_t held_ = 0, clock_ = 0, listener_ = 0;
 };

@@ -54,11 +54,14 @@ private:
   std::size_t total_;
 };
 
-/// Maps `fd`'s first `sizeof(segment_header) + size` bytes read-only.
-/// Throws error when the kernel refuses (the address space is full).
+/// Maps `fd`'s first `sizeof(segment_header) + size` bytes read-only,
+/// through a read-only open of it: a shared mapping of a writable fd would
+/// keep the segment from being sealed. Throws error when the kernel refuses
+/// (the address space is full).
 inline std::shared_ptr<const segment_view> map_segment(int fd, std::uint64_t size) {
   const std::size_t total = sizeof(segment_header) + std::size_t(size);
-  void* p = ::mmap(nullptr, total, PROT_READ, MAP_SHARED, fd, 0);
+  unique_fd ro(::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC));
+  void* p = ::mmap(nullptr, total, PROT_READ, MAP_SHARED, ro ? ro.get() : fd, 0);
   if (p == MAP_FAILED) throw error(std::string("fiber: cannot map an object store segment: ") + std::strerror(errno));
   return std::make_shared<const segment_view>(static_cast<const std::byte*>(p), total);
 }
@@ -121,27 +124,31 @@ private:
   std::uint64_t size_ = 0, nonce_ = 0;
 };
 
-/// Opens another process's sealed, complete segment through
-/// /proc/`pid`/fd/`fd` and maps it; nullptr when it is not there (the
-/// process ended, the fd was reused, it is another user's) or is not the
-/// object `nonce` of `size` bytes. Never throws for those.
+/// Maps the sealed, complete segment `f` if it is object `nonce` of `size`
+/// bytes; nullptr otherwise. Never throws.
+inline std::shared_ptr<const segment_view> map_sealed(int f, std::uint64_t nonce, std::uint64_t size) {
+  struct stat st {};
+  segment_header h;
+  if (::fstat(f, &st) != 0 || std::uint64_t(st.st_size) != sizeof h + size ||
+      ::fcntl(f, F_GET_SEALS) != (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) ||
+      ::pread(f, &h, sizeof h, 0) != ssize_t(sizeof h) || h.magic != segment_header{}.magic || h.nonce != nonce ||
+      h.size != size || h.complete != 1)
+    return nullptr;
+  try {
+    return map_segment(f, size);
+  } catch (const error&) {
+    return nullptr;
+  }
+}
+
+/// Opens another process's segment through /proc/`pid`/fd/`fd` and maps it
+/// as map_sealed does; nullptr when it is not there (the process ended, the
+/// fd was reused, it is another user's) or is not that object.
 inline std::shared_ptr<const segment_view> open_segment(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce,
                                                         std::uint64_t size) {
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   unique_fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!f) return nullptr;
-  struct stat st {};
-  segment_header h;
-  if (::fstat(f.get(), &st) != 0 || std::uint64_t(st.st_size) != sizeof h + size ||
-      ::fcntl(f.get(), F_GET_SEALS) != (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) ||
-      ::pread(f.get(), &h, sizeof h, 0) != ssize_t(sizeof h) || h.magic != segment_header{}.magic || h.nonce != nonce ||
-      h.size != size || h.complete != 1)
-    return nullptr;
-  try {
-    return map_segment(f.get(), size);
-  } catch (const error&) {
-    return nullptr;
-  }
+  return f ? map_sealed(f.get(), nonce, size) : nullptr;
 }
 
 } // namespace fiber::detail
