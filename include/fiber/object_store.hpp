@@ -229,7 +229,7 @@ object_ref<std::remove_cvref_t<T>> put(const T& value) {
               std::move(*seg), view, [nonce](std::vector<detail::service_ref> listeners) {
                 auto& rt = detail::runtime::instance();
                 for (auto& l : listeners)
-                  rt.request(l.url, l.id, detail::object_drop, serialize(nonce), [](std::exception_ptr, auto) {});
+                  rt.request(l.url, l.id, detail::store_drop, serialize(nonce), [](std::exception_ptr, auto) {});
                 detail::object_store::instance().drop(nonce);
               });
         },

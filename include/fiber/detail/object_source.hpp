@@ -21,10 +21,10 @@
 namespace fiber::detail {
 
 /// Operations of an object's source, and of every process's drop listener.
-enum object_op : std::uint32_t {
-  object_attach = 1, ///< [listener url][listener id]: tell it when the object goes
-  object_read = 2,   ///< [offset u64][length u64] → those bytes
-  object_drop = 3,   ///< (to a listener) [nonce u64]: the owner dropped it
+enum store_op : std::uint32_t {
+  store_attach = 1, ///< [listener url][listener id]: tell it when the object goes
+  store_read = 2,   ///< [offset u64][length u64] → those bytes
+  store_drop = 3,   ///< (to a listener) [nonce u64]: the owner dropped it
 };
 
 /// Serves one object's segment. Runtime thread only (a service).
@@ -36,11 +36,11 @@ public:
       : seg_(std::move(seg)), view_(std::move(view)), on_shutdown_(std::move(on_shutdown)) {}
 
   void handle(std::uint64_t, std::uint32_t op, std::span<const std::byte> payload, reply_fn reply) override {
-    if (op == object_attach) {
+    if (op == store_attach) {
       listeners_.insert(deserialize<std::pair<std::string, std::uint64_t>>(payload));
       return reply(wire_status::ok, {});
     }
-    if (op == object_read && view_) {
+    if (op == store_read && view_) {
       const auto [at, n] = deserialize<std::pair<std::uint64_t, std::uint64_t>>(payload);
       auto data = view_->data();
       if (at > data.size() || n > data.size() - at)

@@ -230,12 +230,12 @@ private:
     auto& rt = runtime::instance();
     auto payload = serialize(std::pair{rt.service_url(), listener_id()});
     if (!wait)
-      return rt.request(id.source.url, id.source.id, object_attach, std::move(payload),
+      return rt.request(id.source.url, id.source.id, store_attach, std::move(payload),
                         [n = id.nonce](std::exception_ptr e, auto) {
                           if (e) instance().drop(n);
                         });
     wait_on_runtime<std::vector<std::byte>>("fiber::object_ref::get", [&](auto cb) {
-      rt.request(id.source.url, id.source.id, object_attach, std::move(payload), cb);
+      rt.request(id.source.url, id.source.id, store_attach, std::move(payload), cb);
     });
   }
 
@@ -253,7 +253,7 @@ private:
     auto issue = [&] {
       const auto n = std::min(piece, id.size - next);
       auto r = std::make_shared<result>();
-      rt.request(id.source.url, id.source.id, object_read, serialize(std::pair{next, n}),
+      rt.request(id.source.url, id.source.id, store_read, serialize(std::pair{next, n}),
                  [r](std::exception_ptr e, std::vector<std::byte> p) { r->set(std::move(e), std::move(p)); });
       flight.emplace_back(next, std::move(r));
       next += n;
@@ -282,7 +282,7 @@ private:
 
   struct drops final : service {
     void handle(std::uint64_t, std::uint32_t op, std::span<const std::byte> payload, reply_fn reply) override {
-      if (op != object_drop) return reply(wire_status::error, failure_payload("fiber: unknown object store operation"));
+      if (op != store_drop) return reply(wire_status::error, failure_payload("fiber: unknown object store operation"));
       const auto nonce = deserialize<std::uint64_t>(payload);
       instance().drop(nonce);
       reply(wire_status::ok, {});
