@@ -266,7 +266,13 @@ void part_local(const bench::common_args& a, const std::string& workers, bool sm
   std::vector<float> v(n, 1.0f);
   const auto ref = fiber::put(v);
   // An argument of the object's size needs frames that large.
-  if (mb + 16 > 1024) fiber::set_config("max_message_size_mb", std::to_string(std::min<std::uint64_t>(4095, mb + 16)));
+  // set_config alone did not reach the workers' link limit (they closed the
+  // link on a 1 GiB argument), so their environment says it too.
+  if (mb + 16 > 1024) {
+    const auto lim = std::to_string(std::min<std::uint64_t>(4095, mb + 16));
+    fiber::set_config("max_message_size_mb", lim);
+    ::setenv("FIBER_MAX_MESSAGE_SIZE_MB", lim.c_str(), 1);
+  }
   for (unsigned W : ws) {
     std::vector<double> fs, fx, cs, cx, ps;
     std::string copy_why;
