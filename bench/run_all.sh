@@ -34,7 +34,7 @@
 # /usr/bin/python3), SKIP_BUILD=1 (use the binaries already in BUILD_DIR),
 # ONLY="overhead throughput ..." (a subset of: serialize overhead throughput
 # latency payload frame_mac startup startup_static actors es scale scale_static
-# curves hosts es_hosts curves_slurm), NAME_static being bench_NAME built in
+# curves hosts objects es_hosts curves_slurm), NAME_static being bench_NAME built in
 # BUILD_DIR-static with -DFIBER_STATIC_DEPS=ON (start-up with fiber's
 # dependencies linked statically),
 # NO_RIG=1 (skip the multi-host benchmarks, never touch a rig).
@@ -74,9 +74,9 @@ if ((smoke)); then
   bench_args=(--smoke)
 fi
 benches=(serialize overhead throughput latency payload frame_mac startup startup_static actors es scale scale_static
-  curves hosts es_hosts curves_slurm)
+  curves hosts objects es_hosts curves_slurm)
 if [[ -n ${ONLY:-} ]]; then read -r -a benches <<<"$ONLY"; fi
-rig_benches=" hosts es_hosts curves_slurm " # need the multi-host rig; run last
+rig_benches=" hosts objects es_hosts curves_slurm " # need the multi-host rig; run last
 # Arguments of each benchmark beyond --smoke.
 declare -A extra_args=(
   [overhead]="--durations 0.1,1,10,100 --csv $csvdir/overhead.csv"
@@ -228,8 +228,9 @@ if ((rig_wanted)); then
   echo "run_all.sh: rig: $rig_note"
   for b in "${benches[@]}"; do
     [[ $rig_benches == *" $b "* ]] || continue
+    # bench_objects: its local parts run anyway; its hosts part says why it skips.
     if [[ $b == hosts ]] && ((!rig_netns)); then skip_bench "$b" "no netns hosts ($rig_note)"; continue; fi
-    if [[ $b != hosts ]] && ((!rig_slurm)); then skip_bench "$b" "no three-node netns Slurm rig ($rig_note)"; continue; fi
+    if [[ $b != hosts && $b != objects ]] && ((!rig_slurm)); then skip_bench "$b" "no three-node netns Slurm rig ($rig_note)"; continue; fi
     run_bench "$b"
   done
   rig_down
