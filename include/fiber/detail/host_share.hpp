@@ -43,20 +43,30 @@ inline bool same_user(int fd) {
   return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &len) == 0 && c.uid == ::geteuid();
 }
 
+/// One byte and room for one fd: what a holder sends and a reader receives.
+struct fd_message {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  fd_message() {
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctrl;
+    m.msg_controllen = sizeof ctrl;
+  }
+  fd_message(const fd_message&) = delete;
+  fd_message& operator=(const fd_message&) = delete;
+};
+
 /// The segment of `nonce` from this host's holder, waiting until it has
 /// all of it; empty when no process holds it here, or it ended first.
 inline unique_fd receive_shared(std::uint64_t nonce) {
   unique_fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   auto [a, len] = share_address(nonce);
   if (!s || ::connect(s.get(), reinterpret_cast<const sockaddr*>(&a), len) != 0 || !same_user(s.get())) return {};
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-  msghdr m{};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = ctrl;
-  m.msg_controllen = sizeof ctrl;
+  fd_message msg;
+  auto& m = msg.m;
   ssize_t n;
   do n = ::recvmsg(s.get(), &m, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
@@ -102,14 +112,9 @@ public:
 
 private:
   void send(int fd) {
-    char byte = 1;
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr m{};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctrl;
-    m.msg_controllen = sizeof ctrl;
+    fd_message msg;
+    msg.byte = 1;
+    auto& m = msg.m;
     auto* c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
