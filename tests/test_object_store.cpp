@@ -2,6 +2,7 @@
 // fiber::put and fiber::object_ref: get in the owner, Pool workers and
 // Processes; one copy per host; a fetched copy freed when the owner drops
 // the object; the bound; the owner killed.
+#include <fiber/manager.hpp>
 #include <fiber/object_store.hpp>
 #include <fiber/pool.hpp>
 #include <fiber/process.hpp>
@@ -135,6 +136,42 @@ T next(fiber::Queue<T>& q) {
   return v ? *v : T(-2);
 }
 
+// An actor in a manager process that reads objects it is handed.
+struct scorer {
+  double score(floats r) const { return sum_floats(std::move(r)); }
+};
+
+// A Process that maps an object, says so, and waits to be killed.
+void map_and_wait(floats r, fiber::Queue<double> out, fiber::Queue<int> stop) {
+  out.put(sum_floats(r));
+  (void)stop.get();
+}
+
+// Mappings of object store segments in every process of this user (the
+// kernel names a memfd's mapping "/memfd:fiber-object (deleted)").
+std::size_t object_mappings() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc")) {
+    while (auto* e = ::readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      std::ifstream maps(std::string("/proc/") + e->d_name + "/maps");
+      std::string line;
+      while (std::getline(maps, line)) n += line.find("memfd:fiber-object") != std::string::npos;
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
+std::size_t open_fds() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d)) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
 std::size_t dev_shm_entries() {
   std::size_t n = 0;
   if (DIR* d = ::opendir("/dev/shm")) {
@@ -143,6 +180,8 @@ std::size_t dev_shm_entries() {
   }
   return n;
 }
+
+BOOST_DESCRIBE_STRUCT(scorer, (), (score))
 
 } // namespace
 
@@ -269,6 +308,39 @@ TEST_CASE("hosts fetch from one another: the owner sends about one copy, a dead 
     p->join();
     CHECK(p->exitcode() == 0);
   }
+}
+
+TEST_CASE("a manager process reads an object handed to a remote method", "[object_store]") {
+  std::vector<float> v(1 << 18, 2.0f);
+  auto r = fiber::put(v);
+  fiber::RemoteManager<scorer> m{{.processes = 1}};
+  auto s = m.make();
+  CHECK(s.call<&scorer::score>(r) == 2.0 * v.size());
+  CHECK(s.call<&scorer::score>(as_if_remote(r)) == 2.0 * v.size());
+}
+
+TEST_CASE("a reader killed while it maps an object leaks nothing", "[object_store]") {
+  const auto fds = open_fds(), shm = dev_shm_entries(), maps = object_mappings();
+  {
+    auto r = fiber::put(std::vector<float>(1 << 20, 1.0f));
+    fiber::Queue<double> out;
+    fiber::Queue<int> stop;
+    fiber::Process near{fiber::target<&map_and_wait>, r, out, stop};              // maps the owner's segment
+    fiber::Process far{fiber::target<&map_and_wait>, as_if_remote(r), out, stop}; // holds this host's copy
+    near.start();
+    far.start();
+    CHECK(next(out) == double(1 << 20));
+    CHECK(next(out) == double(1 << 20));
+    CHECK(object_mappings() >= maps + 3); // the owner's, the reader's, the copy's
+    near.kill();
+    far.kill();
+    near.join();
+    far.join();
+  }
+  // the readers died holding views, then the owner dropped the object
+  CHECK(fiber_test::eventually([&] { return object_mappings() == maps; }, std::chrono::seconds(10)));
+  CHECK(fiber_test::eventually([&] { return open_fds() == fds; }, std::chrono::seconds(10)));
+  CHECK(dev_shm_entries() == shm);
 }
 
 TEST_CASE("past object_store_mb, put fails with an error naming the key", "[object_store]") {
