@@ -230,6 +230,7 @@ TEST_CASE("Pool workers on the owner's host map the owner's one copy", "[object_
     CHECK(g[1] == 0);                        // no copy of its own
   }
   CHECK(mapped_inode(r.get().data()) == std::uint64_t(st.st_ino));
+  CHECK((st.st_mode & 0777) == 0600); // nobody else's
 
   fiber::Pool<&sum_floats> sums(fiber::target<&sum_floats>, {.processes = 2});
   CHECK(sums.map(std::vector<floats>(4, r)) == std::vector<double>(4, 0.5 * (1 << 20)));
