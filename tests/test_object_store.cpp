@@ -45,23 +45,44 @@ struct config {
 
 using floats = fiber::object_ref<std::vector<float>>;
 
+/// A reference's fields as fiber_serialize writes them.
+struct wire_ref {
+  std::string url;
+  std::uint64_t source = 0, nonce = 0, size = 0, type = 0, host = 0, pid = 0, fd = 0;
+};
+
+template <class T>
+wire_ref fields(const fiber::object_ref<T>& r) {
+  auto bytes = fiber::serialize(r);
+  fiber::reader in(bytes);
+  wire_ref w;
+  REQUIRE(in.read<bool>());
+  w.url = in.read<std::string>();
+  w.source = in.read_varint();
+  w.nonce = in.read<std::uint64_t>();
+  w.size = in.read_varint();
+  w.type = in.read<std::uint64_t>();
+  w.host = in.read<std::uint64_t>();
+  w.pid = in.read_varint();
+  w.fd = in.read_varint();
+  return w;
+}
+
 /// The same reference, but naming another host: get() fetches a copy over
 /// the link instead of mapping the owner's segment.
 template <class T>
 fiber::object_ref<T> as_if_remote(const fiber::object_ref<T>& r) {
-  auto bytes = fiber::serialize(r);
-  fiber::reader in(bytes);
+  auto w = fields(r);
   fiber::writer out;
-  out.write(in.read<bool>());
-  out.write(in.read<std::string>());   // source url
-  out.write_varint(in.read_varint());  // source id
-  out.write(in.read<std::uint64_t>()); // nonce
-  out.write_varint(in.read_varint());  // size
-  out.write(in.read<std::uint64_t>()); // type
-  (void)in.read<std::uint64_t>();
-  out.write(std::uint64_t(42));       // another host
-  out.write_varint(in.read_varint()); // pid
-  out.write_varint(in.read_varint()); // fd
+  out.write(true);
+  out.write(w.url);
+  out.write_varint(w.source);
+  out.write(w.nonce);
+  out.write_varint(w.size);
+  out.write(w.type);
+  out.write(std::uint64_t(42)); // another host
+  out.write_varint(w.pid);
+  out.write_varint(w.fd);
   return fiber::deserialize<fiber::object_ref<T>>(out.release());
 }
 
@@ -213,16 +234,7 @@ TEST_CASE("Pool workers on the owner's host map the owner's one copy", "[object_
   std::vector<float> v(1 << 20, 0.5f);
   auto r = fiber::put(v);
   struct stat st {};
-  REQUIRE(::stat(("/proc/self/fd/" + std::to_string([&] {
-                    auto bytes = fiber::serialize(r);
-                    fiber::reader in(bytes);
-                    (void)in.read<bool>(), (void)in.read<std::string>(), (void)in.read_varint();
-                    (void)in.read<std::uint64_t>(), (void)in.read_varint(), (void)in.read<std::uint64_t>();
-                    (void)in.read<std::uint64_t>(), (void)in.read_varint();
-                    return in.read_varint();
-                  }()))
-                     .c_str(),
-                 &st) == 0);
+  REQUIRE(::stat(("/proc/self/fd/" + std::to_string(fields(r).fd)).c_str(), &st) == 0);
   fiber::Pool<&where_mapped> pool(fiber::target<&where_mapped>, {.processes = 8});
   auto got = pool.map(std::vector<floats>(32, r), 1);
   for (auto& g : got) {

@@ -101,12 +101,7 @@ public:
 
   /// A segment this process put: `view` readable here at once, held until drop().
   void add_owned(std::uint64_t nonce, std::shared_ptr<const segment_view> view, std::uint64_t size) {
-    std::lock_guard lk(m_);
-    auto& e = entries_[nonce];
-    e.o = {std::move(view), nullptr, std::make_shared<int>()};
-    e.held = size;
-    e.last_use = ++clock_;
-    e.owned = true;
+    add(nonce, std::move(view), size, nullptr, true);
   }
 
   /// The owner dropped `nonce` (or, in the owner, its last handle went):
@@ -176,11 +171,6 @@ public:
     std::lock_guard lk(m_);
     return held_;
   }
-  /// Objects this process can read without asking anyone.
-  std::size_t size() const {
-    std::lock_guard lk(m_);
-    return entries_.size();
-  }
 
 private:
   // A copy fetched here: its segment, the source that serves it to other
@@ -240,12 +230,13 @@ private:
   }
 
   void add(std::uint64_t nonce, std::shared_ptr<const segment_view> view, std::uint64_t held,
-           std::shared_ptr<copy> fetched = nullptr) {
+           std::shared_ptr<copy> fetched = nullptr, bool owned = false) {
     std::lock_guard lk(m_);
     auto& e = entries_[nonce];
     e.o = {std::move(view), nullptr, std::make_shared<int>()};
     e.held = held;
     e.last_use = ++clock_;
+    e.owned = owned;
     e.fetched = std::move(fetched);
   }
 
@@ -351,10 +342,10 @@ private:
     }
   }
 
-  // This process's drop listener, made on first use.
+  // This process's drop listener, made on first use; not under m_, which
+  // the runtime thread takes (drops) while add_service waits for it.
   std::uint64_t listener_id() {
-    std::lock_guard lk(m_);
-    if (!listener_) listener_ = runtime::instance().add_service(std::make_shared<drops>());
+    std::call_once(listener_once_, [this] { listener_ = runtime::instance().add_service(std::make_shared<drops>()); });
     return listener_;
   }
 
@@ -369,7 +360,9 @@ private:
   mutable std::mutex m_;
   std::unordered_map<std::uint64_t, entry> entries_;
   std::unordered_map<std::uint64_t, std::shared_ptr<blocking_result<std::monostate>>> fetching_;
-  std::uint64_t held_ = 0, clock_ = 0, listener_ = 0;
+  std::uint64_t held_ = 0, clock_ = 0;
+  std::once_flag listener_once_;
+  std::uint64_t listener_ = 0; // set once, in listener_once_
 };
 
 } // namespace fiber::detail
