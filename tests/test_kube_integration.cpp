@@ -730,8 +730,10 @@ TEST_CASE("kubernetes: the watch expires (410) or drops: re-listed, no exit lost
     CHECK(rt.sync([&] { return l->lists(); }) >= lists0 + 1);
 
     // 410 Expired on every open watch: re-listed; a map goes on and completes.
+    // The watch reopened after the drop must be open, or the 410 reaches nobody.
+    REQUIRE(poll_until([&] { return fake().control("GET", "stats").value("open_watches", 0) >= 1; }, 30s));
     auto mid = std::async(std::launch::async, [&] { return pool.map(inputs(40, 20)); });
-    fake().control("POST", "watch/expire", {{"scope", "all"}});
+    REQUIRE(fake().control("POST", "watch/expire", {{"scope", "all"}}).value("watches", 0) >= 1);
     fiber::Process c{fiber::target<&exit_with>, 4};
     c.start();
     REQUIRE(c.join(30s));
