@@ -49,6 +49,13 @@ public:
     return n;
   }
 
+  /// Bytes this process serves before it holds further reads back until it
+  /// ends (tests: a source that stops mid-fetch, then dies). Unlimited by default.
+  static std::atomic<std::uint64_t>& serve_limit() {
+    static std::atomic<std::uint64_t> n{UINT64_MAX};
+    return n;
+  }
+
   /// The fetch has `have` bytes in place: answer the reads waiting for them.
   void advance(std::uint64_t have) {
     have_ = std::max(have_, have);
@@ -101,7 +108,7 @@ private:
   };
 
   void read(std::uint64_t at, std::uint64_t n, reply_fn reply) {
-    if (at + n > have_) return waiting_.push_back({at, n, std::move(reply)});
+    if (at + n > have_ || served() + n > serve_limit()) return waiting_.push_back({at, n, std::move(reply)});
     auto data = view_->data().subspan(std::size_t(at), std::size_t(n));
     served() += n;
     reply(wire_status::ok, std::vector<std::byte>(data.begin(), data.end()));

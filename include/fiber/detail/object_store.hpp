@@ -172,6 +172,12 @@ public:
     return held_;
   }
 
+  /// Bytes fetches have received in this process so far (for tests and benchmarks).
+  static std::atomic<std::uint64_t>& fetched() {
+    static std::atomic<std::uint64_t> n{0};
+    return n;
+  }
+
 private:
   // A copy fetched here: its segment, the source that serves it to other
   // hosts, and the socket that hands it to processes on this one.
@@ -328,6 +334,7 @@ private:
         }
         c->seg.write(at, bytes);
         written = at + bytes.size();
+        fetched() += bytes.size();
         asio::post(rt.executor(), [src = c->source, written] { src->advance(written); });
       }
       c->seg.seal();
