@@ -10,15 +10,19 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <dirent.h>
+#include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sched.h>
@@ -133,6 +137,30 @@ void fetch_on_own_host(floats r, fiber::Queue<double> out, fiber::Queue<int> sto
   (void)stop.get();
 }
 
+// A Process on a host of its own that serves `limit` bytes of its copy to
+// other hosts and then holds their reads back: reports its sum, and waits
+// to be killed.
+void serve_part(floats r, std::uint64_t limit, fiber::Queue<double> out, fiber::Queue<int> stop) {
+  if (!own_host()) return out.put(-1);
+  fiber::detail::object_source::serve_limit() = limit;
+  out.put(sum_floats(r));
+  (void)stop.get();
+}
+
+// A Process on a host of its own that reports when its fetch has received
+// `part` bytes (1; -3 if never), then the sum it read; keeps its copy until told to stop.
+void fetch_reporting(floats r, std::uint64_t part, fiber::Queue<double> out, fiber::Queue<int> stop) {
+  if (!own_host()) return out.put(-1);
+  std::thread watch([&] {
+    const auto& got = fiber::detail::object_store::fetched();
+    out.put(fiber_test::eventually([&] { return got.load() >= part; }, std::chrono::seconds(60)) ? 1 : -3);
+  });
+  const double sum = sum_floats(r);
+  watch.join();
+  out.put(sum);
+  (void)stop.get();
+}
+
 // A Process: fetches its copy, reports it, then waits until the owner's drop
 // has freed it, and reports that.
 void hold_until_dropped(floats r, fiber::Queue<std::uint64_t> out) {
@@ -198,6 +226,16 @@ std::size_t dev_shm_entries() {
     ::closedir(d);
   }
   return n;
+}
+
+// The names in the run directory (ipc sockets, files), sorted.
+std::vector<std::string> run_dir_entries() {
+  std::vector<std::string> names;
+  const auto& dir = fiber::detail::runtime::instance().run_dir();
+  if (dir.empty()) return names;
+  for (auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 BOOST_DESCRIBE_STRUCT(scorer, (), (score))
@@ -321,6 +359,41 @@ TEST_CASE("hosts fetch from one another: the owner sends about one copy, a dead 
   }
 }
 
+TEST_CASE("a serving host killed mid-fetch: the fetch resumes from the owner at the first missing byte",
+          "[object_store]") {
+  std::vector<float> v(24 << 20); // 96 MiB: 12 pieces
+  std::iota(v.begin(), v.end(), 1.0f);
+  const double want = std::accumulate(v.begin(), v.end(), 0.0);
+  const std::uint64_t size = v.size() * sizeof(float), part = 16 << 20; // two pieces
+  auto r = fiber::put(v);
+  auto& served = fiber::detail::object_source::served();
+  fiber::Queue<double> out1, out2;
+  fiber::Queue<int> stop;
+  fiber::Process h1{fiber::target<&serve_part>, r, part, out1, stop};
+  h1.start();
+  const double sum1 = next(out1);
+  if (sum1 < 0) {
+    h1.join();
+    CHECK(h1.exitcode() == 0);
+    WARN("skipped: a host of its own (a network namespace) needs root");
+    return;
+  }
+  CHECK(sum1 == want);
+  const auto before = served.load();
+  fiber::Process h2{fiber::target<&fetch_reporting>, r, part, out2, stop};
+  h2.start();
+  REQUIRE(next(out2) == 1);       // h2 has `part` bytes from h1, which holds the rest back
+  CHECK(served.load() == before); // none from the owner so far
+  h1.kill();
+  h1.join();
+  CHECK(next(out2) == want);
+  // the owner sent only what h2 lacked: from the first missing byte on
+  CHECK(served.load() - before == size - part);
+  stop.put(0);
+  h2.join();
+  CHECK(h2.exitcode() == 0);
+}
+
 TEST_CASE("a manager process reads an object handed to a remote method", "[object_store]") {
   std::vector<float> v(1 << 18, 2.0f);
   auto r = fiber::put(v);
@@ -370,6 +443,7 @@ TEST_CASE("past object_store_mb, put fails with an error naming the key", "[obje
 
 TEST_CASE("the owner killed: get raises worker_lost, nothing is left behind", "[object_store]") {
   const auto shm = dev_shm_entries();
+  const auto run_dir0 = run_dir_entries();
   fiber::Queue<floats> refs;
   fiber::Queue<int> stop;
   fiber::Process p{fiber::target<&owner>, refs, stop};
@@ -379,4 +453,10 @@ TEST_CASE("the owner killed: get raises worker_lost, nothing is left behind", "[
   p.join();
   CHECK_THROWS_AS(r.get(), fiber::worker_lost);
   CHECK(dev_shm_entries() == shm);
+  std::vector<std::string> left; // in the run directory now, not before the owner started
+  std::ranges::set_difference(run_dir_entries(), run_dir0, std::back_inserter(left));
+  std::string names;
+  for (auto& name : left) names += name + " ";
+  INFO("left in the run directory: " << names);
+  CHECK(left.empty());
 }

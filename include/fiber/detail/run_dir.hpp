@@ -9,6 +9,7 @@
 #include <fiber/error.hpp>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -33,6 +34,8 @@ public:
   bool empty() const noexcept { return path_.empty(); }
   /// Whether this process made it (and removes it).
   bool owned() const noexcept { return owned_; }
+  /// Where process `pid` of this machine listens on ipc://.
+  std::string socket_path(std::int64_t pid) const { return path_ + "/p" + std::to_string(pid) + ".sock"; }
 
   /// A worker on its master's machine: the master's directory and secret file.
   void adopt(std::string path, std::string secret_file) {

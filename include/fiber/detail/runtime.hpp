@@ -266,7 +266,11 @@ public:
   void set_tls_identity(pem_identity id) { tls_identity_ = std::move(id); }
 
   /// This process's ipc:// URL (its socket in the run dir).
-  std::string ipc_url() const { return "ipc://" + dir_.path() + "/p" + std::to_string(::getpid()) + ".sock"; }
+  std::string ipc_url() const { return "ipc://" + dir_.socket_path(::getpid()); }
+  /// Removes the ipc socket a child process `pid` left (it was SIGKILLed). Runtime thread.
+  void remove_socket_of(std::int64_t pid) const {
+    if (!dir_.empty()) ::unlink(dir_.socket_path(pid).c_str());
+  }
 
   /// Every URL this process listens on. Any thread.
   std::vector<std::string> listener_urls() {

@@ -46,6 +46,7 @@ public:
   void worker_ended(std::uint64_t id, const std::string& why) override {
     runtime::instance().workers_liveness().ended(id, why);
   }
+  void child_ended(std::int64_t pid) override { runtime::instance().remove_socket_of(pid); }
 };
 
 } // namespace fiber::detail

@@ -219,6 +219,7 @@ private:
                       (ex.reason.empty() ? "" : ", " + ex.reason) + ")";
       log(log_level::warning, last_failure_);
     }
+    if (launcher_->traits().dies_with_master && w.job.pid > 0) host_.child_ended(w.job.pid);
     workers_.erase(it);
     ev_.exited(id, ex);
   }

@@ -47,6 +47,9 @@ public:
   virtual void worker_connected(std::uint64_t id, const peer_identity& peer) = 0;
   virtual void worker_link_lost(std::uint64_t id, const std::string& reason) = 0;
   virtual void worker_ended(std::uint64_t id, const std::string& why) = 0;
+  /// Child process `pid` of this one (a job that dies with its master) has
+  /// ended and was reaped: what it left in the run directory goes.
+  virtual void child_ended(std::int64_t pid) { (void)pid; }
 };
 
 } // namespace fiber::detail
