@@ -161,6 +161,20 @@ void fetch_reporting(floats r, std::uint64_t part, fiber::Queue<double> out, fib
   (void)stop.get();
 }
 
+// A Process that puts `mb` MiB: reports 1 when it fit, 0 when the bound
+// refused it (naming its key), and tries again when told to.
+void put_mb(std::uint64_t mb, fiber::Queue<int> out, fiber::Queue<int> again) {
+  for (;;) {
+    try {
+      auto r = fiber::put(std::vector<char>(mb << 20));
+      return out.put(1);
+    } catch (const fiber::error& e) {
+      out.put(std::string(e.what()).find("object_store_mb") != std::string::npos ? 0 : -4);
+    }
+    if (again.get() != 1) return;
+  }
+}
+
 // A Process: fetches its copy, reports it, then waits until the owner's drop
 // has freed it, and reports that.
 void hold_until_dropped(floats r, fiber::Queue<std::uint64_t> out) {
@@ -438,6 +452,22 @@ TEST_CASE("past object_store_mb, put fails with an error naming the key", "[obje
   CHECK_THROWS_WITH(fiber::put(std::vector<char>(768 << 10)), Catch::Contains("object_store_mb"));
   small = {};
   CHECK_NOTHROW(fiber::put(std::vector<char>(768 << 10)));
+  fiber::set_config("object_store_mb", "4096");
+}
+
+TEST_CASE("object_store_mb bounds the host: a put counts what other processes of the run hold there",
+          "[object_store]") {
+  fiber::set_config("object_store_mb", "4");
+  auto big = fiber::put(std::vector<char>(3 << 20));
+  fiber::Queue<int> out, again;
+  fiber::Process p{fiber::target<&put_mb>, std::uint64_t(2), out, again};
+  p.start();
+  CHECK(next(out) == 0); // 3 MiB in the owner here, 2 more do not fit in 4
+  big = {};
+  again.put(1);
+  CHECK(next(out) == 1);
+  p.join();
+  CHECK(p.exitcode() == 0);
   fiber::set_config("object_store_mb", "4096");
 }
 

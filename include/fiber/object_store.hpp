@@ -212,7 +212,7 @@ object_ref<std::remove_cvref_t<T>> put(const T& value) {
   const auto nonce = detail::random_token();
   store.reserve(size, "fiber::put");
   try {
-    auto seg = std::make_shared<detail::shared_segment>(nonce, size);
+    auto seg = std::make_shared<detail::shared_segment>(nonce, size, store.segment_name());
     if constexpr (R::is_view) {
       if (size) std::memcpy(seg->map_writable().get(), value.data(), std::size_t(size));
     } else {
@@ -228,17 +228,24 @@ object_ref<std::remove_cvref_t<T>> put(const T& value) {
     s->id.pid = std::uint64_t(::getpid());
     s->id.fd = std::uint64_t(seg->fd());
     s->o = {view, nullptr, nullptr};
+    auto source = std::make_shared<std::weak_ptr<detail::object_source>>(); // set when made, in ref() below
     s->owner = std::make_shared<detail::service_state>(
-        [seg, view, nonce, size](asio::any_io_executor) {
-          return std::make_shared<detail::object_source>(
+        [seg, view, nonce, size, source](asio::any_io_executor) {
+          auto src = std::make_shared<detail::object_source>(
               view, size, true, [nonce, seg](std::vector<detail::service_ref> listeners) {
                 (void)seg; // open until now: readers on this host open its fd
                 auto& rt = detail::runtime::instance();
                 for (auto& l : listeners)
                   rt.request(l.url, l.id, detail::store_drop, serialize(nonce), [](std::exception_ptr, auto) {});
               });
+          *source = src;
+          return src;
         },
-        "fiber: the object's owner dropped it", [nonce] { detail::object_store::instance().drop(nonce); });
+        "fiber: the object's owner dropped it",
+        [nonce, source] { // the mappings go at once: the next put may need the room
+          detail::object_store::instance().drop(nonce);
+          if (auto src = source->lock()) src->release();
+        });
     s->id.source = s->owner->ref();
     store.add_owned(nonce, std::move(view), size);
     R r;

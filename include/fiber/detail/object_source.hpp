@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <span>
 #include <string>
@@ -41,7 +42,20 @@ public:
   /// was dropped).
   object_source(std::shared_ptr<const segment_view> view, std::uint64_t have, bool owner,
                 std::function<void(std::vector<service_ref>)> on_shutdown = {})
-      : view_(std::move(view)), have_(have), owner_(owner), on_shutdown_(std::move(on_shutdown)) {}
+      : view_(std::move(view)),
+        size_(view_->data().size()),
+        have_(have),
+        owner_(owner),
+        on_shutdown_(std::move(on_shutdown)) {}
+
+  /// Any thread: its mapping goes now, and reads from here on fail (the
+  /// owner's last handle went; the service shuts down later, on the runtime
+  /// thread), so that the bytes no longer count against the host's bound.
+  void release() {
+    std::shared_ptr<const segment_view> gone;
+    std::lock_guard lk(view_mu_);
+    gone = std::move(view_);
+  }
 
   /// Bytes served to other processes so far (for tests and benchmarks).
   static std::atomic<std::uint64_t>& served() {
@@ -68,7 +82,8 @@ public:
     if (closed_) return reply(wire_status::error, failure_payload("fiber: this copy of the object is gone"));
     if (op == store_read) {
       const auto [at, n] = deserialize<std::pair<std::uint64_t, std::uint64_t>>(payload);
-      if (at > view_->data().size() || n > view_->data().size() - at)
+      const auto size = size_;
+      if (at > size || n > size - at)
         return reply(wire_status::error, failure_payload("fiber: object read past its end"));
       return read(at, n, std::move(reply));
     }
@@ -98,7 +113,7 @@ public:
       for (auto& [url, id] : listeners_) ls.push_back({url, id});
       std::exchange(on_shutdown_, nullptr)(std::move(ls));
     }
-    view_.reset();
+    release();
   }
 
 private:
@@ -109,12 +124,20 @@ private:
 
   void read(std::uint64_t at, std::uint64_t n, reply_fn reply) {
     if (at + n > have_ || served() + n > serve_limit()) return waiting_.push_back({at, n, std::move(reply)});
-    auto data = view_->data().subspan(std::size_t(at), std::size_t(n));
+    std::shared_ptr<const segment_view> view;
+    {
+      std::lock_guard lk(view_mu_);
+      view = view_;
+    }
+    if (!view) return reply(wire_status::error, failure_payload("fiber: this copy of the object is gone"));
+    auto data = view->data().subspan(std::size_t(at), std::size_t(n));
     served() += n;
     reply(wire_status::ok, std::vector<std::byte>(data.begin(), data.end()));
   }
 
-  std::shared_ptr<const segment_view> view_;
+  std::mutex view_mu_;
+  std::shared_ptr<const segment_view> view_; // under view_mu_
+  std::uint64_t size_;
   std::uint64_t have_;
   bool owner_;
   std::function<void(std::vector<service_ref>)> on_shutdown_;

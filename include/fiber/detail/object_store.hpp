@@ -7,6 +7,8 @@
 #include <fiber/config.hpp>
 #include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/broker_client.hpp>
+#include <fiber/detail/handshake.hpp>
+#include <fiber/detail/host_segments.hpp>
 #include <fiber/detail/host_share.hpp>
 #include <fiber/detail/object_source.hpp>
 #include <fiber/detail/runtime.hpp>
@@ -81,16 +83,29 @@ public:
     return s;
   }
 
+  /// The name of this run's segments' memfds: "fiber-object-" and a tag
+  /// derived from the run's secret (which it does not reveal).
+  static const std::string& segment_name() {
+    static const std::string name = [] {
+      const auto mac = hmac(runtime::instance().secret(), std::as_bytes(std::span(std::string_view("object store"))));
+      return "fiber-object-" + to_hex(std::span(mac).first(8));
+    }();
+    return name;
+  }
+
   /// The bound in bytes (object_store_mb).
   static std::uint64_t bound() { return std::uint64_t(config_int("object_store_mb")) << 20; }
 
-  /// Makes room for `size` more bytes held here, evicting fetched copies no
-  /// reference uses, least recently used first. Throws error naming
-  /// object_store_mb when that is not enough.
+  /// Makes room for `size` more bytes on this host (all processes'
+  /// segments: host_segment_bytes) and in this process, evicting fetched
+  /// copies no reference here uses, least recently used first. Throws error
+  /// naming object_store_mb when that is not enough. Reads /proc: not on
+  /// the runtime thread.
   void reserve(std::uint64_t size, const char* what) {
-    std::vector<entry> gone; // destroyed unlocked
+    const std::uint64_t host = host_segment_bytes(segment_name()); // before the lock, which the runtime thread takes
+    std::vector<entry> gone;                                       // destroyed unlocked
     std::lock_guard lk(m_);
-    reserve_locked(size, what, gone);
+    reserve_locked(size, what, gone, host);
   }
 
   /// Gives back what reserve() took, for a put that failed after it.
@@ -215,9 +230,10 @@ private:
     return it->second.o;
   }
 
-  void reserve_locked(std::uint64_t size, const char* what, std::vector<entry>& gone) {
+  // `host`: bytes of the host's segments, this process's among them.
+  void reserve_locked(std::uint64_t size, const char* what, std::vector<entry>& gone, std::uint64_t host) {
     const auto cap = bound();
-    while (held_ + size > cap) {
+    while (held_ + size > cap || host + size > cap) {
       auto victim = entries_.end();
       for (auto it = entries_.begin(); it != entries_.end(); ++it)
         if (it->second.held && !it->second.owned && it->second.o.users.use_count() == 1 &&
@@ -225,10 +241,12 @@ private:
           victim = it;
       if (victim == entries_.end())
         throw error(std::string("fiber: ") + what + " of " + std::to_string(size) +
-                    " bytes does not fit in the object store: " + std::to_string(held_) + " of " + std::to_string(cap) +
-                    " bytes are in use (object_store_mb = " + std::to_string(cap >> 20) +
+                    " bytes does not fit in this host's object store: " + std::to_string(std::max(host, held_)) +
+                    " of " + std::to_string(cap) + " bytes are in use, " + std::to_string(held_) +
+                    " by this process (object_store_mb = " + std::to_string(cap >> 20) +
                     "; raise it, or drop object references)");
       held_ -= victim->second.held;
+      host -= std::min(host, victim->second.held);
       gone.push_back(std::move(victim->second));
       entries_.erase(victim);
     }
@@ -298,7 +316,7 @@ private:
     auto& rt = runtime::instance();
     auto c = std::make_shared<copy>();
     try {
-      c->seg = shared_segment(id.nonce, id.size);
+      c->seg = shared_segment(id.nonce, id.size, segment_name());
       auto view = map_segment(c->seg.fd(), id.size);
       c->source = std::make_shared<object_source>(view, 0, false);
       c->source_id = rt.add_service(c->source);

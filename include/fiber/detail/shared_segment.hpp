@@ -71,11 +71,11 @@ inline std::shared_ptr<const segment_view> map_segment(int fd, std::uint64_t siz
 class shared_segment {
 public:
   shared_segment() = default;
-  /// A new memfd of `size` data bytes (0600: a memfd starts 0777;
-  /// close-on-exec). Throws error
-  /// when the kernel refuses (out of memory or fds).
-  shared_segment(std::uint64_t nonce, std::uint64_t size) {
-    fd_ = unique_fd(::memfd_create("fiber-object", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  /// A new memfd named `name` (for /proc) of `size` data bytes (0600: a
+  /// memfd starts 0777; close-on-exec). Throws error when the kernel
+  /// refuses (out of memory or fds).
+  shared_segment(std::uint64_t nonce, std::uint64_t size, const std::string& name) {
+    fd_ = unique_fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!fd_ || ::fchmod(fd_.get(), 0600) != 0 || ::ftruncate(fd_.get(), off_t(sizeof(segment_header) + size)) != 0)
       throw error(std::string("fiber: cannot make an object store segment of ") + std::to_string(size) +
                   " bytes: " + std::strerror(errno));
