@@ -90,6 +90,14 @@ task_out square_where(task_in in) {
   return {in.x * in.x, worker_name(), in_container()};
 }
 
+// The sum of an object's floats, read where the task runs.
+double sum_object(fiber::object_ref<std::vector<float>> r) {
+  auto v = r.get();
+  double s = 0;
+  for (float x : v) s += x;
+  return s;
+}
+
 /// Allocates and touches `mb` MiB.
 std::int64_t allocate(int mb) {
   std::vector<std::vector<char>> blocks;
@@ -338,6 +346,28 @@ TEST_CASE("docker: Pool map over 4 containers; their settings", "[docker][pool]"
                                ids[0]));
     CHECK(settings == "true true host 1000000000 268435456 " + std::to_string(::getuid()) + ":" +
                           std::to_string(::getgid()) + " true");
+  }
+  check_clean();
+}
+
+TEST_CASE("docker: containers read an object the master put; the master sends about one copy", "[docker][objects]") {
+  configure();
+  {
+    std::vector<float> v(4 << 20); // 16 MiB
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(i % 1000);
+    double want = 0;
+    for (float x : v) want += x;
+    auto r = fiber::put(v);
+    const auto& served = fiber::detail::object_source::served();
+    const auto served0 = served.load();
+    fiber::Pool pool{fiber::target<&sum_object>, pool_opts(2, "dk-obj")};
+    REQUIRE(poll_until([&] { return pool.live_workers() == 2; }, 60s));
+    auto out = pool.map(std::vector(8, r), 1);
+    REQUIRE(out.size() == 8);
+    for (double s : out) CHECK(s == want);
+    // each container is a host of its own (its PID namespace): one fetched
+    // from the master, the other from it or its memfd
+    CHECK(served.load() - served0 <= v.size() * sizeof(float) * 12 / 10);
   }
   check_clean();
 }

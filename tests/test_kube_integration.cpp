@@ -289,6 +289,14 @@ bool pod_running(const std::string& name, std::chrono::milliseconds limit = 20s)
       limit);
 }
 
+// The sum of an object's floats, read where the task runs.
+double sum_object(fiber::object_ref<std::vector<float>> r) {
+  auto v = r.get();
+  double s = 0;
+  for (float x : v) s += x;
+  return s;
+}
+
 } // namespace
 
 // ===========================================================================
@@ -415,6 +423,22 @@ void queue_in_pod(fiber::Queue<fiber::Queue<int>> out, fiber::Queue<int> go) {
   q.put(7);
   out.put(q);
   (void)go.get();
+}
+
+TEST_CASE("kubernetes: pods read an object the master put, over TLS by default", "[kube][objects][tls]") {
+  configure();
+  {
+    std::vector<float> v(1 << 20);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(i % 1000);
+    double want = 0;
+    for (float x : v) want += x;
+    auto r = fiber::put(v);
+    fiber::Pool pool{fiber::target<&sum_object>, pool_opts(2, "k8s-obj")};
+    auto out = pool.map(std::vector(8, r), 1);
+    REQUIRE(out.size() == 8);
+    for (double s : out) CHECK(s == want);
+  }
+  check_clean();
 }
 
 TEST_CASE("kubernetes: a Queue made in a pod serves the master over TLS", "[kube][queue][tls]") {
