@@ -5,6 +5,8 @@
 /// together: every segment (a memfd named for the run) a process of this
 /// user maps, counted once, read from /proc/PID/maps.
 
+#include <fiber/detail/shared_segment.hpp>
+
 #include <cerrno>
 #include <cinttypes>
 #include <cstdint>
@@ -37,7 +39,7 @@ inline std::string read_proc_file(const std::string& path) {
 /// 17 µs a process): never on fiber's runtime thread.
 /// Example: `if (host_segment_bytes("fiber-object-1f2e") + n > cap) …`
 inline std::uint64_t host_segment_bytes(const std::string& name) {
-  constexpr std::uint64_t header = 64; // segment_header, not data
+  constexpr std::uint64_t header = sizeof(segment_header); // not data
   const std::string tag = "/memfd:" + name + " ";
   std::map<unsigned long long, std::uint64_t> by_inode; // inode → data bytes (mapped, to the page)
   const uid_t me = ::geteuid();

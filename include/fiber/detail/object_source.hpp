@@ -82,8 +82,7 @@ public:
     if (closed_) return reply(wire_status::error, failure_payload("fiber: this copy of the object is gone"));
     if (op == store_read) {
       const auto [at, n] = deserialize<std::pair<std::uint64_t, std::uint64_t>>(payload);
-      const auto size = size_;
-      if (at > size || n > size - at)
+      if (at > size_ || n > size_ - at)
         return reply(wire_status::error, failure_payload("fiber: object read past its end"));
       return read(at, n, std::move(reply));
     }
@@ -137,7 +136,7 @@ private:
 
   std::mutex view_mu_;
   std::shared_ptr<const segment_view> view_; // under view_mu_
-  std::uint64_t size_;
+  const std::uint64_t size_;                 // the view's, kept after release()
   std::uint64_t have_;
   bool owner_;
   std::function<void(std::vector<service_ref>)> on_shutdown_;
