@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sched.h>
@@ -173,6 +174,29 @@ void put_mb(std::uint64_t mb, fiber::Queue<int> out, fiber::Queue<int> again) {
     }
     if (again.get() != 1) return;
   }
+}
+
+// A Process that puts 3 MiB, holding the host's lock (before its segment
+// exists) until told to go on; reports 1 then, 2 once its put returned, and
+// keeps the object until told to stop.
+void put_holding_lock(fiber::Queue<int> out, fiber::Queue<int> go) {
+  int calls = 0;
+  fiber::detail::object_store::on_host_locked() = [&] {
+    if (calls++ == 0) out.put(1), (void)go.get();
+  };
+  auto r = fiber::put(std::vector<char>(3 << 20));
+  out.put(2);
+  (void)go.get();
+}
+
+// A Process that reads a copy of `r` (fetched: r names another host), lets
+// its reference go, reports the bytes it still holds, and once told to,
+// reports them again.
+void read_then_idle(floats r, fiber::Queue<std::uint64_t> out, fiber::Queue<int> go) {
+  out.put(std::uint64_t(sum_floats(std::exchange(r, floats()))));
+  out.put(fiber::detail::object_store::instance().held_bytes());
+  (void)go.get();
+  out.put(fiber::detail::object_store::instance().held_bytes());
 }
 
 // A Process: fetches its copy, reports it, then waits until the owner's drop
@@ -466,6 +490,47 @@ TEST_CASE("object_store_mb bounds the host: a put counts what other processes of
   big = {};
   again.put(1);
   CHECK(next(out) == 1);
+  p.join();
+  CHECK(p.exitcode() == 0);
+  fiber::set_config("object_store_mb", "4096");
+}
+
+TEST_CASE("two puts at once on one host: the second waits for the first's segment and fails past the bound",
+          "[object_store]") {
+  fiber::set_config("object_store_mb", "4");
+  fiber::Queue<int> out, go;
+  fiber::Process p{fiber::target<&put_holding_lock>, out, go};
+  p.start();
+  REQUIRE(next(out) == 1); // p holds the host's lock; its 3 MiB are not there yet
+  bool waited = false;
+  fiber::detail::object_store::on_host_lock_wait() = [&] {
+    if (!std::exchange(waited, true)) go.put(1);
+  };
+  CHECK_THROWS_WITH(fiber::put(std::vector<char>(3 << 20)), Catch::Contains("object_store_mb"));
+  fiber::detail::object_store::on_host_lock_wait() = nullptr;
+  CHECK(waited);
+  if (!waited) go.put(1);
+  CHECK(next(out) == 2);
+  go.put(1);
+  p.join();
+  CHECK(p.exitcode() == 0);
+  fiber::set_config("object_store_mb", "4096");
+}
+
+TEST_CASE("past object_store_mb, a put evicts the copies other processes of the host no longer use", "[object_store]") {
+  fiber::set_config("object_store_mb", "8");
+  std::vector<float> v(3 << 18, 1.0f); // 3 MiB
+  auto a = fiber::put(v);
+  fiber::Queue<std::uint64_t> out;
+  fiber::Queue<int> go;
+  fiber::Process p{fiber::target<&read_then_idle>, as_if_remote(a), out, go};
+  p.start();
+  CHECK(next(out) == v.size());
+  CHECK(next(out) == v.size() * sizeof(float)); // p keeps its copy, unused
+  // 3 MiB here and 3 in p: 4 more fit under 8 only once p evicted its copy
+  CHECK_NOTHROW(fiber::put(std::vector<char>(4 << 20)));
+  go.put(1);
+  CHECK(next(out) == 0);
   p.join();
   CHECK(p.exitcode() == 0);
   fiber::set_config("object_store_mb", "4096");

@@ -210,16 +210,17 @@ object_ref<std::remove_cvref_t<T>> put(const T& value) {
   if constexpr (R::is_view) size = std::uint64_t(value.size()) * sizeof(typename V::value_type);
   else bytes = serialize(value), size = bytes.size();
   const auto nonce = detail::random_token();
-  store.reserve(size, "fiber::put");
+  auto lock = store.reserve(size, "fiber::put");
   try {
     auto seg = std::make_shared<detail::shared_segment>(nonce, size, store.segment_name());
+    auto view = detail::map_segment(seg->fd(), size);
+    lock.release(); // the host counts the segment now
     if constexpr (R::is_view) {
       if (size) std::memcpy(seg->map_writable().get(), value.data(), std::size_t(size));
     } else {
       seg->write(0, bytes);
     }
     seg->seal();
-    auto view = detail::map_segment(seg->fd(), size);
     auto s = std::make_shared<typename R::state>();
     s->id.nonce = nonce;
     s->id.size = size;

@@ -3,16 +3,19 @@
 /// @file detail/host_segments.hpp
 /// What the object store holds on this host, all processes of a run
 /// together: every segment (a memfd named for the run) a process of this
-/// user maps, counted once, read from /proc/PID/maps.
+/// user maps, counted once, and who maps them, read from /proc/PID/maps.
 
 #include <fiber/detail/shared_segment.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -33,24 +36,33 @@ inline std::string read_proc_file(const std::string& path) {
   return s;
 }
 
-/// Data bytes of the segments named `name` (a memfd's name) alive on this
-/// host (in this PID namespace): those processes of this user map, each
-/// once, to the page (every holder of a segment maps it). Reads /proc (about
-/// 17 µs a process): never on fiber's runtime thread.
-/// Example: `if (host_segment_bytes("fiber-object-1f2e") + n > cap) …`
-inline std::uint64_t host_segment_bytes(const std::string& name) {
+/// What a run's segments take on this host: their data bytes, and the
+/// processes that map them.
+struct host_segment_use {
+  std::uint64_t bytes = 0;
+  std::vector<int> holders; ///< pids, ascending
+};
+
+/// The segments named `name` (a memfd's name) alive on this host (in this
+/// PID namespace): those processes of this user map, each counted once, to
+/// the page (every holder of a segment maps it). Reads /proc (about 17 µs a
+/// process): never on fiber's runtime thread.
+/// Example: `if (host_segments("fiber-object-1f2e").bytes + n > cap) …`
+inline host_segment_use host_segments(const std::string& name) {
   constexpr std::uint64_t header = sizeof(segment_header); // not data
   const std::string tag = "/memfd:" + name + " ";
   std::map<unsigned long long, std::uint64_t> by_inode; // inode → data bytes (mapped, to the page)
   const uid_t me = ::geteuid();
   DIR* proc = ::opendir("/proc");
-  if (!proc) return 0;
+  host_segment_use use;
+  if (!proc) return use;
   while (auto* e = ::readdir(proc)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     const std::string dir = std::string("/proc/") + e->d_name;
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || st.st_uid != me) continue;
     const std::string maps = read_proc_file(dir + "/maps");
+    if (maps.find(tag) != std::string::npos) use.holders.push_back(std::atoi(e->d_name));
     for (auto at = maps.find(tag); at != std::string::npos; at = maps.find(tag, at + 1)) {
       const auto line = maps.rfind('\n', at) + 1; // npos + 1 == 0
       std::uint64_t lo = 0, hi = 0;
@@ -61,9 +73,9 @@ inline std::uint64_t host_segment_bytes(const std::string& name) {
     }
   }
   ::closedir(proc);
-  std::uint64_t total = 0;
-  for (auto& [inode, bytes] : by_inode) total += bytes;
-  return total;
+  for (auto& [inode, bytes] : by_inode) use.bytes += bytes;
+  std::sort(use.holders.begin(), use.holders.end());
+  return use;
 }
 
 } // namespace fiber::detail

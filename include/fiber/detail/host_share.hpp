@@ -3,20 +3,25 @@
 /// @file detail/host_share.hpp
 /// One copy of an object per host: the first process on a host to want it
 /// claims an abstract unix socket named after the object and fetches it;
-/// the others connect and receive its sealed memfd (SCM_RIGHTS).
+/// the others connect and receive its sealed memfd (SCM_RIGHTS), served by
+/// host_server, which other such sockets of a host use too.
 
 #include <fiber/backend/detail/unique_fd.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -24,16 +29,23 @@
 
 namespace fiber::detail {
 
-/// The socket address of object `nonce` on this host (abstract: no file,
-/// gone with its process; one namespace per network namespace).
-inline std::pair<sockaddr_un, socklen_t> share_address(std::uint64_t nonce) {
+/// The abstract unix socket address `name` on this host (no file, gone
+/// with its socket; one namespace per network namespace).
+/// Example: `auto [a, len] = abstract_address("fiber-object-1f2e-lock");`
+inline std::pair<sockaddr_un, socklen_t> abstract_address(const std::string& name) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
+  const auto n = std::min(name.size(), sizeof a.sun_path - 1);
+  std::memcpy(a.sun_path + 1, name.data(), n); // sun_path[0] = 0: abstract
+  return {a, socklen_t(offsetof(sockaddr_un, sun_path) + 1 + n)};
+}
+
+/// The socket address of object `nonce` on this host.
+inline std::pair<sockaddr_un, socklen_t> share_address(std::uint64_t nonce) {
   char name[64];
-  const int n = std::snprintf(name, sizeof name, "fiber-object-%u-%016llx", unsigned(::geteuid()),
-                              static_cast<unsigned long long>(nonce));
-  std::memcpy(a.sun_path + 1, name, std::size_t(n)); // sun_path[0] = 0: abstract
-  return {a, socklen_t(offsetof(sockaddr_un, sun_path) + 1 + std::size_t(n))};
+  std::snprintf(name, sizeof name, "fiber-object-%u-%016llx", unsigned(::geteuid()),
+                static_cast<unsigned long long>(nonce));
+  return abstract_address(name);
 }
 
 /// Whether the peer of the connected socket `fd` runs as this user.
@@ -86,13 +98,29 @@ inline unique_fd claim_shared(std::uint64_t nonce) {
   return s;
 }
 
-/// Hands `segment` to every process of this user that connects to
-/// `listener`, on the runtime thread (accept and one sendmsg each, never
-/// blocking), until close(). Runtime thread only after start.
-class share_server : public std::enable_shared_from_this<share_server> {
+/// Sends `segment` (an fd) over the connected socket `sock`, never
+/// blocking: a fresh socket's buffer is empty, so it fits.
+inline void send_fd(int sock, int segment) {
+  fd_message msg;
+  msg.byte = 1;
+  auto& m = msg.m;
+  auto* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
+  (void)::sendmsg(sock, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/// Accepts every process of this user that connects to `listener` (a
+/// non-blocking listening socket) and hands its connection to `serve`, on
+/// the runtime thread, until close(); never blocks. Runtime thread only
+/// after start. Example: the holder of a copy:
+/// `host_server(ex, std::move(l), [fd](unique_fd c) { send_fd(c.get(), fd); })`
+class host_server : public std::enable_shared_from_this<host_server> {
 public:
-  share_server(asio::any_io_executor ex, unique_fd listener, int segment)
-      : sd_(ex, listener.release()), segment_(segment) {}
+  host_server(asio::any_io_executor ex, unique_fd listener, std::function<void(unique_fd)> serve)
+      : sd_(ex, listener.release()), serve_(std::move(serve)) {}
 
   void start() {
     sd_.async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](std::error_code ec) {
@@ -100,7 +128,7 @@ public:
       while (true) {
         unique_fd c(::accept4(self->sd_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
         if (!c) break;
-        if (same_user(c.get())) self->send(c.get());
+        if (same_user(c.get())) self->serve_(std::move(c));
       }
       self->start();
     });
@@ -111,20 +139,8 @@ public:
   }
 
 private:
-  void send(int fd) {
-    fd_message msg;
-    msg.byte = 1;
-    auto& m = msg.m;
-    auto* c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &segment_, sizeof segment_);
-    (void)::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT); // a fresh socket's buffer is empty: it fits
-  }
-
   asio::posix::stream_descriptor sd_;
-  int segment_;
+  std::function<void(unique_fd)> serve_;
 };
 
 } // namespace fiber::detail

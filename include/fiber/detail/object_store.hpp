@@ -8,6 +8,8 @@
 #include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/broker_client.hpp>
 #include <fiber/detail/handshake.hpp>
+#include <fiber/detail/host_evict.hpp>
+#include <fiber/detail/host_lock.hpp>
 #include <fiber/detail/host_segments.hpp>
 #include <fiber/detail/host_share.hpp>
 #include <fiber/detail/object_source.hpp>
@@ -25,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace fiber::detail {
@@ -97,15 +101,62 @@ public:
   static std::uint64_t bound() { return std::uint64_t(config_int("object_store_mb")) << 20; }
 
   /// Makes room for `size` more bytes on this host (all processes'
-  /// segments: host_segment_bytes) and in this process, evicting fetched
-  /// copies no reference here uses, least recently used first. Throws error
-  /// naming object_store_mb when that is not enough. Reads /proc: not on
-  /// the runtime thread.
-  void reserve(std::uint64_t size, const char* what) {
-    const std::uint64_t host = host_segment_bytes(segment_name()); // before the lock, which the runtime thread takes
-    std::vector<entry> gone;                                       // destroyed unlocked
+  /// segments: host_segments) and in this process: evicts the copies no
+  /// reference here uses, least recently used first, then asks the run's
+  /// other processes on the host to evict theirs (host_evict). Returns the
+  /// host's lock, taken first: hold it until the new segment is mapped, so
+  /// that the next reserve on the host counts it. Throws error naming
+  /// object_store_mb when there is no room. Reads /proc and waits for the
+  /// lock: never on the runtime thread.
+  [[nodiscard]] host_lock reserve(std::uint64_t size, const char* what) {
+    host_lock lock(segment_name() + "-lock", on_host_lock_wait());
+    if (auto& f = on_host_locked()) f();
+    auto host = host_segments(segment_name());
+    for (bool asked = false;; asked = true) {
+      std::vector<entry> gone; // destroyed unlocked
+      {
+        std::lock_guard lk(m_);
+        if (make_room_locked(size, gone, host.bytes)) {
+          held_ += size;
+          return lock;
+        }
+        if (asked)
+          throw error(std::string("fiber: ") + what + " of " + std::to_string(size) +
+                      " bytes does not fit in this host's object store: " +
+                      std::to_string(std::max(host.bytes, held_)) + " of " + std::to_string(bound()) +
+                      " bytes are in use, " + std::to_string(held_) + " by this process (object_store_mb = " +
+                      std::to_string(bound() >> 20) + "; raise it, or drop object references)");
+      }
+      gone.clear();
+      ask_to_evict(segment_name(), host.holders);
+      host = host_segments(segment_name());
+    }
+  }
+
+  /// Test hooks: called with the host's lock just taken, and when a
+  /// reserve starts to wait for it. Set before use; empty by default.
+  static std::function<void()>& on_host_locked() {
+    static std::function<void()> f;
+    return f;
+  }
+  static std::function<void()>& on_host_lock_wait() {
+    static std::function<void()> f;
+    return f;
+  }
+
+  /// Evicts every copy no reference in this process uses (another process
+  /// on the host needs the room). Any thread.
+  void evict_unused() {
+    std::vector<entry> gone; // destroyed unlocked
     std::lock_guard lk(m_);
-    reserve_locked(size, what, gone, host);
+    for (auto it = entries_.begin(); it != entries_.end();)
+      if (!it->second.owned && it->second.o.users.use_count() == 1) {
+        held_ -= it->second.held;
+        gone.push_back(std::move(it->second));
+        it = entries_.erase(it);
+      } else {
+        ++it;
+      }
   }
 
   /// Gives back what reserve() took, for a put that failed after it.
@@ -200,7 +251,7 @@ private:
     shared_segment seg;
     std::shared_ptr<object_source> source;
     std::uint64_t source_id = 0;
-    std::shared_ptr<share_server> server;
+    std::shared_ptr<host_server> server;
     copy() = default;
     copy(const copy&) = delete;
     copy& operator=(const copy&) = delete;
@@ -230,8 +281,10 @@ private:
     return it->second.o;
   }
 
-  // `host`: bytes of the host's segments, this process's among them.
-  void reserve_locked(std::uint64_t size, const char* what, std::vector<entry>& gone, std::uint64_t host) {
+  // Evicts this process's unused copies until `size` more bytes fit;
+  // false when they do not. `host`: bytes of the host's segments, this
+  // process's among them.
+  bool make_room_locked(std::uint64_t size, std::vector<entry>& gone, std::uint64_t host) {
     const auto cap = bound();
     while (held_ + size > cap || host + size > cap) {
       auto victim = entries_.end();
@@ -239,22 +292,18 @@ private:
         if (it->second.held && !it->second.owned && it->second.o.users.use_count() == 1 &&
             (victim == entries_.end() || it->second.last_use < victim->second.last_use))
           victim = it;
-      if (victim == entries_.end())
-        throw error(std::string("fiber: ") + what + " of " + std::to_string(size) +
-                    " bytes does not fit in this host's object store: " + std::to_string(std::max(host, held_)) +
-                    " of " + std::to_string(cap) + " bytes are in use, " + std::to_string(held_) +
-                    " by this process (object_store_mb = " + std::to_string(cap >> 20) +
-                    "; raise it, or drop object references)");
+      if (victim == entries_.end()) return false;
       held_ -= victim->second.held;
       host -= std::min(host, victim->second.held);
       gone.push_back(std::move(victim->second));
       entries_.erase(victim);
     }
-    held_ += size;
+    return true;
   }
 
   void add(std::uint64_t nonce, std::shared_ptr<const segment_view> view, std::uint64_t held,
            std::shared_ptr<copy> fetched = nullptr, bool owned = false) {
+    if (!owned) serve_evictions();
     std::lock_guard lk(m_);
     auto& e = entries_[nonce];
     e.o = {std::move(view), nullptr, std::make_shared<int>()};
@@ -312,12 +361,13 @@ private:
   // from the source the owner names; serves the pieces already here to the
   // next host meanwhile. A source that fails is replaced by the owner.
   void fetch(const object_id& id, unique_fd listener) {
-    reserve(id.size, "a copy of an object");
+    auto lock = reserve(id.size, "a copy of an object");
     auto& rt = runtime::instance();
     auto c = std::make_shared<copy>();
     try {
       c->seg = shared_segment(id.nonce, id.size, segment_name());
       auto view = map_segment(c->seg.fd(), id.size);
+      lock.release(); // the host counts the copy now
       c->source = std::make_shared<object_source>(view, 0, false);
       c->source_id = rt.add_service(c->source);
       const service_ref mine{rt.service_url(), c->source_id};
@@ -357,7 +407,8 @@ private:
       }
       c->seg.seal();
       if (listener) {
-        c->server = std::make_shared<share_server>(rt.executor(), std::move(listener), c->seg.fd());
+        c->server = std::make_shared<host_server>(rt.executor(), std::move(listener),
+                                                  [fd = c->seg.fd()](unique_fd peer) { send_fd(peer.get(), fd); });
         asio::post(rt.executor(), [srv = c->server] { srv->start(); });
       }
       add(id.nonce, std::move(view), id.size, std::move(c));
@@ -365,6 +416,25 @@ private:
       unreserve(id.size);
       throw;
     }
+  }
+
+  // Answers other processes of the run on this host that need room, from
+  // the first copy this process maps; the server lives in its wait.
+  void serve_evictions() {
+    std::call_once(evict_once_, [] {
+      auto l = evict_listener(segment_name());
+      if (!l) return;
+      auto& rt = runtime::instance();
+      auto srv = std::make_shared<host_server>(rt.executor(), std::move(l), [](unique_fd c) {
+        instance().evict_unused();
+        // after the copies' own clean-up, posted meanwhile: their mappings go first
+        asio::post(runtime::instance().executor(), [c = std::make_shared<unique_fd>(std::move(c))] {
+          const char done = 1;
+          (void)::send(c->get(), &done, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        });
+      });
+      asio::post(rt.executor(), [srv] { srv->start(); });
+    });
   }
 
   // This process's drop listener, made on first use; not under m_, which
@@ -386,7 +456,7 @@ private:
   std::unordered_map<std::uint64_t, entry> entries_;
   std::unordered_map<std::uint64_t, std::shared_ptr<blocking_result<std::monostate>>> fetching_;
   std::uint64_t held_ = 0, clock_ = 0;
-  std::once_flag listener_once_;
+  std::once_flag listener_once_, evict_once_;
   std::uint64_t listener_ = 0; // set once, in listener_once_
 };
 
