@@ -118,6 +118,23 @@ TEST_CASE("a 512 MiB argument and a 512 MiB result with heartbeat_timeout_ms=150
   maker.join();
 }
 
+TEST_CASE("a worker's link to the master takes the master's max_message_size_mb, not the one it started with",
+          "[faults][transport][oversize]") {
+  // the worker's environment says 1 MiB; the master's configuration, which it applies, says 4
+  ::setenv("FIBER_MAX_MESSAGE_SIZE_MB", "1", 1);
+  config_scope cfg{{"max_message_size_mb", "4"}};
+  fiber::Pool pool{fiber::target<&size_of>, {.processes = 1}};
+  fiber::Pool maker{fiber::target<&make_string>, {.processes = 1}};
+  constexpr std::uint64_t two_mib = 2u << 20;
+  CHECK(pool.apply(std::string(two_mib, 'a')) == two_mib);
+  CHECK(maker.apply(two_mib).size() == two_mib);
+  ::unsetenv("FIBER_MAX_MESSAGE_SIZE_MB");
+  pool.close();
+  pool.join();
+  maker.close();
+  maker.join();
+}
+
 TEST_CASE("max_message_size_mb=1: a 2 MiB argument, result and Queue item each fail their own call",
           "[faults][transport][oversize]") {
   config_scope cfg{{"max_message_size_mb", "1"}};

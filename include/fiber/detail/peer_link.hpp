@@ -111,6 +111,9 @@ public:
   direct_writer direct() const noexcept { return stream_.direct(); }
   /// The largest frame this link sends or accepts, in bytes.
   std::size_t max_message_size() const noexcept { return stream_.max_message_size(); }
+  /// Sets that limit (bytes), e.g. once the master's configuration is
+  /// applied. On the link's executor, before start().
+  void set_max_message_size(std::size_t n) noexcept { stream_.set_max_message_size(n); }
   const peer_identity& peer() const noexcept override { return peer_; }
   std::uint64_t id() const noexcept override { return id_; }
   asio::any_io_executor get_executor() { return stream_.get_executor(); }

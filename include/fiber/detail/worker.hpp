@@ -414,6 +414,7 @@ private:
                    } catch (const config_error&) {
                    }
                  }
+                 l->set_max_message_size(rt.transport().max_message_size); // the master's, just applied
                  main.set_link(l);
                  // Frames read on the runtime thread (the main thread is busy,
                  // or has not borrowed the read side yet).
