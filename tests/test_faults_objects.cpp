@@ -9,6 +9,7 @@
 #include <fiber/backend/slurm.hpp>
 #include <fiber/object_store.hpp>
 #include <fiber/pool.hpp>
+#include <fiber/serialize.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -54,6 +55,41 @@ struct jobs_cleanup {
 };
 
 } // namespace
+
+// First in this file: the master must not listen on ipc:// yet, or the
+// object would name that URL instead.
+TEST_CASE("an object put while the master listened only on loopback TCP (local_transport = tcp) is read on the "
+          "Slurm hosts",
+          "[faults][slurm]") {
+  if (!fiber_test::slurm_answers())
+    FAIL("no Slurm cluster answers: start it with bash tests/rigs/slurm-up.sh --nodes 3 --netns");
+  jobs_cleanup cleanup;
+  fiber::set_config("local_transport", "tcp");
+  // as the next case has it: the Slurm backend reads its keys once, when its first Pool starts
+  fiber::set_config("slurm.extra_args", "--cpus-per-task=8");
+  std::vector<float> v(1 << 20, 1.0f);
+  {
+    fiber::Pool<&read_on_host> local{fiber::target<&read_on_host>, {.processes = 1}};
+    auto r = fiber::put(v);
+    auto bytes = fiber::serialize(r); // the URL it names: the master's only listener then
+    fiber::reader in(bytes);
+    REQUIRE(in.read<bool>());
+    REQUIRE(in.read<std::string>().starts_with("tcp://127.0.0.1:"));
+    CHECK(local.apply(r)[1] == v.size());
+
+    fiber::pool_options o;
+    o.processes = 2;
+    o.name = "fiberft-objects";
+    fiber::Pool<&read_on_host, fiber::backend::slurm> pool{fiber::target<&read_on_host>, o};
+    for (auto& [host, sum, held] : pool.map(std::vector<floats>(4, r), 1)) {
+      CHECK(sum == v.size());
+      CHECK(host != fiber::detail::host_key());
+    }
+    pool.close();
+    pool.join();
+  }
+  fiber::set_config("local_transport", "ipc");
+}
 
 TEST_CASE("objects across the Slurm rig's hosts: one copy per host, about one sent, all freed", "[faults][slurm]") {
   if (!fiber_test::slurm_answers())

@@ -155,8 +155,14 @@ public:
     id_.become_worker(std::move(name), std::move(secret));
     if (masters_dir && !env.run_dir.empty()) dir_.adopt(env.run_dir, env.secret_file);
     // A job-backed worker (another machine, maybe) reaches the services its
-    // master named by its ipc:// URL through the URL it dialled (worker_spec).
-    if (!env.master_ipc.empty()) master_alias_ = {env.master_ipc, env.master};
+    // master named by another of its URLs (ipc://, loopback TCP) through the
+    // URL it dialled (worker_spec).
+    master_url_ = env.master;
+    for (std::size_t at = 0; at < env.master_aliases.size();) {
+      auto end = std::min(env.master_aliases.find(' ', at), env.master_aliases.size());
+      if (end > at) master_aliases_.push_back(env.master_aliases.substr(at, end - at));
+      at = end + 1;
+    }
     if (!env.master.empty())
       host_.fates().set_master([this, url = env.master](std::vector<std::byte> req, request_done done) {
         request(url, liveness_service_id, liveness_op::watch, std::move(req), std::move(done));
@@ -368,7 +374,9 @@ public:
   /// Any thread.
   void request(const std::string& to, std::uint64_t service_id, std::uint32_t op, std::vector<std::byte> payload,
                request_done done, request_expiry expiry = {}) {
-    const std::string& url = !master_alias_.first.empty() && to == master_alias_.first ? master_alias_.second : to;
+    const std::string& url = std::find(master_aliases_.begin(), master_aliases_.end(), to) != master_aliases_.end()
+                                 ? master_url_
+                                 : to;
     if (!fits_in_frame(payload.size())) {
       auto e = std::make_exception_ptr(error(oversize_message("a request", payload.size())));
       return asio::post(ctx_, [e, done = std::move(done)] { done(e, {}); });
@@ -664,9 +672,10 @@ private:
   run_identity id_;
   detail::run_dir dir_;
   std::string default_base_ = "ipc://";
-  std::pair<std::string, std::string> master_alias_; // worker: master's ipc URL -> the URL it dialled
-  std::optional<pem_identity> tls_identity_;         // runtime thread
-  std::shared_ptr<const tls_context> tls_client_;    // made by prepare_tls_client(); runtime thread
+  std::vector<std::string> master_aliases_;       // worker: the master's URLs it reaches through the one it dialled,
+  std::string master_url_;                        // this one
+  std::optional<pem_identity> tls_identity_;      // runtime thread
+  std::shared_ptr<const tls_context> tls_client_; // made by prepare_tls_client(); runtime thread
   std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;

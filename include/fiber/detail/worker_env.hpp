@@ -29,9 +29,9 @@ struct worker_env {
   std::string worker_id, name, run_dir;
   std::string parent_name, parent_pid, parent_host; ///< for fiber::parent_process()
   std::string worker_nonce;                         ///< one-time nonce for the first proof (local workers)
-  std::string master_ipc;                           ///< the master's ipc:// URL, reached through `master` instead
-  std::string registry_salt;                        ///< tests: pretend to be another build
-  bool pdeathsig = false;                           ///< die with the parent (local workers)
+  std::string master_aliases; ///< the master's other URLs (space-separated), reached through `master` instead
+  std::string registry_salt;  ///< tests: pretend to be another build
+  bool pdeathsig = false;     ///< die with the parent (local workers)
 
   bool is_worker() const noexcept { return !master.empty(); }
 };
@@ -68,12 +68,18 @@ inline worker_env take_worker_environment() {
     bool wipe;
   };
   std::string pdeath;
-  const field fields[] = {{"MASTER", &w.master, false},           {"SECRET", &w.secret, true},
-                          {"SECRET_FILE", &w.secret_file, false}, {"WORKER_ID", &w.worker_id, false},
-                          {"WORKER_NAME", &w.name, false},        {"RUN_DIR", &w.run_dir, false},
-                          {"PARENT_NAME", &w.parent_name, false}, {"PARENT_PID", &w.parent_pid, false},
-                          {"PARENT_HOST", &w.parent_host, false}, {"WORKER_NONCE", &w.worker_nonce, true},
-                          {"MASTER_IPC", &w.master_ipc, false},   {"REGISTRY_SALT", &w.registry_salt, false},
+  const field fields[] = {{"MASTER", &w.master, false},
+                          {"SECRET", &w.secret, true},
+                          {"SECRET_FILE", &w.secret_file, false},
+                          {"WORKER_ID", &w.worker_id, false},
+                          {"WORKER_NAME", &w.name, false},
+                          {"RUN_DIR", &w.run_dir, false},
+                          {"PARENT_NAME", &w.parent_name, false},
+                          {"PARENT_PID", &w.parent_pid, false},
+                          {"PARENT_HOST", &w.parent_host, false},
+                          {"WORKER_NONCE", &w.worker_nonce, true},
+                          {"MASTER_ALIASES", &w.master_aliases, false},
+                          {"REGISTRY_SALT", &w.registry_salt, false},
                           {"PDEATHSIG", &pdeath, false}};
   constexpr std::string_view prefix = "FIBER_INTERNAL_";
   std::vector<std::string> names;

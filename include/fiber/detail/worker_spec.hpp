@@ -62,9 +62,13 @@ inline backend::job_spec worker_spec(backend::launcher& l, std::uint64_t id, con
     // cluster manager shows).
     s.env.emplace_back("FIBER_INTERNAL_SECRET", rt.secret());
     // Services (a Queue, a Pipe, an object) made before this process
-    // listened on TCP carry its ipc:// URL, which another machine cannot
-    // reach: tell the worker to use `url` for it (see runtime::request).
-    s.env.emplace_back("FIBER_INTERNAL_MASTER_IPC", rt.ipc_url());
+    // listened for other machines carry another of its URLs (ipc://, or
+    // loopback TCP with local_transport = tcp), which another machine cannot
+    // reach: tell the worker to use `url` for them (see runtime::request).
+    std::string aliases = rt.ipc_url();
+    for (auto& u : rt.listener_urls())
+      if (u != url && u != rt.ipc_url()) aliases += " " + u;
+    s.env.emplace_back("FIBER_INTERNAL_MASTER_ALIASES", aliases);
   }
   // A worker reads these before the handshake that would bring it the
   // master's configuration (io_threads_batch when its runtime starts, TLS
