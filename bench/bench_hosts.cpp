@@ -48,11 +48,14 @@
 //
 //   bench_hosts [--reps 5] [--pairs 9] [--trips 2000] [--stream 20000] [--tasks 200] [--ideal 2.0]
 //               [--hosts 3] [--transports tcp,tls] [--parts rtt,stream,payload,mac,overhead] [--slurm]
-//               [--require-rig] [--control] [--smoke]
+//               [--require-rig] [--control] [--pin] [--smoke]
 // --transports / --parts: a subset (for profiling one figure; rows of the
 // others then read n/a); --no-baseline: fiber alone (for perf stat / strace);
 // --control: the mac part with neither Pool tagged (an A/A run, as
 // bench_frame_mac's), to read the method's own bias and noise across hosts.
+// --pin: every thread of the master on CPU 0, the workers on CPU 1 (taskset),
+// so that two Pools' round trips differ only by what their links do, not by
+// where the scheduler put their threads (the rows say "pinned").
 #include "bench_mac_pair.hpp"
 #include "bench_netns.hpp"
 #include "bench_tasks.hpp"
@@ -317,6 +320,7 @@ int main(int argc, char** argv) {
   const bool require_rig = std::find(a.rest.begin(), a.rest.end(), "--require-rig") != a.rest.end();
   const bool no_baseline = std::find(a.rest.begin(), a.rest.end(), "--no-baseline") != a.rest.end();
   bench::mac_control = std::find(a.rest.begin(), a.rest.end(), "--control") != a.rest.end();
+  const bool pin = std::find(a.rest.begin(), a.rest.end(), "--pin") != a.rest.end();
   const std::string transports = bench::opt(a, "--transports").value_or("tcp,tls"), parts = [&] {
     auto p = bench::opt(a, "--parts").value_or("rtt,stream,payload,mac,overhead");
     return p == "one" ? std::string("rtt,stream,payload") : p;
@@ -334,6 +338,14 @@ int main(int argc, char** argv) {
                 why.c_str());
     bench::row(rt_name + ", tcp://", "median µs", "skipped: no rig", "-", "-", "≤ 1.2x", "n/a");
     return require_rig ? 1 : 0;
+  }
+  if (pin) {
+    if (std::thread::hardware_concurrency() < 2 || !pin_this_process(0)) {
+      std::printf("--pin: needs two CPUs this process may use\n");
+      return 1;
+    }
+    place().worker_cpus = "1";
+    std::printf("pinned: master on CPU 0, workers on CPU 1\n");
   }
   tls_files tls;
   const bool have_tls = make_tls(tls, nhosts);
@@ -449,7 +461,7 @@ int main(int argc, char** argv) {
 
   // ---- rows ----
   auto m = [&](const std::string& k) { return bench::median(s[k]); };
-  std::string one = ", 1 worker on " + ns_name(1);
+  std::string one = ", 1 worker on " + ns_name(1) + (pin ? " (pinned)" : "");
   for (bool use_tls : {false, true}) {
     if (use_tls && !have_tls) {
       bench::row("hosts: tls+tcp://", "all figures", "n/a (no openssl CLI)", "-", "-", "-", "n/a");

@@ -12,13 +12,16 @@
 #include <fiber/backend/local.hpp>
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <unistd.h>
 
 namespace bench::netns {
@@ -34,6 +37,7 @@ inline std::string host_addr(int i) { return "10.200.0." + std::to_string(10 + i
 struct placement {
   std::vector<int> hosts{1};
   std::atomic<std::size_t> next{0};
+  std::string worker_cpus; ///< the workers' CPUs (a taskset -c list); empty: where the scheduler puts them
 };
 inline placement& place() {
   static placement p;
@@ -42,6 +46,21 @@ inline placement& place() {
 inline void place_on(std::vector<int> hosts) {
   place().hosts = std::move(hosts);
   place().next = 0;
+}
+
+/// Pins every thread of this process to `cpu` (threads made later inherit
+/// it from their maker); false when the kernel refuses.
+inline bool pin_this_process(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  bool ok = true;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (auto* e = ::readdir(d))
+      if (e->d_name[0] != '.') ok = ::sched_setaffinity(std::atoi(e->d_name), sizeof set, &set) == 0 && ok;
+    ::closedir(d);
+  }
+  return ok;
 }
 
 /// Starts each job with fiber's local launcher inside a rig host's network
@@ -65,6 +84,7 @@ public:
       const auto& h = place().hosts;
       hosts.push_back(ns_name(h[place().next++ % h.size()]));
       s.argv.insert(s.argv.begin(), {"/usr/bin/nsenter", "--net=/run/netns/" + hosts.back(), "--"});
+      if (!place().worker_cpus.empty()) s.argv.insert(s.argv.begin(), {"/usr/bin/taskset", "-c", place().worker_cpus});
     }
     auto jobs = local_->launch(in_ns, std::move(on_exit));
     for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].host = hosts[i];
