@@ -150,7 +150,7 @@ public:
     std::vector<entry> gone; // destroyed unlocked
     std::lock_guard lk(m_);
     for (auto it = entries_.begin(); it != entries_.end();)
-      if (!it->second.owned && it->second.o.users.use_count() == 1) {
+      if (unused(it->second)) {
         held_ -= it->second.held;
         gone.push_back(std::move(it->second));
         it = entries_.erase(it);
@@ -274,6 +274,9 @@ private:
     std::shared_ptr<copy> fetched;
   };
 
+  // Whether `e` may be evicted: not put here, and no reference here uses it.
+  static bool unused(const entry& e) { return !e.owned && e.o.users.use_count() == 1; }
+
   std::optional<opened_object> find_locked(std::uint64_t nonce) {
     auto it = entries_.find(nonce);
     if (it == entries_.end()) return std::nullopt;
@@ -289,7 +292,7 @@ private:
     while (held_ + size > cap || host + size > cap) {
       auto victim = entries_.end();
       for (auto it = entries_.begin(); it != entries_.end(); ++it)
-        if (it->second.held && !it->second.owned && it->second.o.users.use_count() == 1 &&
+        if (it->second.held && unused(it->second) &&
             (victim == entries_.end() || it->second.last_use < victim->second.last_use))
           victim = it;
       if (victim == entries_.end()) return false;
