@@ -241,11 +241,29 @@ inline std::optional<std::string> opt(const common_args& a, const std::string& n
   return std::nullopt;
 }
 
+/// How an idle CPU waits, e.g. "cpuidle haltpoll, guest_halt_poll_ns 0":
+/// in a KVM guest whose idle vCPUs halt at once, every wakeup across CPUs
+/// pays a VM exit, which moves round trips by tens of µs (docs/RATIONALE.md).
+inline std::string idle_policy() {
+  auto first_line = [](const char* path) {
+    std::ifstream f(path);
+    std::string s;
+    std::getline(f, s);
+    return s;
+  };
+  std::string driver = first_line("/sys/devices/system/cpu/cpuidle/current_driver");
+  if (driver.empty()) return "cpuidle ?";
+  std::string s = "cpuidle " + driver;
+  if (driver == "haltpoll")
+    s += ", guest_halt_poll_ns " + first_line("/sys/module/haltpoll/parameters/guest_halt_poll_ns");
+  return s;
+}
+
 inline void header(const char* what) {
   char host[256] = "?";
   ::gethostname(host, sizeof host);
-  std::printf("# %s  (nproc %ld, host %s; unpinned: threads and processes go where the scheduler puts them)\n", what,
-              ::sysconf(_SC_NPROCESSORS_ONLN), host);
+  std::printf("# %s  (nproc %ld, host %s, %s; unpinned: threads and processes go where the scheduler puts them)\n",
+              what, ::sysconf(_SC_NPROCESSORS_ONLN), host, idle_policy().c_str());
   std::fflush(stdout);
 }
 

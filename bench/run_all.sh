@@ -270,12 +270,15 @@ else
 fi
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+# How idle CPUs wait (a KVM guest whose vCPUs halt at once pays a VM exit per wakeup: docs/RATIONALE.md).
+idle="cpuidle $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo '?')"
+[[ $idle == "cpuidle haltpoll" ]] && idle+=", guest_halt_poll_ns $(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns)"
 {
   echo "# fiber benchmarks against their peers"
   echo
   echo "Written by \`bench/run_all.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC')."
   echo
-  echo "- Machine: $(nproc) CPUs ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
+  echo "- Machine: $(nproc) CPUs ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr), $idle"
   echo "- Load average when the runs started / ended: $load_start / $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- Commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- include bench ':!bench/RESULTS.md' 2>/dev/null || echo ' (with local changes)')"
   echo "- Build: Release (\`-O3 -DNDEBUG\`), $build/ (rows marked FIBER_STATIC_DEPS=ON: $build_static/); baselines: ${peers#"$root"/} (Python: $BENCH_PYTHON, C: gcc -O2)"
