@@ -7,6 +7,8 @@
 //  - a fiber program a target runs is a master of its own (its main runs)
 //  - RLIMIT_NOFILE 200 and 250 Processes: a clear error, and a master out of
 //    descriptors does not spin on its accept
+//  - a Pool whose workers' threads a cgroup's pids.max (or kernel.pid_max)
+//    cannot hold: a clear error before any worker starts (issue 31)
 //  - the run directory removed mid-map: replacements still start
 //  - what a job leaves in its process group is killed before the job is reaped
 //  - FIBER_HEARTBEAT_INTERVAL_MS=0 (and other values out of range): config_error
@@ -21,6 +23,7 @@
 #include <fiber/target.hpp>
 #include <fiber/detail/actor.hpp>
 #include <fiber/detail/handshake.hpp>
+#include <fiber/detail/pid_budget.hpp>
 
 #include "support.hpp"
 
@@ -38,7 +41,9 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <csignal>
 #include <string>
+#include <thread>
 #include <utility>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -47,6 +52,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -290,6 +296,63 @@ TEST_CASE("edges (child): 250 Processes under RLIMIT_NOFILE 200", "[.][edges-fd-
 TEST_CASE("edges: RLIMIT_NOFILE 200 and 250 Processes: a clear error, and no spinning", "[faults][edges]") {
   auto [out,
         status] = run("timeout -s KILL 120 sh -c 'ulimit -n 200 && exec \"$0\" \"[edges-fd-child]\"' " + self_exe());
+  INFO(out);
+  CHECK(status == 0);
+  CHECK(out.find("All tests passed") != std::string::npos);
+}
+
+TEST_CASE("edges (child): a Pool of 40 in a cgroup of pids.max 150", "[.][edges-pids-child]") {
+  std::string error;
+  try {
+    fiber::Pool pool{fiber::target<&square>, {.processes = 40}};
+    error = "the Pool started; its map gave " + std::to_string(pool.map(std::vector<int>{1, 2, 3}).size());
+  } catch (const fiber::backend_error& e) {
+    error = e.what();
+  }
+  INFO("error: " << error);
+  REQUIRE(error.find("pids.max of cgroup /sys/fs/cgroup/pids/fiber-edges-") != std::string::npos);
+  CHECK(error.find("is 150 with") != std::string::npos);
+  CHECK(error.find("needs about") != std::string::npos);
+  // Nothing was started: this process has no child.
+  std::ifstream children("/proc/self/task/" + std::to_string(::getpid()) + "/children");
+  std::string kids;
+  std::getline(children, kids);
+  CHECK(kids.empty());
+}
+
+TEST_CASE("edges: workers whose threads the kernel cannot hold: a clear error before any starts", "[faults][edges]") {
+  // kernel.pid_max's worth of workers never fits: the check names a limit.
+  const auto limits = fiber::detail::pid_limits();
+  REQUIRE(!limits.empty());
+  CHECK(limits.front().name == "kernel.pid_max");
+  CHECK(limits.front().used > 0);
+  CHECK(fiber::detail::worker_threads() >= 4); // nng's threads and fiber's two
+  try {
+    fiber::detail::reserve_threads(std::size_t(limits.front().limit), "a test");
+    FAIL("no backend_error");
+  } catch (const fiber::backend_error& e) {
+    CHECK(std::string(e.what()).find("a test: needs about") != std::string::npos);
+  }
+
+  // A Pool in a cgroup that holds 150 tasks (its workers have 13 threads and
+  // more each here): backend_error naming the cgroup, before any starts.
+  const std::string cg = "/sys/fs/cgroup/pids/fiber-edges-" + std::to_string(::getpid());
+  if (::geteuid() != 0 || ::mkdir(cg.c_str(), 0755) != 0) {
+    WARN("no pids cgroup could be made here (" << cg << ": " << std::strerror(errno) << "): the Pool case is not run");
+    return;
+  }
+  std::ofstream(cg + "/pids.max") << "150\n";
+  auto [out, status] = run("sh -c 'echo $$ > " + cg +
+                           "/cgroup.procs && exec timeout -s KILL 120 \"$0\" \"[edges-pids-child]\"' " + self_exe());
+  // Whatever the child left (if the check failed, its workers): killed, then the cgroup removed.
+  for (int round = 0; round < 50; ++round) {
+    std::ifstream procs(cg + "/cgroup.procs");
+    bool any = false;
+    for (long pid; procs >> pid; any = true) ::kill(pid_t(pid), SIGKILL);
+    if (!any) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  CHECK(::rmdir(cg.c_str()) == 0);
   INFO(out);
   CHECK(status == 0);
   CHECK(out.find("All tests passed") != std::string::npos);

@@ -205,7 +205,7 @@ private:
     }
     // Checked once for all missing.
     if (missing > fds_reserved_) {
-      sup_->reserve_fds(std::size_t(missing) * fds_per_worker, missing);
+      sup_->reserve(std::size_t(missing) * fds_per_worker, missing);
       fds_reserved_ = missing;
     }
     fds_reserved_ -= n;
@@ -569,7 +569,7 @@ private:
   std::shared_ptr<supervisor> sup_;
   pool_roster roster_;
   unsigned next_worker_index_ = 1;
-  unsigned fds_reserved_ = 0; // launches the last reserve_fds covered
+  unsigned fds_reserved_ = 0; // launches the last reserve covered
   const unsigned start_window_ = std::max(2u, std::thread::hardware_concurrency());
   unsigned start_extra_ = 0; // more allowed to start, after stagger periods without a connection
   bool connected_since_stagger_ = false;
