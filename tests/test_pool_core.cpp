@@ -318,3 +318,31 @@ TEST_CASE("pool_scheduler: join waits for outstanding work, then for the workers
   r.end_job(r.host.launched[0]);
   CHECK(done);
 }
+
+TEST_CASE("pool_scheduler: each chunk goes to the worker holding the fewest, then the lowest id", "[pool_scheduler]") {
+  rig r(settings(3)); // a credit window of 2 chunks (prefetch) until results come
+  r.host.connect_all();
+  REQUIRE(r.host.links.size() == 3);
+  std::vector<std::shared_ptr<fake_link>> w;
+  for (auto& [id, l] : r.host.links) w.push_back(l);
+  auto values = [](const fake_link& l) {
+    std::vector<int> v;
+    for (auto& [cid, items] : l.tasks()) v.insert(v.end(), items.begin(), items.end());
+    return v;
+  };
+  for (int seq = 0; seq < 6; ++seq) r.submit(std::uint64_t(seq), {seq});
+  r.settle();
+  CHECK(values(*w[0]) == std::vector<int>{0, 3});
+  CHECK(values(*w[1]) == std::vector<int>{1, 4});
+  CHECK(values(*w[2]) == std::vector<int>{2, 5});
+
+  // Every window is full: the next chunk waits for a result, then goes to
+  // the worker that sent it.
+  r.submit(6, {6});
+  r.settle();
+  CHECK(values(*w[0]).size() + values(*w[1]).size() + values(*w[2]).size() == 6);
+  answer(w[1]->on_message, w[1]->tasks()[0].first, {1});
+  r.settle();
+  CHECK(values(*w[1]) == std::vector<int>{1, 4, 6});
+  CHECK(r.results[1] == std::vector<int>{1});
+}

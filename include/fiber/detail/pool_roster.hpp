@@ -266,7 +266,8 @@ public:
     return n;
   }
 
-  /// Gives free seats (at most `processes` workers take tasks) to ready workers.
+  /// Gives free seats (at most `processes` workers take tasks) to ready
+  /// workers; those seated now are open (see next_open).
   void seat(unsigned processes) {
     unsigned seated = 0;
     for (auto& [id, w] : workers) seated += w.seated && !w.retiring;
@@ -275,11 +276,46 @@ public:
       if (!w.seated && w.ready && !w.retiring && !w.exited && w.link && !w.link->closed()) {
         w.seated = true;
         ++seated;
+        reopen(id);
       }
     }
   }
 
+  /// Whether `w` may be sent another chunk now.
+  static bool can_take(const pool_worker& w, unsigned prefetch, unsigned maxtasksperchild) {
+    return w.seated && w.ready && w.link && !w.link->closed() && !w.exited && !w.retiring &&
+           w.held.size() < w.window(prefetch) && !w.spent(maxtasksperchild);
+  }
+
+  /// Worker `id` may take chunks again (its results came, or it was just
+  /// sent one): it goes back into the dispatch order.
+  void reopen(std::uint64_t id) {
+    if (auto it = workers.find(id); it != workers.end()) open_.insert({it->second.held.size(), id});
+  }
+
+  /// The worker the next chunk goes to, or 0 when none can take one: the
+  /// one holding the fewest chunks, then the lowest id — the order of passes
+  /// over all workers, each giving one chunk to those holding no more than
+  /// the pass number, without visiting every worker for each chunk. Entries
+  /// are checked as they are taken: one that cannot take a chunk is
+  /// dropped until reopen() or seat() puts it back.
+  std::uint64_t next_open(unsigned prefetch, unsigned maxtasksperchild) {
+    while (!open_.empty()) {
+      const auto [held, id] = *open_.begin();
+      open_.erase(open_.begin());
+      auto it = workers.find(id);
+      if (it == workers.end()) continue;
+      if (it->second.held.size() != held) { // stale: its results came since
+        open_.insert({it->second.held.size(), id});
+        continue;
+      }
+      if (can_take(it->second, prefetch, maxtasksperchild)) return id;
+    }
+    return 0;
+  }
+
 private:
+  std::set<std::pair<std::size_t, std::uint64_t>> open_; // (chunks held, worker id): see next_open
   std::uint64_t next_chunk_ = 1, next_dispatch_ = 1;
 };
 

@@ -258,6 +258,7 @@ private:
   void retire(std::uint64_t id) {
     auto& w = roster_.workers[id];
     w.retiring = true;
+    reseat_ = true;
     sup_->retire(id);
     if (w.held.empty()) {
       if (w.link) w.link->send(frame(frame_kind::shutdown));
@@ -273,6 +274,7 @@ private:
     auto& w = it->second;
     w.link = l;
     w.ready = !s_.initializer; // else once its initializer has run
+    reseat_ = true;
     connected_since_stagger_ = true;
     if (wants_workers()) {
       if (roster_.starting() == 0) start_extra_ = 0;
@@ -321,6 +323,7 @@ private:
     }
     failed_inits_ = 0;
     it->second.ready = true;
+    reseat_ = true;
     dispatch();
   }
 
@@ -341,6 +344,7 @@ private:
       chunks.erase(it);
       rec.deliver(shared_bytes{owner, r.results});
     }
+    if (wit != workers.end()) roster_.reopen(wid);
     if (wit != workers.end() && wit->second.held.empty() && wit->second.link) {
       auto& w = wit->second;
       if (w.spent(s_.maxtasksperchild) && !w.retiring) { // maxtasksperchild: it exits, another takes its place
@@ -354,29 +358,25 @@ private:
     maybe_finish();
   }
 
-  // Fill every worker's credit window, one chunk per worker per pass so a
-  // small map spreads over all workers instead of queueing behind one.
+  // Fill every worker's credit window, the worker holding the fewest chunks
+  // first (pool_roster::next_open), so a small map spreads over all workers
+  // instead of queueing behind one.
   void dispatch() {
     auto& pending = roster_.pending;
+    if (std::exchange(reseat_, false)) roster_.seat(s_.processes);
     if (pending.empty()) return;
-    roster_.seat(s_.processes);
     std::map<std::uint64_t, std::vector<const pool_chunk*>> batches;
-    unsigned passes = s_.prefetch;
-    for (auto& [id, w] : roster_.workers) passes = std::max(passes, w.window(s_.prefetch));
     const auto now = clock::now();
-    for (unsigned pass = 0; pass < passes && !pending.empty(); ++pass) {
-      for (auto& [id, w] : roster_.workers) {
-        if (pending.empty()) break;
-        if (!w.seated || !w.ready || w.link->closed() || w.exited || w.retiring || w.held.size() > pass ||
-            w.held.size() >= w.window(s_.prefetch) || w.spent(s_.maxtasksperchild))
-          continue;
-        auto cid = pending.front();
-        pending.pop_front();
-        auto it = roster_.chunks.find(cid);
-        if (it == roster_.chunks.end()) continue;
-        roster_.mark_sent(cid, it->second, id, w, now);
+    while (!pending.empty()) {
+      const auto id = roster_.next_open(s_.prefetch, s_.maxtasksperchild);
+      if (id == 0) break;
+      auto cid = pending.front();
+      pending.pop_front();
+      if (auto it = roster_.chunks.find(cid); it != roster_.chunks.end()) {
+        roster_.mark_sent(cid, it->second, id, roster_.workers.find(id)->second, now);
         batches[id].push_back(&it->second); // chunks are not modified before the frames are built
       }
+      roster_.reopen(id); // in the order again by what it holds now; dropped once full
     }
     // In dispatch order: runs of small chunks share a frame; a chunk with
     // large arguments has a frame of its own, its arguments the frame's tail.
@@ -433,6 +433,7 @@ private:
     if (it == roster_.workers.end()) return;
     auto& w = it->second;
     w.exited = true;
+    reseat_ = true;
     w.exit_reason = ex.reason;
     if (w.exit_wait) { // its link was lost first: charge with the backend's words
       w.exit_wait.reset();
@@ -471,6 +472,7 @@ private:
     if (it->second.link) it->second.link->close("job ended");
     lose(id, it->second.exit_reason.empty() ? "job ended" : "job ended: " + it->second.exit_reason);
     roster_.workers.erase(id);
+    reseat_ = true;
     if (sup_->start_budget_exhausted(s_.processes)) {
       fail_all(sup_->start_failure());
       return maybe_finish();
@@ -569,6 +571,7 @@ private:
   std::shared_ptr<supervisor> sup_;
   pool_roster roster_;
   unsigned next_worker_index_ = 1;
+  bool reseat_ = false;       // a worker became ready, retired, exited or left: seats to hand out (roster's seat)
   unsigned fds_reserved_ = 0; // launches the last reserve covered
   const unsigned start_window_ = std::max(2u, std::thread::hardware_concurrency());
   unsigned start_extra_ = 0; // more allowed to start, after stagger periods without a connection
