@@ -1,22 +1,29 @@
 // SPDX-License-Identifier: BSL-1.0
 // bench_curves: how a local Pool's costs grow with its number of workers
 // (issue 22), for the plots bench/run_all.sh draws. For each N of
-// --workers-list (default 1,2,4,...,1024): a Pool of N local workers is
+// --workers-list (default 1,2,4,...,4096): a Pool of N local workers is
 // constructed and the bench waits until all N have connected (time to
 // all-workers-up); then a map of --empty-tasks (default 1000000) empty tasks
 // (automatic chunksize) and a map of max(20·N, 2000) tasks sleeping 1 ms
 // (automatic chunksize; ideal N·1000 tasks/s) on the same Pool give tasks/s;
-// the master's RSS is read once all are up and again after the maps. Medians
-// of --reps runs (default 3) per N; the Pool is terminated between runs.
+// the master's RSS is read once all are up and again after the maps. Once all
+// are up, the master's CPU is read over --idle seconds (default 2) of nothing
+// to do (heartbeats and bookkeeping: issue 31), and the workers' private
+// memory (USS) and PSS, mean over up to 32 of them. Medians
+// of --reps runs (default 3) per N; the Pool is terminated between runs. A
+// size whose workers' threads or descriptors this host cannot hold reads
+// "failed" with fiber's backend_error (which limit, how many needed).
 // No baseline is run here: the mp.Pool figures of the same shapes are in
 // bench_throughput and bench_overhead, the ideal is drawn from its formula.
 //
 // Writes one CSV line per N to --csv FILE (default: stdout only):
 //   workers,up_s,empty_tasks_per_s,ms_tasks_per_s,ms_ideal_tasks_per_s,
-//   master_rss_up_mib,master_rss_after_mib,worker_threads
+//   master_rss_up_mib,master_rss_after_mib,worker_threads,master_idle_cpu_pct,
+//   worker_uss_mib,worker_pss_mib
 // and one `ROW |` line per N for RESULTS.md's table.
 //
-//   bench_curves [--workers-list 1,2,...,1024] [--empty-tasks 1000000] [--reps 3] [--wait 240] [--csv FILE] [--smoke]
+//   bench_curves [--workers-list 1,2,...,4096] [--empty-tasks 1000000] [--reps 3] [--wait 240] [--idle 2]
+//                [--csv FILE] [--smoke]
 #include "bench_util.hpp"
 
 #include <fiber/fiber.hpp>
@@ -37,10 +44,18 @@ struct point {
   std::string why;
   double up_s = NAN, empty_tps = NAN, ms_tps = NAN;
   double rss_up_mib = NAN, rss_after_mib = NAN;
+  double idle_cpu_pct = NAN, worker_uss_mib = NAN, worker_pss_mib = NAN;
   int threads = -1;
 };
 
-point run(unsigned n, int empty_tasks, double wait_s) {
+/// CPU seconds this process has used, all its threads.
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+point run(unsigned n, int empty_tasks, double wait_s, double idle_s) {
   point p;
   try {
     auto t0 = bench::clk::now();
@@ -57,6 +72,21 @@ point run(unsigned n, int empty_tasks, double wait_s) {
     p.rss_up_mib = double(bench::process_memory(0).rss) / 1024;
     auto pids = pool.worker_pids();
     if (!pids.empty()) p.threads = bench::thread_count(long(pids.front()));
+    {
+      const double c0 = cpu_seconds();
+      const auto w0 = bench::clk::now();
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(idle_s)); // the measured window, not a wait for an event
+      p.idle_cpu_pct = 100.0 * (cpu_seconds() - c0) / bench::seconds_since(w0);
+      double uss = 0, pss = 0;
+      int k = 0;
+      for (std::size_t i = 0; i < pids.size() && k < 32; i += std::max<std::size_t>(1, pids.size() / 32)) {
+        auto m = bench::process_memory(long(pids[i]));
+        if (m.uss < 0) continue;
+        uss += double(m.uss), pss += double(m.pss), ++k;
+      }
+      if (k) p.worker_uss_mib = uss / k / 1024, p.worker_pss_mib = pss / k / 1024;
+    }
     {
       std::vector<int> in(std::size_t(empty_tasks), 0);
       auto t1 = bench::clk::now();
@@ -99,10 +129,11 @@ std::vector<unsigned> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   fiber::init(argc, argv);
   auto a = bench::parse_common(argc, argv);
-  const auto list =
-      parse_list(bench::opt(a, "--workers-list").value_or(a.smoke ? "1,2,4" : "1,2,4,8,16,32,64,128,256,512,1024"));
+  const auto list = parse_list(
+      bench::opt(a, "--workers-list").value_or(a.smoke ? "1,2,4" : "1,2,4,8,16,32,64,128,256,512,1024,2048,4096"));
   const int empty_tasks = a.smoke ? 5000 : std::atoi(bench::opt(a, "--empty-tasks").value_or("1000000").c_str());
   const double wait_s = std::atof(bench::opt(a, "--wait").value_or(a.smoke ? "60" : "240").c_str());
+  const double idle_s = std::atof(bench::opt(a, "--idle").value_or(a.smoke ? "0.5" : "2").c_str());
   const auto csv_path = bench::opt(a, "--csv");
   fiber::set_log_level(fiber::log_level::error);
   rlimit rl{};
@@ -119,17 +150,17 @@ int main(int argc, char** argv) {
     if (!csv) std::fprintf(stderr, "bench_curves: cannot write %s\n", csv_path->c_str());
   }
   const char* head = "workers,up_s,empty_tasks_per_s,ms_tasks_per_s,ms_ideal_tasks_per_s,master_rss_up_mib,"
-                     "master_rss_after_mib,worker_threads\n";
+                     "master_rss_after_mib,worker_threads,master_idle_cpu_pct,worker_uss_mib,worker_pss_mib\n";
   if (csv) std::fputs(head, csv);
   for (unsigned n : list) {
     std::vector<point> pts;
     std::string why;
     for (int rep = 0; rep < a.reps; ++rep) {
-      auto p = run(n, empty_tasks, wait_s);
+      auto p = run(n, empty_tasks, wait_s, idle_s);
       std::printf("N=%u rep %d: %s all up %.3f s | empty %.3g tasks/s | 1 ms %.3g tasks/s (ideal %.3g) | master RSS "
-                  "%.1f / %.1f MiB | %d threads per worker\n",
+                  "%.1f / %.1f MiB | master idle CPU %.2f%% | per worker %d threads, USS %.2f MiB, PSS %.2f MiB\n",
                   n, rep + 1, p.ok ? "" : ("failed (" + p.why + ")").c_str(), p.up_s, p.empty_tps, p.ms_tps, 1000.0 * n,
-                  p.rss_up_mib, p.rss_after_mib, p.threads);
+                  p.rss_up_mib, p.rss_after_mib, p.idle_cpu_pct, p.threads, p.worker_uss_mib, p.worker_pss_mib);
       std::fflush(stdout);
       if (p.ok) pts.push_back(p);
       else why = p.why;
@@ -145,9 +176,11 @@ int main(int argc, char** argv) {
       return bench::median(x);
     };
     const double up = med(&point::up_s), e = med(&point::empty_tps), ms = med(&point::ms_tps),
-                 r0 = med(&point::rss_up_mib), r1 = med(&point::rss_after_mib);
+                 r0 = med(&point::rss_up_mib), r1 = med(&point::rss_after_mib), idle = med(&point::idle_cpu_pct),
+                 uss = med(&point::worker_uss_mib), pss = med(&point::worker_pss_mib);
     if (csv) {
-      std::fprintf(csv, "%u,%.4f,%.1f,%.1f,%.1f,%.2f,%.2f,%d\n", n, up, e, ms, 1000.0 * n, r0, r1, pts[0].threads);
+      std::fprintf(csv, "%u,%.4f,%.1f,%.1f,%.1f,%.2f,%.2f,%d,%.3f,%.3f,%.3f\n", n, up, e, ms, 1000.0 * n, r0, r1,
+                   pts[0].threads, idle, uss, pss);
       std::fflush(csv);
     }
     bench::row("curve: Pool of " + std::to_string(n) + " local workers",
@@ -155,6 +188,11 @@ int main(int argc, char** argv) {
                bench::fmt("%.3f", up) + "; " + bench::fmt("%.3g", e) + " / " + bench::fmt("%.3g", ms) + "; " +
                    bench::fmt("%.1f", r1),
                "-", "1 ms tasks: " + bench::fmt("%.2f", ms / (1000.0 * n)) + " of ideal", "-", "-");
+    bench::row("curve: Pool of " + std::to_string(n) + " local workers, idle",
+               "master CPU % of one core; per worker: threads, USS / PSS MiB",
+               bench::fmt("%.2f", idle) + "%; " + std::to_string(pts[0].threads) + ", " + bench::fmt("%.2f", uss) +
+                   " / " + bench::fmt("%.2f", pss),
+               "-", "-", "-", "-");
   }
   if (csv) std::fclose(csv);
   return 0;

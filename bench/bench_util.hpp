@@ -191,6 +191,7 @@ inline std::string verdict(bool ok, bool known = true) { return !known ? "n/a" :
 /// Resident set (VmRSS) and proportional set (Pss) of a process, KiB; -1 if unknown.
 struct mem_kib {
   long rss = -1, pss = -1;
+  long uss = -1; ///< private (clean + dirty): what the process alone holds
 };
 inline mem_kib process_memory(long pid) {
   mem_kib m;
@@ -202,6 +203,8 @@ inline mem_kib process_memory(long pid) {
   std::ifstream sm(base + "/smaps_rollup");
   while (std::getline(sm, line))
     if (line.rfind("Pss:", 0) == 0) m.pss = std::atol(line.c_str() + 4);
+    else if (line.rfind("Private_Clean:", 0) == 0 || line.rfind("Private_Dirty:", 0) == 0)
+      m.uss = std::max(m.uss, 0L) + std::atol(line.c_str() + 14);
   return m;
 }
 
@@ -227,8 +230,11 @@ inline common_args parse_common(int argc, char** argv) {
     std::string s = argv[i];
     if (s == "--smoke") a.smoke = true;
     else if (s == "--reps" && i + 1 < argc) a.reps = std::max(1, std::atoi(argv[++i])), a.reps_given = true;
-    else if (s == "--workers" && i + 1 < argc) a.workers = unsigned(std::max(1, std::atoi(argv[++i])));
-    else a.rest.push_back(s);
+    else if (s == "--workers" && i + 1 < argc) { // also left in rest: benches that read opt("--workers") see it
+      a.workers = unsigned(std::max(1, std::atoi(argv[i + 1])));
+      a.rest.push_back(s);
+      a.rest.push_back(argv[++i]);
+    } else a.rest.push_back(s);
   }
   if (a.smoke) a.reps = 1;
   return a;

@@ -7,7 +7,8 @@
 #
 # data/overhead.csv      (bench_overhead --csv)       -> out/overhead_vs_duration.png
 # data/curves.csv        (bench_curves --csv)         -> out/tasks_per_s_vs_workers.png,
-#                                                        out/master_rss_vs_workers.png
+#                                                        out/master_rss_vs_workers.png,
+#                                                        out/idle_cost_vs_workers.png
 # data/curves.csv + data/curves_slurm.csv (bench_curves_slurm --csv)
 #                                                     -> out/all_up_vs_workers.png
 
@@ -82,9 +83,20 @@ if (have(fc)) {
   set ylabel 'master RSS [MiB]'
   plot fc using 1:6 skip 1 lw 2 pt 7 title 'all workers up', \
        fc using 1:7 skip 1 lw 2 pt 5 title 'after the two maps'
+
+  set output out.'/idle_cost_vs_workers.png'
+  set multiplot layout 1,2 title 'Local fiber::Pool, all workers idle (bench_curves)'.sub
+  unset title
+  set ylabel "master CPU while idle [% of one core]"
+  set key top left
+  plot fc using 1:9 skip 1 lw 2 pt 7 title 'master (heartbeats, bookkeeping)'
+  set ylabel 'per idle worker [MiB]'
+  plot fc using 1:10 skip 1 lw 2 pt 7 title 'private (USS)', \
+       fc using 1:11 skip 1 lw 2 pt 5 title 'proportional (PSS)'
+  unset multiplot
   unset logscale
 } else {
-  print sprintf("plots.gp: no %s: tasks_per_s_vs_workers.png and master_rss_vs_workers.png skipped", fc)
+  print sprintf("plots.gp: no %s: tasks_per_s_vs_workers.png, master_rss_vs_workers.png and idle_cost_vs_workers.png skipped", fc)
 }
 
 # ---- time to all workers up against workers -----------------------------------

@@ -261,7 +261,7 @@ if command -v gnuplot >/dev/null; then
   stamp="$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null), $(nproc) CPUs$( ((smoke)) && echo ', --smoke: not a measurement')"
   gnuplot -e "data='$csvdir'; out='$plotdir'; stamp='$stamp'" bench/plots.gp >"$logdir/plots.log" 2>&1 ||
     echo "run_all.sh: gnuplot failed (see $logdir/plots.log)"
-  for p in overhead_vs_duration tasks_per_s_vs_workers all_up_vs_workers master_rss_vs_workers; do
+  for p in overhead_vs_duration tasks_per_s_vs_workers all_up_vs_workers master_rss_vs_workers idle_cost_vs_workers; do
     [[ -s $plotdir/$p.png && $plotdir/$p.png -nt $logdir/.plots-start ]] && plots+=("$p") # drawn now
   done
   echo "run_all.sh: plots in $plotdir: ${plots[*]:-none}"
@@ -304,6 +304,7 @@ idle="cpuidle $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null |
       [tasks_per_s_vs_workers]="Tasks/s of a local Pool against its workers (bench_curves): empty tasks and 1 ms tasks (automatic chunksize), with the 1 ms ideal (workers × 1000/s). On 2 CPUs."
       [all_up_vs_workers]="Pool construction to all workers connected, against workers: local (bench_curves, 1 → 1024) and Slurm on the three-host rig, array job and srun steps (bench_curves_slurm, 1 → 24)."
       [master_rss_vs_workers]="The master's RSS against workers (bench_curves): once all are up, and after the maps."
+      [idle_cost_vs_workers]="All workers idle (bench_curves): the master's CPU over 2 s (heartbeats and bookkeeping), and each worker's private and proportional memory."
     )
     for p in "${plots[@]}"; do
       echo
