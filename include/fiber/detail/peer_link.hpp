@@ -139,7 +139,10 @@ private:
   }
 
   void tick() {
-    timer_.expires_after(interval_);
+    // On a grid of interval_ shared by every link of every process on the
+    // host (the steady clock is the host's): one wakeup serves them all.
+    const auto now = clock::now().time_since_epoch();
+    timer_.expires_at(clock::time_point(now - now % interval_ + interval_));
     timer_.async_wait([self = shared_from_this()](std::error_code ec) {
       if (ec || self->closed_) return;
       auto now = clock::now();
@@ -148,7 +151,7 @@ private:
       if (self->stream_.take_back_reader()) self->silent_since_ = now;
       if (now - std::max(self->silent_since_, self->stream_.last_received()) > self->timeout_)
         return self->close("heartbeat missed");
-      if (now - self->last_send_ >= self->interval_) self->send(frame(frame_kind::heartbeat));
+      if (now - self->last_send_ >= self->interval_ / 2) self->send(frame(frame_kind::heartbeat));
       self->tick();
     });
   }
