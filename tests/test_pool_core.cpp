@@ -12,6 +12,10 @@
 #include <asio/post.hpp>
 
 #include <cstdint>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <map>
 #include <memory>
 #include <string>
@@ -108,6 +112,8 @@ struct fake_host final : d::worker_host {
 
 struct fake_launcher final : fiber::backend::launcher {
   std::vector<fiber::backend::exit_handler> exits; // by job index
+  fiber::backend::launcher_traits traits_{};
+  fiber::backend::launcher_traits traits() const noexcept override { return traits_; }
   std::vector<std::pair<std::size_t, int>> cancels;
 
   std::string_view name() const noexcept override { return "fake"; }
@@ -345,4 +351,34 @@ TEST_CASE("pool_scheduler: each chunk goes to the worker holding the fewest, the
   r.settle();
   CHECK(values(*w[1]) == std::vector<int>{1, 4, 6});
   CHECK(r.results[1] == std::vector<int>{1});
+}
+
+TEST_CASE("pool_scheduler: the descriptors asked for are a link and the launcher's fds_per_job a worker, and one "
+          "handshake table",
+          "[pool_scheduler][limits]") {
+  // Under a hard RLIMIT_NOFILE that holds 400 workers at 2 descriptors each
+  // (and 64 handshakes) but not at 3: the Pool starts. Before, every worker
+  // was counted at 3, so 10,000 remote workers needed 30,000 descriptors.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::size_t open = 0;
+    if (DIR* dir = ::opendir("/proc/self/fd")) {
+      while (auto* e = ::readdir(dir)) open += e->d_name[0] != '.';
+      ::closedir(dir);
+    }
+    rlimit lim{};
+    lim.rlim_cur = lim.rlim_max = rlim_t(open + 32 + d::max_pending_handshakes + 2 * 400 + 50);
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) ::_exit(3);
+    try {
+      rig r(settings(400));
+      ::_exit(r.host.launched.size() == 400 ? 0 : 2);
+    } catch (const fiber::backend_error&) {
+      ::_exit(1);
+    }
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0); // 1: refused; 2: not all launched
 }

@@ -12,6 +12,7 @@
 #include <asio/any_io_executor.hpp>
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -83,6 +84,10 @@ struct launcher_traits {
   /// Jobs run on the master's cores: a Pool starts about a core's worth at
   /// a time, since more would only share the cores and all connect later.
   bool shares_cores = false;
+  /// File descriptors the launcher holds in the master for each running
+  /// job, besides the job's link: the local backend's pidfd, an srun's. The
+  /// master checks RLIMIT_NOFILE against them before jobs start.
+  std::size_t fds_per_job = 1;
 };
 
 /// A certificate and its private key, PEM.

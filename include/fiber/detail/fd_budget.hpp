@@ -14,10 +14,6 @@
 
 namespace fiber::detail {
 
-/// What one worker costs its master: its link and, locally, a pidfd (+1
-/// spare for a connection still in its handshake).
-inline constexpr std::size_t fds_per_worker = 3;
-
 /// Before starting jobs that cost about `fds` more file descriptors in this
 /// process: if RLIMIT_NOFILE's soft limit is too low, raise it (up to the
 /// hard limit); if even that is too low, throw backend_error naming `who`

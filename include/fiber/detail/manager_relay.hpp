@@ -193,7 +193,7 @@ private:
     if (active >= s_.processes || shut_ || fatal_) return;
     std::vector<std::string> names;
     for (unsigned i = active; i < s_.processes; ++i) names.push_back(s_.name + "-m" + std::to_string(next_index_++));
-    sup_->reserve(names.size() * fds_per_worker, names.size());
+    sup_->reserve(names.size());
     auto ids = sup_->launch(names, s_.res);
     for (std::size_t i = 0; i < ids.size(); ++i) procs_[ids[i]].name = names[i];
   }

@@ -205,7 +205,7 @@ private:
     }
     // Checked once for all missing.
     if (missing > fds_reserved_) {
-      sup_->reserve(std::size_t(missing) * fds_per_worker, missing);
+      sup_->reserve(missing);
       fds_reserved_ = missing;
     }
     fds_reserved_ -= n;

@@ -81,7 +81,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
   void launch(std::shared_ptr<backend::launcher> l) {
     sup = std::make_shared<supervisor>(runtime_host::instance(), std::move(l), "fiber::Process " + name, "processes",
                                        supervisor::forward_to(shared_from_this()));
-    sup->reserve(fds_per_worker, 1);
+    sup->reserve(1);
     worker_id = sup->launch({name}, res).at(0);
     std::lock_guard lk(m);
     job = *sup->job(worker_id);

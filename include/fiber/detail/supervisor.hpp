@@ -9,6 +9,7 @@
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/detail/fd_budget.hpp>
+#include <fiber/detail/handshake.hpp>
 #include <fiber/detail/pid_budget.hpp>
 #include <fiber/detail/worker_host.hpp>
 #include <fiber/error.hpp>
@@ -77,16 +78,19 @@ public:
   backend::launcher& launcher() noexcept { return *launcher_; }
   backend::launcher_traits traits() const noexcept { return launcher_->traits(); }
 
-  /// Before `workers` more workers start: makes sure about `fds` more file
-  /// descriptors may be opened (see reserve_fds), besides those of workers
-  /// of this process that have not connected yet, and, when they are this
-  /// process's children, that the kernel lets their threads exist (see
-  /// reserve_threads). Throws backend_error.
-  void reserve(std::size_t fds, std::size_t workers) const {
+  /// Before `workers` more workers start: makes sure the file descriptors
+  /// they and the workers of this process not connected yet need may be
+  /// opened (see reserve_fds: a link each, the launcher's fds_per_job, and
+  /// the connections still in their handshake, at most
+  /// max_pending_handshakes), and, when they are this process's children,
+  /// that the kernel lets their threads exist (see reserve_threads). Throws
+  /// backend_error.
+  void reserve(std::size_t workers) const {
     const std::string who = owner_ + " (" + std::string(launcher_->name()) + " backend" +
                             (workers == 1 ? std::string() : ", " + std::to_string(workers) + " " + workers_noun_) + ")";
     if (launcher_->traits().dies_with_master) detail::reserve_threads(workers, who);
-    detail::reserve_fds(fds + host_.expected_workers() * fds_per_worker, who);
+    const auto per_worker = 1 + launcher_->traits().fds_per_job;
+    detail::reserve_fds((workers + host_.expected_workers()) * per_worker + max_pending_handshakes, who);
   }
 
   /// Starts one worker per name; returns their ids, in order. Each is

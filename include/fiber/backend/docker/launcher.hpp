@@ -83,7 +83,7 @@ public:
   std::string_view name() const noexcept override { return "docker"; }
   /// Containers never share the master's files or die with it; those of a
   /// daemon on this machine (a unix socket) share its cores.
-  backend::launcher_traits traits() const noexcept override { return {false, false, local_daemon_}; }
+  backend::launcher_traits traits() const noexcept override { return {false, false, local_daemon_, 0}; }
 
   /// Negotiates the API version, subscribes to the run's events and sweeps
   /// containers of masters that are gone, all in the background.

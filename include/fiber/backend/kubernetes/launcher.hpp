@@ -104,7 +104,7 @@ public:
 
   std::string_view name() const noexcept override { return "kubernetes"; }
   /// Pods run on the cluster's nodes: nothing shared with the master.
-  backend::launcher_traits traits() const noexcept override { return {false, false, false}; }
+  backend::launcher_traits traits() const noexcept override { return {false, false, false, 0}; }
   /// The ephemeral certificate start() made (k8s.tls without tls_cert), which workers pin.
   std::optional<backend::tls_identity> listener_identity() const override { return identity_; }
 

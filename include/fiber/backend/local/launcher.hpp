@@ -43,7 +43,7 @@ public:
   }
 
   std::string_view name() const noexcept override { return "local"; }
-  backend::launcher_traits traits() const noexcept override { return {true, true, true}; }
+  backend::launcher_traits traits() const noexcept override { return {true, true, true, 1}; }
   std::string listen_url() override { return "ipc://"; } // the runtime picks the path in its 0700 run dir
 
   /// Throws backend_error when posix_spawn fails (jobs of earlier specs of
