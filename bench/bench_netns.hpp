@@ -74,7 +74,7 @@ public:
   // Another host: no shared run directory (the secret travels in the job's
   // environment, the worker dials listen_url()); still the master's child
   // (nsenter execs, no fork) on the master's cores.
-  fiber::backend::launcher_traits traits() const noexcept override { return {false, true, true}; }
+  fiber::backend::launcher_traits traits() const noexcept override { return {false, true, true, 1}; }
   std::string listen_url() override { return std::string(Tls ? "tls+tcp://" : "tcp://") + master_addr + ":0"; }
   std::vector<fiber::backend::job> launch(const std::vector<fiber::backend::job_spec>& specs,
                                           std::vector<fiber::backend::exit_handler> on_exit) override {

@@ -1142,7 +1142,7 @@ class relayed_launcher final : public fiber::backend::launcher {
 public:
   explicit relayed_launcher(asio::any_io_executor ex) : local_(std::make_shared<fd::local_launcher>(std::move(ex))) {}
   std::string_view name() const noexcept override { return "relayed-local"; }
-  fiber::backend::launcher_traits traits() const noexcept override { return {false, true, true}; }
+  fiber::backend::launcher_traits traits() const noexcept override { return {false, true, true, 1}; }
   std::string listen_url() override { return route().listen; }
   std::vector<fiber::backend::job> launch(const std::vector<fiber::backend::job_spec>& specs,
                                           std::vector<fiber::backend::exit_handler> on_exit) override {
