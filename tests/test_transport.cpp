@@ -8,6 +8,7 @@
 #define ASIO_HAS_STD_COROUTINE 1
 #endif
 #include <fiber/detail/frame_check.hpp>
+#include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/transport.hpp>
 
 #include <catch2/catch.hpp>
@@ -1338,4 +1339,54 @@ TEST_CASE("transport: over TLS a lend is granted once the handshake is done; a d
   });
   work.reset();
   t.join();
+}
+
+TEST_CASE("transport: a link takes the longer heartbeat period its peer announces, and still closes a silent peer",
+          "[transport][heartbeat]") {
+  // A master of 10,000 workers stretches its period to 10 s (heartbeat_period):
+  // its workers must not take that silence for its death.
+  CHECK(fd::heartbeat_period(10000, 500ms) == 10s);
+  CHECK(fd::heartbeat_period(3, 500ms) == 500ms);
+  const auto old_interval = fd::config_string("heartbeat_interval_ms");
+  const auto old_timeout = fd::config_string("heartbeat_timeout_ms");
+  fiber::set_config("heartbeat_timeout_ms", "80");
+  fiber::set_config("heartbeat_interval_ms", "20");
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("hb.ipc"));
+  std::shared_ptr<fd::peer_link> link; // the worker's end
+  fd::stream peer;                     // the master's: announces 400 ms, then falls silent
+  std::string closed;
+  std::vector<std::uint32_t> announced; // the periods the link announces
+  std::function<void()> read_peer = [&] {
+    peer.async_recv([&](std::error_code ec, message m) {
+      if (ec) return;
+      auto [k, body] = fd::unframe(m);
+      if (k == fd::frame_kind::heartbeat && !body.empty()) announced.push_back(fiber::deserialize<std::uint32_t>(body));
+      read_peer();
+    });
+  };
+  l.async_accept([&](std::error_code ec, fd::stream s) {
+    REQUIRE_FALSE(ec);
+    peer = std::move(s);
+    peer.async_send(fd::frame(fd::frame_kind::heartbeat, std::uint32_t(400)), [](std::error_code) {});
+    read_peer();
+  });
+  fd::async_connect(ctx.get_executor(), l.url(), {}, [&](std::error_code ec, fd::stream s) {
+    REQUIRE_FALSE(ec);
+    link = std::make_shared<fd::peer_link>(std::move(s), fd::peer_identity{});
+    link->start([](fd::frame_kind, std::span<const std::byte>, message&) {},
+                [&](const std::string& why) { closed = why; });
+  });
+  // 80 ms of silence would close it at the configured period; 400 ms
+  // announced gives 1.6 s.
+  ctx.run_for(800ms);
+  CHECK(closed.empty());
+  CHECK_FALSE(announced.empty());
+  if (!announced.empty()) CHECK(announced.back() == 20); // its own period
+  const auto t0 = std::chrono::steady_clock::now();
+  while (closed.empty() && std::chrono::steady_clock::now() - t0 < 10s) ctx.run_for(50ms);
+  CHECK(closed == "heartbeat missed");
+  fiber::set_config("heartbeat_interval_ms", old_interval);
+  fiber::set_config("heartbeat_timeout_ms", old_timeout);
 }

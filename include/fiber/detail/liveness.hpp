@@ -7,12 +7,14 @@
 
 #include <fiber/config.hpp>
 #include <fiber/detail/broker_wire.hpp>
+#include <fiber/detail/heartbeat_period.hpp>
 #include <fiber/detail/service.hpp>
 #include <fiber/serialize.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <compare>
 #include <cstdint>
@@ -98,9 +100,12 @@ public:
   }
 
   /// How long a process without a link is given before it counts as dead
-  /// when nobody knows better.
+  /// when nobody knows better: its timeout and two periods, stretched as
+  /// far as this process has stretched its heartbeats (heartbeat_period.hpp).
   static std::chrono::milliseconds grace() {
-    return std::chrono::milliseconds(config_int("heartbeat_timeout_ms") + 2 * config_int("heartbeat_interval_ms"));
+    const auto interval = config_int("heartbeat_interval_ms");
+    const auto stretch = std::max<std::int64_t>(longest_announced_period(), interval);
+    return std::chrono::milliseconds((config_int("heartbeat_timeout_ms") + 2 * interval) * stretch / interval);
   }
 
   void handle(std::uint64_t, std::uint32_t op, std::span<const std::byte> payload, reply_fn reply) override {

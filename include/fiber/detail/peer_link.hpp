@@ -9,6 +9,7 @@
 #include <fiber/detail/buffer_cache.hpp>
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/handshake_session.hpp>
+#include <fiber/detail/heartbeat_period.hpp>
 #include <fiber/detail/stream.hpp>
 #include <fiber/detail/worker_link.hpp>
 #include <fiber/log.hpp>
@@ -36,7 +37,8 @@ namespace fiber::detail {
 /// transport (and coalesced into one write while one is in flight); receives
 /// loop until close. A peer from which no byte arrived for
 /// heartbeat_timeout_ms is closed: a long frame still arriving keeps it alive.
-/// A frame over the link's limit is dropped (logged); the link stays.
+/// Both ends use the longer of their heartbeat periods (heartbeat_period.hpp),
+/// the timeout stretched in proportion. A frame over the link's limit is dropped (logged); the link stays.
 class peer_link final : public worker_link, public std::enable_shared_from_this<peer_link> {
 public:
 
@@ -49,8 +51,12 @@ public:
   void start(message_handler on_message, close_handler on_close) override {
     on_message_ = std::move(on_message);
     on_close_ = std::move(on_close);
-    interval_ = std::chrono::milliseconds(config_int("heartbeat_interval_ms"));
-    timeout_ = std::chrono::milliseconds(config_int("heartbeat_timeout_ms"));
+    base_interval_ = std::chrono::milliseconds(config_int("heartbeat_interval_ms"));
+    base_timeout_ = std::chrono::milliseconds(config_int("heartbeat_timeout_ms"));
+    interval_ = base_interval_;
+    timeout_ = base_timeout_;
+    counted_ = true;
+    ++open_links();
     silent_since_ = last_send_ = clock::now();
     read();
     tick();
@@ -82,6 +88,7 @@ public:
   void close(const std::string& reason) override {
     if (closed_) return;
     closed_ = true;
+    if (counted_) --open_links();
     timer_.cancel();
     stream_.close();
     if (auto h = std::move(on_close_)) asio::post(stream_.get_executor(), [h, reason] { h(reason); });
@@ -131,11 +138,27 @@ private:
   void handle(message& m) {
     try {
       auto [k, body] = unframe(m);
-      if (k != frame_kind::heartbeat && on_message_) on_message_(k, body, m);
+      if (k != frame_kind::heartbeat) {
+        if (on_message_) on_message_(k, body, m);
+      } else if (!body.empty()) {
+        peer_period_ = std::chrono::milliseconds(deserialize<std::uint32_t>(body));
+      }
     } catch (const std::exception& e) {
       log(log_level::warning, "dropping malformed frame from ", peer_.name, ": ", e.what());
     }
     buffer_cache::instance().give(std::move(m)); // unless the handler kept it
+  }
+
+  // The period both ends use: the longer of theirs, which each announces in
+  // its heartbeats. A change is announced at once; after a shrink the old
+  // timeout holds for as long again, until the peer has heard of it.
+  bool update_period(clock::time_point now) {
+    const auto p = std::max(heartbeat_period(open_links(), base_interval_), peer_period_);
+    if (p == interval_) return false;
+    if (p < interval_) grace_ = {now + timeout_, timeout_};
+    interval_ = p;
+    timeout_ = base_timeout_ * p.count() / base_interval_.count();
+    return true;
   }
 
   void tick() {
@@ -149,9 +172,15 @@ private:
       // A borrower busy elsewhere reads nothing: read here again, and count
       // silence from now on.
       if (self->stream_.take_back_reader()) self->silent_since_ = now;
-      if (now - std::max(self->silent_since_, self->stream_.last_received()) > self->timeout_)
+      const bool changed = self->update_period(now);
+      const auto timeout = now < self->grace_.first ? std::max(self->timeout_, self->grace_.second) : self->timeout_;
+      if (now - std::max(self->silent_since_, self->stream_.last_received()) > timeout)
         return self->close("heartbeat missed");
-      if (now - self->last_send_ >= self->interval_ / 2) self->send(frame(frame_kind::heartbeat));
+      if (changed || now - self->last_send_ >= self->interval_ / 2) {
+        const auto own = heartbeat_period(open_links(), self->base_interval_);
+        note_announced_period(own);
+        self->send(frame(frame_kind::heartbeat, std::uint32_t(own.count())));
+      }
       self->tick();
     });
   }
@@ -163,7 +192,11 @@ private:
   message_handler on_message_;
   close_handler on_close_;
   clock::duration interval_{}, timeout_{};
-  clock::time_point silent_since_; // silence is counted from here at the earliest
+  std::chrono::milliseconds base_interval_{}, base_timeout_{}; // configured
+  std::chrono::milliseconds peer_period_{0};                   // announced by the peer
+  std::pair<clock::time_point, clock::duration> grace_{};      // the old timeout holds until
+  bool counted_ = false;                                       // in open_links()
+  clock::time_point silent_since_;                             // silence is counted from here at the earliest
   clock::time_point last_send_;
   bool closed_ = false;
 };

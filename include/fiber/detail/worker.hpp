@@ -260,7 +260,10 @@ public:
   /// from the first of them on.
   void on_frame(frame_kind k, std::span<const std::byte> body, message& raw, const lent_reader* reader) {
     switch (k) {
-    case frame_kind::heartbeat: return;
+    case frame_kind::heartbeat: // its period, for the link (runtime thread)
+      if (reader && !body.empty())
+        if (auto l = link_.lock()) l->deliver(std::move(raw));
+      return;
     case frame_kind::shutdown: worker_exit(0);
     case frame_kind::tasks: {
       auto chunks = decode_tasks_view(body); // the arguments are read where they arrived (no copy)
