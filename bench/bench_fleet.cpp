@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: BSL-1.0
+// bench_fleet: one real master with --workers N (default 10,000) emulated
+// workers attached. --generators G processes (default 4) each hold N/G worker
+// links that speak the real protocol over real TCP sockets (handshake with
+// its own identity, heartbeats, tasks, results; bench_fleet.hpp); a backend
+// hands them the Pool's job specs. Reports (issue 31's targets):
+//  - all N accepted, and the time until they are;
+//  - the idle master's CPU over --idle seconds (default 10), % of one core
+//    (target ≤ 5 %), and its RSS (target ≤ 1 GiB);
+//  - unchunked dispatch: --tasks (default 200,000) apply_async of an empty
+//    task, then every get() (target ≥ 100,000 tasks/s);
+//  - --vanish V (default 1,000) workers dropped at once (links closed, no
+//    goodbye; their jobs report SIGKILL) a quarter into an imap_unordered of
+//    --tasks tasks: every result arrives exactly once and the map completes.
+// Each generator dials at most --window (default 16) handshakes at a time and
+// retries a refused one as a worker does. RLIMIT_NOFILE goes to its hard limit.
+//
+//   bench_fleet [--workers 10000] [--generators 4] [--window 16] [--idle 10]
+//               [--tasks 200000] [--vanish 1000] [--wait 300] [--smoke]
+#include "bench_fleet.hpp"
+#include "bench_util.hpp"
+
+#include <ranges>
+#include <sys/resource.h>
+
+namespace {
+int f(int x) { return x + 1; }
+
+double cpu_seconds(long pid) {
+  std::ifstream in(pid > 0 ? "/proc/" + std::to_string(pid) + "/stat" : std::string("/proc/self/stat"));
+  std::string s((std::istreambuf_iterator<char>(in)), {});
+  auto p = s.rfind(')');
+  std::istringstream rest(s.substr(p + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i)
+    if (i == 14 || i == 15) ticks += std::stod(field); // utime, stime
+  return ticks / double(::sysconf(_SC_CLK_TCK));
+}
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--generator") return fleet::generator_main(std::stoul(argv[2]));
+  fiber::init(argc, argv);
+  auto a = bench::parse_common(argc, argv);
+  auto num = [&](const char* name, double dflt, double smoke) {
+    auto v = bench::opt(a, name);
+    return v ? std::stod(*v) : a.smoke ? smoke : dflt;
+  };
+  const auto n = unsigned(num("--workers", 10000, 200));
+  const auto gens = std::size_t(num("--generators", 4, 2));
+  const auto window = std::size_t(num("--window", 16, 16));
+  const double idle_s = num("--idle", 10, 1), wait_s = num("--wait", 300, 60);
+  const int tasks = int(num("--tasks", 200000, 4000));
+  const auto vanish = std::size_t(num("--vanish", 1000, 40));
+  bench::header("bench_fleet: one master, emulated workers over real TCP links");
+  std::printf("workers=%u generators=%zu window=%zu idle=%.0fs tasks=%d vanish=%zu heartbeat_interval_ms=%lld\n", n,
+              gens, window, idle_s, tasks, vanish, (long long)fiber::detail::config_int("heartbeat_interval_ms"));
+  std::fflush(stdout);
+
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+  fleet::start(gens, fiber::detail::self_exe(), window);
+  int rc = 0;
+  try {
+    auto t0 = bench::clk::now();
+    fiber::Pool<&f, fleet::backend> pool{fiber::target<&f>, {.processes = n}};
+    unsigned live = 0;
+    while ((live = pool.live_workers()) < n && bench::seconds_since(t0) < wait_s)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const double up_s = bench::seconds_since(t0);
+    std::printf("%u of %u workers accepted at %.2f s\n", live, n, up_s);
+    std::fflush(stdout);
+    bench::row("fleet: workers accepted", "workers", std::to_string(live), "-", "-", std::to_string(n),
+               bench::verdict(live == n));
+    bench::row("fleet: all accepted", "s", bench::fmt("%.2f", up_s), "-", "-", "-", "-");
+    if (live < n) throw std::runtime_error("not all workers were accepted");
+
+    // Idle: heartbeats and bookkeeping only.
+    const double c0 = cpu_seconds(0);
+    std::vector<double> g0;
+    for (auto& p : fleet::state().procs) g0.push_back(cpu_seconds(p.pid));
+    auto i0 = bench::clk::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(idle_s));
+    const double wall = bench::seconds_since(i0), master_pct = 100 * (cpu_seconds(0) - c0) / wall;
+    double gen_pct = 0;
+    for (std::size_t g = 0; g < g0.size(); ++g)
+      gen_pct += 100 * (cpu_seconds(fleet::state().procs[g].pid) - g0[g]) / wall;
+    const long rss_idle = bench::process_memory(0).rss;
+    bench::row("fleet: idle master CPU", "% of a core", bench::fmt("%.1f", master_pct),
+               "generators: " + bench::fmt("%.1f", gen_pct) + " %", "-", "≤ 5 %", bench::verdict(master_pct <= 5));
+    bench::row("fleet: master RSS, idle", "MiB", bench::fmt("%.0f", rss_idle / 1024.0), "-", "-", "≤ 1024",
+               bench::verdict(rss_idle <= 1024 * 1024));
+
+    // Unchunked dispatch.
+    {
+      const double m0 = cpu_seconds(0);
+      double gc0 = 0;
+      for (auto& p : fleet::state().procs) gc0 += cpu_seconds(p.pid);
+      auto d0 = bench::clk::now();
+      std::vector<fiber::async_result<int>> hs;
+      hs.reserve(std::size_t(tasks));
+      for (int i = 0; i < tasks; ++i) hs.push_back(pool.apply_async(i));
+      long long sum = 0;
+      for (auto& h : hs) sum += h.get();
+      const double d_s = bench::seconds_since(d0), rate = tasks / d_s;
+      double gc1 = 0;
+      for (auto& p : fleet::state().procs) gc1 += cpu_seconds(p.pid);
+      std::printf("dispatch: %.2f s; master CPU %.0f %% of a core, generators %.0f %%\n", d_s,
+                  100 * (cpu_seconds(0) - m0) / d_s, 100 * (gc1 - gc0) / d_s);
+      if (sum != (long long)tasks * (tasks + 1) / 2) throw std::runtime_error("wrong apply_async results");
+      bench::row("fleet: unchunked dispatch (apply_async stream)", "tasks/s", bench::fmt("%.3g", rate), "-", "-",
+                 "≥ 100000", bench::verdict(rate >= 100000));
+    }
+
+    // A share of the fleet vanishes during a map.
+    {
+      std::vector<int> seen(std::size_t(tasks), 0);
+      int got = 0;
+      auto v0 = bench::clk::now();
+      for (int r : pool.imap_unordered(std::views::iota(0, tasks))) {
+        if (r < 1 || r > tasks) throw std::runtime_error("result out of range");
+        ++seen[std::size_t(r - 1)];
+        if (++got == tasks / 4) fleet::vanish(vanish);
+      }
+      const double s = bench::seconds_since(v0);
+      const auto missing = std::size_t(std::ranges::count(seen, 0));
+      const auto twice = std::size_t(std::ranges::count_if(seen, [](int c) { return c > 1; }));
+      std::printf("imap_unordered of %d with %zu vanishing: %.2f s, %zu missing, %zu duplicated, %u live after\n",
+                  tasks, vanish, s, missing, twice, pool.live_workers());
+      bench::row("fleet: " + std::to_string(vanish) + " vanish during a map", "results lost / duplicated",
+                 std::to_string(missing) + " / " + std::to_string(twice), "-", "-", "0 / 0",
+                 bench::verdict(missing == 0 && twice == 0));
+      if (missing || twice) rc = 1;
+    }
+    bench::row("fleet: master RSS, after", "MiB", bench::fmt("%.0f", bench::process_memory(0).rss / 1024.0), "-", "-",
+               "≤ 1024", bench::verdict(bench::process_memory(0).rss <= 1024 * 1024));
+    pool.terminate();
+  } catch (const std::exception& e) {
+    std::printf("bench_fleet: %s\n", e.what());
+    rc = 1;
+  }
+  fleet::stop();
+  return rc;
+}
