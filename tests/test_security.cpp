@@ -1359,6 +1359,29 @@ TEST_CASE("pending handshakes are bounded; the excess is dropped at once", "[sec
   CHECK(pool.apply(5) == 25);
 }
 
+TEST_CASE("a client dropped because the pending handshakes are full dials again within connect_timeout_ms",
+          "[security][limits]") {
+  // 900 workers on three hosts fetching an object at once: their client
+  // links found the table full, and the tasks failed with worker_lost.
+  auto& rt = fd::runtime::instance();
+  const auto url = rt.service_url();
+  std::vector<std::unique_ptr<raw_peer>> peers; // challenged, then silent: the table stays full ~5 s
+  for (std::size_t i = 0; i < fd::max_pending_handshakes; ++i) peers.push_back(std::make_unique<raw_peer>(url));
+  for (auto& p : peers) REQUIRE(p->recv_frame(3000));
+  REQUIRE(rt.pending_handshakes() == fd::max_pending_handshakes);
+  std::promise<std::string> outcome;
+  asio::post(rt.executor(), [&] {
+    rt.connect(url, fd::role::client, 0,
+               [&](std::exception_ptr e, std::shared_ptr<fd::peer_link> link, std::map<std::string, std::string>) {
+                 if (link) link->close("test");
+                 outcome.set_value(e ? fd::exception_text(e, "?") : "connected");
+               });
+  });
+  auto f = outcome.get_future();
+  REQUIRE(f.wait_for(30s) == std::future_status::ready);
+  CHECK(f.get() == "connected");
+}
+
 TEST_CASE("master SIGKILLed: its pool workers and its Process all exit within 5 s", "[security][lifetime]") {
   auto dir = temp_dir();
   auto pid_file = dir + "/pids";

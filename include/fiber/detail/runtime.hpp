@@ -442,8 +442,9 @@ public:
   /// ended), closed or silent before authentication (pre-authentication
   /// slots full, a master too busy to answer) after a
   /// growing, jittered pause, for up to start_timeout_s; a client retries
-  /// only a full backlog (NNG_EAGAIN), within connect_timeout_ms in all. A
-  /// refusal by the master (handshake_error) is final.
+  /// a full backlog (NNG_EAGAIN) and a connection closed before
+  /// authentication (slots full while many processes dial at once), within
+  /// connect_timeout_ms in all. A refusal by the master (handshake_error) is final.
   void connect(const std::string& url, role r, std::uint64_t worker_id, connect_done done) {
     std::chrono::milliseconds per_try;
     try {
@@ -552,8 +553,8 @@ private:
                              a->over = true;
                              a->timer.cancel();
                              if (e && is_tls_url(j->url)) e = name_tls_failure(std::move(e), j->url, transport());
-                             if (e) // closed before authentication: a worker tries again
-                               return dial_failed(j, e, j->r == role::worker && !is_refusal(e));
+                             if (e) // closed before authentication: try again
+                               return dial_failed(j, e, !is_refusal(e));
                              j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}),
                                      std::move(cfg));
                            });
