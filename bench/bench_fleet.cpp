@@ -43,10 +43,7 @@ int main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[1]) == "--generator") return fleet::generator_main(std::stoul(argv[2]));
   fiber::init(argc, argv);
   auto a = bench::parse_common(argc, argv);
-  auto num = [&](const char* name, double dflt, double smoke) {
-    auto v = bench::opt(a, name);
-    return v ? std::stod(*v) : a.smoke ? smoke : dflt;
-  };
+  auto num = [&](const char* name, double dflt, double smoke) { return bench::opt_num(a, name, dflt, smoke); };
   const auto n = unsigned(num("--workers", 10000, 200));
   const auto gens = std::size_t(num("--generators", 4, 2));
   const auto window = std::size_t(num("--window", 16, 16));

@@ -247,6 +247,13 @@ inline std::optional<std::string> opt(const common_args& a, const std::string& n
   return std::nullopt;
 }
 
+/// `--name N` among the remaining arguments as a number; else `smoke` in a
+/// smoke run, `dflt` otherwise.
+inline double opt_num(const common_args& a, const std::string& name, double dflt, double smoke) {
+  auto v = opt(a, name);
+  return v ? std::stod(*v) : a.smoke ? smoke : dflt;
+}
+
 /// How an idle CPU waits, e.g. "cpuidle haltpoll, guest_halt_poll_ns 0":
 /// in a KVM guest whose idle vCPUs halt at once, every wakeup across CPUs
 /// pays a VM exit, which moves round trips by tens of µs (docs/RATIONALE.md).

@@ -74,9 +74,9 @@ if ((smoke)); then
   bench_args=(--smoke)
 fi
 benches=(serialize overhead throughput latency payload frame_mac startup startup_static actors es scale scale_static
-  curves hosts objects es_hosts curves_slurm)
+  curves fleet hosts objects es_scale es_hosts curves_slurm)
 if [[ -n ${ONLY:-} ]]; then read -r -a benches <<<"$ONLY"; fi
-rig_benches=" hosts objects es_hosts curves_slurm " # need the multi-host rig; run last
+rig_benches=" hosts objects es_scale es_hosts curves_slurm " # need the multi-host rig; run last
 # Arguments of each benchmark beyond --smoke.
 declare -A extra_args=(
   [overhead]="--durations 0.1,1,10,100 --csv $csvdir/overhead.csv"
@@ -229,8 +229,8 @@ if ((rig_wanted)); then
   for b in "${benches[@]}"; do
     [[ $rig_benches == *" $b "* ]] || continue
     # bench_objects: its local parts run anyway; its hosts part says why it skips.
-    if [[ $b == hosts ]] && ((!rig_netns)); then skip_bench "$b" "no netns hosts ($rig_note)"; continue; fi
-    if [[ $b != hosts && $b != objects ]] && ((!rig_slurm)); then skip_bench "$b" "no three-node netns Slurm rig ($rig_note)"; continue; fi
+    if [[ $b == hosts || $b == es_scale ]] && ((!rig_netns)); then skip_bench "$b" "no netns hosts ($rig_note)"; continue; fi
+    if [[ $b != hosts && $b != objects && $b != es_scale ]] && ((!rig_slurm)); then skip_bench "$b" "no three-node netns Slurm rig ($rig_note)"; continue; fi
     run_bench "$b"
   done
   rig_down
