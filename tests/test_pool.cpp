@@ -271,7 +271,7 @@ TEST_CASE("maxtasksperchild = 1: every task in a fresh worker, no task lost", "[
   char tmpl[] = "/tmp/fiber-maxtasks-XXXXXX";
   REQUIRE(::mkdtemp(tmpl));
   const std::string starts = std::string(tmpl) + "/starts";
-  const int n = 1000;
+  const int n = 200;
   {
     fiber::Pool pool{
         fiber::target<&getpid_task>, {.processes = 4, .maxtasksperchild = 1}, fiber::target<&count_start>, starts};
