@@ -11,6 +11,8 @@
 // process running this executable (a worker outside its container, say) may
 // be left.
 
+#include <fiber/backend/docker.hpp>
+#include <fiber/backend/kubernetes.hpp>
 #include <fiber/fiber.hpp>
 
 #include <catch2/catch.hpp>

@@ -10,6 +10,8 @@
 //          it with tests/rigs/docker-image.sh); tests/faults/docker_proxy.py.
 // After each test no pod, container or process running this executable is left.
 
+#include <fiber/backend/docker.hpp>
+#include <fiber/backend/kubernetes.hpp>
 #include <fiber/fiber.hpp>
 
 #include <catch2/catch.hpp>

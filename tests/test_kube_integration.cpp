@@ -8,6 +8,7 @@
 // image, ownerReferences), and a SIGKILLed master whose pods go away. After
 // each test no pod and no process running this executable may be left.
 
+#include <fiber/backend/kubernetes.hpp>
 #include <fiber/fiber.hpp>
 
 #include <catch2/catch.hpp>

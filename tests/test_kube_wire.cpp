@@ -5,6 +5,7 @@
 // parsing, credential resolution from files, pod names, and the ephemeral
 // TLS certificate (parsed back, and used by a tls+tcp:// listener).
 
+#include <fiber/backend/kubernetes.hpp>
 #include <fiber/fiber.hpp>
 
 #include <catch2/catch.hpp>

@@ -4,11 +4,15 @@
 /// Everything fiber offers: Python multiprocessing's model — Process, Queue,
 /// Pipe, Pool, Manager, the synchronization primitives and shared values —
 /// as job-backed processes on a laptop or a cluster. docs/reference/ is the
-/// user's reference; each concept has its own header.
+/// user's reference; each concept has its own header. Under
+/// FIBER_SEPARATE_COMPILATION (fiber/impl/src.hpp) it leaves out the docker
+/// and kubernetes backends' headers: include them to name their types.
 
+#if !defined(FIBER_SEPARATE_COMPILATION)
 #include <fiber/backend/docker.hpp>
-#include <fiber/backend/from_env.hpp>
 #include <fiber/backend/kubernetes.hpp>
+#endif
+#include <fiber/backend/from_env.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/backend/local.hpp>
 #include <fiber/config.hpp>

@@ -11,7 +11,9 @@
 /// such files may instead define FIBER_SEPARATE_COMPILATION in all of them
 /// and compile this header into one (not into a static library, whose linker
 /// would drop the unreferenced object). Without the macro it is harmless
-/// (the headers register; this registers again).
+/// (the headers register; this registers again). Under the macro
+/// fiber/fiber.hpp leaves out docker.hpp and kubernetes.hpp: a file that
+/// names their types includes them itself.
 ///
 /// Example (CMake):
 /// @code
