@@ -152,8 +152,8 @@ private:
   // The period both ends use: the longer of theirs, which each announces in
   // its heartbeats. A change is announced at once; after a shrink the old
   // timeout holds for as long again, until the peer has heard of it.
-  bool update_period(clock::time_point now) {
-    const auto p = std::max(heartbeat_period(open_links(), base_interval_), peer_period_);
+  bool update_period(clock::time_point now, clock::duration own) {
+    const auto p = std::max(own, clock::duration(peer_period_));
     if (p == interval_) return false;
     if (p < interval_) grace_ = {now + timeout_, timeout_};
     interval_ = p;
@@ -172,12 +172,12 @@ private:
       // A borrower busy elsewhere reads nothing: read here again, and count
       // silence from now on.
       if (self->stream_.take_back_reader()) self->silent_since_ = now;
-      const bool changed = self->update_period(now);
+      const auto own = heartbeat_period(open_links(), self->base_interval_);
+      const bool changed = self->update_period(now, own);
       const auto timeout = now < self->grace_.first ? std::max(self->timeout_, self->grace_.second) : self->timeout_;
       if (now - std::max(self->silent_since_, self->stream_.last_received()) > timeout)
         return self->close("heartbeat missed");
       if (changed || now - self->last_send_ >= self->interval_ / 2) {
-        const auto own = heartbeat_period(open_links(), self->base_interval_);
         note_announced_period(own);
         self->send(frame(frame_kind::heartbeat, std::uint32_t(own.count())));
       }

@@ -88,8 +88,9 @@ public:
   void reserve(std::size_t workers) const {
     const std::string who = owner_ + " (" + std::string(launcher_->name()) + " backend" +
                             (workers == 1 ? std::string() : ", " + std::to_string(workers) + " " + workers_noun_) + ")";
-    if (launcher_->traits().dies_with_master) detail::reserve_threads(workers, who);
-    const auto per_worker = 1 + launcher_->traits().fds_per_job;
+    const auto traits = launcher_->traits();
+    if (traits.dies_with_master) detail::reserve_threads(workers, who);
+    const auto per_worker = 1 + traits.fds_per_job;
     detail::reserve_fds((workers + host_.expected_workers()) * per_worker + max_pending_handshakes, who);
   }
 
