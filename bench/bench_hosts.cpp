@@ -162,16 +162,7 @@ fiber_one run_fiber_one(int trips, int stream, int tasks) {
   }
   r.rtt_us = bench::median(t);
   r.rtt_p99_us = bench::quantile(t, 0.99);
-  if (stream) {
-    auto t0 = bench::clk::now();
-    std::vector<fiber::async_result<int>> hs;
-    hs.reserve(std::size_t(stream));
-    for (int i = 0; i < stream; ++i) hs.push_back(pool.apply_async(i));
-    long long sum = 0;
-    for (auto& h : hs) sum += h.get();
-    r.stream_tasks = stream / bench::seconds_since(t0);
-    if (sum != (long long)stream * (stream + 1) / 2) std::fprintf(stderr, "bench_hosts: bad sum\n");
-  }
+  if (stream) r.stream_tasks = stream / bench::apply_stream(pool, stream, "bench_hosts");
   pool.terminate();
   if (!tasks) return r;
   // Payload: a Pool of its own (echo).

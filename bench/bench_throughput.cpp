@@ -50,17 +50,7 @@ int main(int argc, char** argv) {
       if (out.size() != std::size_t(n_big) || out.back() != n_big) std::fprintf(stderr, "bench_throughput: bad map\n");
       f_big.push_back(n_big / s);
     }
-    {
-      auto t0 = bench::clk::now();
-      std::vector<fiber::async_result<int>> hs;
-      hs.reserve(std::size_t(n_one));
-      for (int i = 0; i < n_one; ++i) hs.push_back(pool.apply_async(i));
-      long long sum = 0;
-      for (auto& h : hs) sum += h.get();
-      double s = bench::seconds_since(t0);
-      if (sum != (long long)n_one * (n_one + 1) / 2) std::fprintf(stderr, "bench_throughput: bad sum\n");
-      f_one.push_back(n_one / s);
-    }
+    f_one.push_back(n_one / bench::apply_stream(pool, n_one, "bench_throughput"));
     std::printf("rep %d: chunked fiber %.0f/s  mp(cs=10000) %.0f/s | unchunked fiber %.0f/s  mp(cs=1) %.0f/s  "
                 "nng PUSH/PULL 64B %.0f msg/s\n",
                 rep + 1, f_big.back(), mp_big.back(), f_one.back(), mp_one.back(), nng64.back());

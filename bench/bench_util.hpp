@@ -26,6 +26,7 @@
 #include <optional>
 #include <regex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -187,6 +188,22 @@ inline std::string linkage() {
 }
 
 inline std::string verdict(bool ok, bool known = true) { return !known ? "n/a" : ok ? "met" : "missed"; }
+
+/// The unchunked stream: apply_async(i) for i in [0, n) on `pool`, whose
+/// task returns i + 1, then every get(); returns the seconds it took.
+/// Throws std::runtime_error naming `who` when the results do not add up.
+template <class Pool>
+double apply_stream(Pool& pool, int n, const char* who) {
+  const auto t0 = clk::now();
+  std::vector<decltype(pool.apply_async(0))> hs;
+  hs.reserve(std::size_t(n));
+  for (int i = 0; i < n; ++i) hs.push_back(pool.apply_async(i));
+  long long sum = 0;
+  for (auto& h : hs) sum += h.get();
+  const double s = seconds_since(t0);
+  if (sum != (long long)n * (n + 1) / 2) throw std::runtime_error(std::string(who) + ": wrong apply_async results");
+  return s;
+}
 
 /// Resident set (VmRSS) and proportional set (Pss) of a process, KiB; -1 if unknown.
 struct mem_kib {
