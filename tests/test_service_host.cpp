@@ -230,3 +230,23 @@ TEST_CASE("service_client: a request whose link is late expires with the service
   auto [k, body] = d::unframe(l->sent[0]);
   CHECK(int_of(fiber::deserialize<d::request_msg>(body).payload) == 2);
 }
+
+// A long run replaces workers (maxtasksperchild, deaths): the master's
+// registry of them must not grow with every worker it ever had.
+TEST_CASE("liveness: a master remembers the last dead_kept dead workers, not every one", "[liveness]") {
+  asio::io_context io;
+  d::liveness l(io.get_executor(), d::process_ref{"master", 1, 1});
+  const auto ref = [](std::uint64_t i) { return d::process_ref{"host", std::int64_t(i + 2), 7}; };
+  const std::uint64_t n = d::liveness::dead_kept + 1000;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    l.connected(i, ref(i));
+    l.ended(i, "exit status 0");
+  }
+  l.connected(n, ref(n)); // alive
+  CHECK(l.size() == d::liveness::dead_kept + 1);
+  CHECK(l.knows(ref(n)));
+  CHECK_FALSE(l.knows(ref(0))); // forgotten: a watcher counts it dead after grace()
+  std::string why;
+  l.watch(ref(n - 1), [&](const std::string& w) { why = w; });
+  CHECK(why == "exit status 0"); // the recent dead are still answered at once
+}

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <compare>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -51,10 +52,14 @@ inline constexpr std::uint32_t watch = 1;
 enum class verdict : std::uint8_t { dead = 0, unknown = 1 };
 
 /// The registry of this process's workers, by the identity they connected
-/// with. Runtime thread only.
+/// with. Runtime thread only. It remembers the last `dead_kept` dead
+/// workers; an older one is forgotten (a watch on it is answered `unknown`,
+/// and the asker counts it dead once it has had no link for grace()), so a
+/// long run that replaces workers holds a bounded registry.
 class liveness final : public service {
 public:
   using dead_fn = std::function<void(const std::string& why)>;
+  static constexpr std::size_t dead_kept = 4096;
 
   liveness(asio::any_io_executor ex, process_ref self) : ex_(std::move(ex)), self_(std::move(self)) {}
 
@@ -89,8 +94,11 @@ public:
     });
   }
 
-  /// Whether `p` is one of this process's workers, alive or dead.
+  /// Whether `p` is one of this process's workers, alive or dead (and not
+  /// forgotten).
   bool knows(const process_ref& p) const { return procs_.count(p) > 0; }
+  /// The workers known, alive or dead.
+  std::size_t size() const { return procs_.size(); }
 
   /// Calls `dead(why)` once `p` (known()) is known dead: now if it is.
   void watch(const process_ref& p, dead_fn dead) {
@@ -157,12 +165,19 @@ private:
     e.dead = true;
     e.why = why;
     for (auto& f : std::exchange(e.watchers, {})) f(why);
+    dead_.push_back(p);
+    while (dead_.size() > dead_kept) {
+      auto it = procs_.find(dead_.front());
+      if (it != procs_.end() && it->second.dead) procs_.erase(it);
+      dead_.pop_front();
+    }
   }
 
   asio::any_io_executor ex_;
   process_ref self_;
   std::map<process_ref, entry> procs_;
   std::map<std::uint64_t, process_ref> by_id_; // workers alive, by worker id
+  std::deque<process_ref> dead_;               // in the order they died
   std::vector<reply_fn> parked_;               // watches on this process itself
 };
 
