@@ -152,8 +152,8 @@ private:
   // The period both ends use: the longer of theirs, which each announces in
   // its heartbeats. A change is announced at once; after a shrink the old
   // timeout holds for as long again, until the peer has heard of it.
-  bool update_period(clock::time_point now, clock::duration own) {
-    const auto p = std::max(own, clock::duration(peer_period_));
+  bool update_period(clock::time_point now, std::chrono::milliseconds own) {
+    const auto p = std::max(own, peer_period_);
     if (p == interval_) return false;
     if (p < interval_) grace_ = {now + timeout_, timeout_};
     interval_ = p;
