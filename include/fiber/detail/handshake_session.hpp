@@ -173,6 +173,12 @@ inline std::exception_ptr name_tls_failure(std::exception_ptr e, const std::stri
   }
 }
 
+/// A stream closed before the server's challenge: what a master whose
+/// pending handshakes are full does (not a refusal; runtime::dial retries).
+struct dropped_before_challenge : worker_lost {
+  using worker_lost::worker_lost;
+};
+
 /// The error for a stream that failed before the server proved itself.
 inline std::exception_ptr handshake_stream_error(std::error_code ec) {
   if (ec.category() == tls_category())
@@ -229,6 +235,9 @@ inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity
     return await_auth_ok(std::move(s), me, std::move(a), true, max_message_size, std::move(done));
   }
   s->async_recv([s, me, r, worker_id, max_message_size, done = std::move(done)](std::error_code ec, message m) mutable {
+    if (ec && ec.category() != tls_category())
+      return done(std::make_exception_ptr(dropped_before_challenge("fiber: handshake failed: " + ec.message())),
+                  stream{}, {});
     if (ec) return done(handshake_stream_error(ec), stream{}, {});
     challenge_msg c;
     try {

@@ -442,9 +442,10 @@ public:
   /// ended), closed or silent before authentication (pre-authentication
   /// slots full, a master too busy to answer) after a
   /// growing, jittered pause, for up to start_timeout_s; a client retries
-  /// a full backlog (NNG_EAGAIN) and a connection closed before
-  /// authentication (slots full while many processes dial at once), within
-  /// connect_timeout_ms in all. A refusal by the master (handshake_error) is final.
+  /// a full backlog (NNG_EAGAIN) and a connection closed before the
+  /// master's challenge (pending handshakes full while many processes dial
+  /// at once), within connect_timeout_ms in all. A refusal by the master
+  /// (handshake_error) is final.
   void connect(const std::string& url, role r, std::uint64_t worker_id, connect_done done) {
     std::chrono::milliseconds per_try;
     try {
@@ -553,8 +554,8 @@ private:
                              a->over = true;
                              a->timer.cancel();
                              if (e && is_tls_url(j->url)) e = name_tls_failure(std::move(e), j->url, transport());
-                             if (e) // closed before authentication: try again
-                               return dial_failed(j, e, !is_refusal(e));
+                             if (e) // closed before authentication: a worker retries, a client if unchallenged
+                               return dial_failed(j, e, worth_retry(j->r, e));
                              j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}),
                                      std::move(cfg));
                            });
@@ -571,6 +572,19 @@ private:
     t->expires_after(j->pause + std::chrono::milliseconds(jitter(retry_rng_)));
     j->pause = std::min(j->pause * 2, max_dial_pause);
     t->async_wait([this, t, j](std::error_code) { dial(j); });
+  }
+
+  // After a failed handshake: a worker dials again unless refused, a client
+  // only when dropped before the challenge (the other end's pending
+  // handshakes full).
+  static bool worth_retry(role r, const std::exception_ptr& e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const dropped_before_challenge&) {
+      return true;
+    } catch (...) {
+      return r == role::worker && !is_refusal(e);
+    }
   }
 
   // A refusal by the other end (another binary, a failed proof), as opposed
