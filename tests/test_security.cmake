@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSL-1.0
 # Rogue peers, hung/crashing workers, limits, TLS: part of the runtime suite
 # (also run under TSan in CI).
-set_tests_properties(${name} PROPERTIES LABELS runtime)
+set_tests_properties(${name} PROPERTIES LABELS "runtime;asan")
 # The hidden [netns] cases (men in the middle placed by DNAT on the rig):
 # root and the rig's hosts, as in CI's faults stage.
 if(FIBER_TEST_FAULTS)
