@@ -179,12 +179,30 @@ struct dropped_before_challenge : worker_lost {
   using worker_lost::worker_lost;
 };
 
-/// The error for a stream that failed before the server proved itself.
-inline std::exception_ptr handshake_stream_error(std::error_code ec) {
+/// The error for a stream that failed before the server proved itself:
+/// `Lost` (a worker_lost) unless TLS failed.
+template <class Lost = worker_lost>
+std::exception_ptr handshake_stream_error(std::error_code ec) {
   if (ec.category() == tls_category())
     return std::make_exception_ptr(tls_verify_failed("fiber: the TLS handshake with the master failed (" +
                                                      ec.message() + ")"));
-  return std::make_exception_ptr(worker_lost("fiber: handshake failed: " + ec.message()));
+  return std::make_exception_ptr(Lost("fiber: handshake failed: " + ec.message()));
+}
+
+/// Whether a client handshake that failed with `e` is worth dialling again:
+/// for a worker unless the other end refused (handshake_error: another
+/// binary, a failed proof); for a client only when dropped before the
+/// challenge (the other end's pending handshakes full).
+inline bool worth_dialling_again(role r, const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const dropped_before_challenge&) {
+    return true;
+  } catch (const handshake_error&) {
+    return false;
+  } catch (...) {
+    return r == role::worker;
+  }
 }
 
 /// The client's wait for the server's proof after sending `a`; a challenge
@@ -235,10 +253,7 @@ inline void client_handshake(std::shared_ptr<stream> s, const handshake_identity
     return await_auth_ok(std::move(s), me, std::move(a), true, max_message_size, std::move(done));
   }
   s->async_recv([s, me, r, worker_id, max_message_size, done = std::move(done)](std::error_code ec, message m) mutable {
-    if (ec && ec.category() != tls_category())
-      return done(std::make_exception_ptr(dropped_before_challenge("fiber: handshake failed: " + ec.message())),
-                  stream{}, {});
-    if (ec) return done(handshake_stream_error(ec), stream{}, {});
+    if (ec) return done(handshake_stream_error<dropped_before_challenge>(ec), stream{}, {});
     challenge_msg c;
     try {
       c = decode_frame<challenge_msg>(frame_kind::challenge, m);

@@ -555,7 +555,7 @@ private:
                              a->timer.cancel();
                              if (e && is_tls_url(j->url)) e = name_tls_failure(std::move(e), j->url, transport());
                              if (e) // closed before authentication: a worker retries, a client if unchallenged
-                               return dial_failed(j, e, worth_retry(j->r, e));
+                               return dial_failed(j, e, worth_dialling_again(j->r, e));
                              j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}),
                                      std::move(cfg));
                            });
@@ -572,31 +572,6 @@ private:
     t->expires_after(j->pause + std::chrono::milliseconds(jitter(retry_rng_)));
     j->pause = std::min(j->pause * 2, max_dial_pause);
     t->async_wait([this, t, j](std::error_code) { dial(j); });
-  }
-
-  // After a failed handshake: a worker dials again unless refused, a client
-  // only when dropped before the challenge (the other end's pending
-  // handshakes full).
-  static bool worth_retry(role r, const std::exception_ptr& e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const dropped_before_challenge&) {
-      return true;
-    } catch (...) {
-      return r == role::worker && !is_refusal(e);
-    }
-  }
-
-  // A refusal by the other end (another binary, a failed proof), as opposed
-  // to a connection lost before authentication.
-  static bool is_refusal(const std::exception_ptr& e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const handshake_error&) {
-      return true;
-    } catch (...) {
-      return false;
-    }
   }
 
   void make_run_dir() {
