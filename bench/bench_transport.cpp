@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
-// bench_transport: fiber's framed nng-stream transport against raw nng SP
-// sockets, same machine, same run, two threads (one io_context each) over ipc.
+// bench_transport: fiber's framed transport (a dialled Asio socket to an
+// accepted nng stream) against raw nng SP sockets, same machine, same run,
+// two threads (one io_context each) over ipc.
 //
 //   64 B round trip (ping-pong): median / p99 / mean in microseconds
 //   PUSH-style throughput: 64 B and 1 MiB messages, sender keeps a window of
@@ -157,9 +158,9 @@ void fiber_push(const std::string& url, std::size_t size, std::size_t n, std::si
         cs = c.stats();
       });
   print_rate("fiber stream PUSH (ipc)", size, n, secs);
-  std::printf("%-28s   %.1f msgs per nng send, %.1f msgs per nng recv\n", "",
-              double(cs.messages_sent) / double(std::max<std::uint64_t>(1, cs.nng_sends)),
-              double(ss.messages_received) / double(std::max<std::uint64_t>(1, ss.nng_recvs)));
+  std::printf("%-28s   %.1f msgs per write, %.1f msgs per read\n", "",
+              double(cs.messages_sent) / double(std::max<std::uint64_t>(1, cs.write_calls)),
+              double(ss.messages_received) / double(std::max<std::uint64_t>(1, ss.read_calls)));
 }
 
 // --------------------------------------------------------------- raw nng

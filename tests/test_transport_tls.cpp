@@ -2,6 +2,7 @@
 // Tests for the TLS 1.3 handshake fiber drives with OpenSSL over an nng
 // byte stream (include/fiber/detail/tls_handshake.hpp, tls_context.hpp).
 
+#include <fiber/detail/nng_byte_stream.hpp>
 #include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/detail/tls_handshake.hpp>
 
@@ -15,6 +16,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -24,9 +26,11 @@ using fiber_test::temp_dir;
 
 namespace {
 
-/// Two ends of one loopback TCP connection, as nng streams.
+/// Two ends of one loopback TCP connection, as nng byte streams whose
+/// completions run on `io`.
 struct tcp_pair {
-  fd::stream_ptr server, client;
+  asio::io_context io;
+  std::unique_ptr<fd::byte_stream> server, client;
   tcp_pair() {
     nng_stream_listener* l = nullptr;
     REQUIRE(nng_stream_listener_alloc(&l, "tcp://127.0.0.1:0") == 0);
@@ -48,36 +52,31 @@ struct tcp_pair {
     nng_aio_wait(da);
     REQUIRE(nng_aio_result(aa) == 0);
     REQUIRE(nng_aio_result(da) == 0);
-    server.reset(static_cast<nng_stream*>(nng_aio_get_output(aa, 0)));
-    client.reset(static_cast<nng_stream*>(nng_aio_get_output(da, 0)));
+    server = std::make_unique<fd::nng_byte_stream>(io.get_executor(),
+                                                   static_cast<nng_stream*>(nng_aio_get_output(aa, 0)));
+    client = std::make_unique<fd::nng_byte_stream>(io.get_executor(),
+                                                   static_cast<nng_stream*>(nng_aio_get_output(da, 0)));
   }
 };
 
 /// Blocking raw send/recv on a stream (the test's thread).
-void raw_send(nng_stream* s, std::string_view text) {
-  nng_aio* a = nullptr;
-  REQUIRE(nng_aio_alloc(&a, nullptr, nullptr) == 0);
-  fd::aio_ptr ap(a);
-  nng_iov iov{const_cast<char*>(text.data()), text.size()};
-  nng_aio_set_iov(a, 1, &iov);
-  nng_stream_send(s, a);
-  nng_aio_wait(a);
-  REQUIRE(nng_aio_result(a) == 0);
-  REQUIRE(nng_aio_count(a) == text.size());
+void raw_send(fd::byte_stream* s, std::string_view text) {
+  std::size_t sent = 0;
+  while (sent < text.size()) {
+    const nng_iov iov{const_cast<char*>(text.data()) + sent, text.size() - sent};
+    std::size_t n = 0;
+    REQUIRE_FALSE(s->write_some({&iov, 1}, n));
+    sent += n;
+  }
 }
-std::string raw_recv(nng_stream* s, std::size_t n) {
+std::string raw_recv(fd::byte_stream* s, std::size_t n) {
   std::string out(n, '\0');
   std::size_t got = 0;
-  nng_aio* a = nullptr;
-  REQUIRE(nng_aio_alloc(&a, nullptr, nullptr) == 0);
-  fd::aio_ptr ap(a);
   while (got < n) {
-    nng_iov iov{out.data() + got, n - got};
-    nng_aio_set_iov(a, 1, &iov);
-    nng_stream_recv(s, a);
-    nng_aio_wait(a);
-    REQUIRE(nng_aio_result(a) == 0);
-    got += nng_aio_count(a);
+    std::size_t k = 0;
+    REQUIRE_FALSE(s->read_some({out.data() + got, n - got}, k));
+    REQUIRE(k > 0);
+    got += k;
   }
   return out;
 }
@@ -107,14 +106,14 @@ struct outcome {
 /// Runs both ends' handshakes to completion on one io_context.
 std::pair<outcome, outcome> handshake(tcp_pair& p, const fd::transport_options& srv, const fd::transport_options& cli,
                                       const std::string& name) {
-  asio::io_context io;
+  auto& io = p.io;
   outcome s, c;
-  fd::async_tls_handshake(io.get_executor(), p.server.get(), fd::tls_context(fd::tls_context::role::server, srv), "",
+  fd::async_tls_handshake(io.get_executor(), *p.server, fd::tls_context(fd::tls_context::role::server, srv), "",
                           [&](std::error_code ec, fd::tls_handshake_result r) {
                             s = {ec, std::move(r)};
                             if (ec) p.server.reset(); // as fiber does: the peer's read ends
                           });
-  fd::async_tls_handshake(io.get_executor(), p.client.get(), fd::tls_context(fd::tls_context::role::client, cli), name,
+  fd::async_tls_handshake(io.get_executor(), *p.client, fd::tls_context(fd::tls_context::role::client, cli), name,
                           [&](std::error_code ec, fd::tls_handshake_result r) {
                             c = {ec, std::move(r)};
                             if (ec) p.client.reset();
@@ -169,17 +168,17 @@ TEST_CASE("tls: bytes a client sends right after its handshake reach the server,
   temp_dir dir("fiber-tls");
   self_signed(dir, "a", "localhost");
   tcp_pair p;
-  asio::io_context io;
+  auto& io = p.io;
   std::optional<std::error_code> sec, cec;
   fd::tls_handshake_result sr;
-  fd::async_tls_handshake(io.get_executor(), p.server.get(),
+  fd::async_tls_handshake(io.get_executor(), *p.server,
                           fd::tls_context(fd::tls_context::role::server, identity(dir, "a")), "",
                           [&](std::error_code ec, fd::tls_handshake_result r) {
                             sec = ec;
                             sr = std::move(r);
                           });
-  fd::async_tls_handshake(io.get_executor(), p.client.get(), fd::tls_context(fd::tls_context::role::client, {}),
-                          "localhost", [&](std::error_code ec, fd::tls_handshake_result) {
+  fd::async_tls_handshake(io.get_executor(), *p.client, fd::tls_context(fd::tls_context::role::client, {}), "localhost",
+                          [&](std::error_code ec, fd::tls_handshake_result) {
                             cec = ec;
                             if (!ec) raw_send(p.client.get(), "auth-frame"); // before the server may be done
                           });
@@ -263,7 +262,7 @@ TEST_CASE("tls: a peer that speaks no TLS, closes, or stalls ends the handshake 
   temp_dir dir("fiber-tls");
   self_signed(dir, "a", "localhost");
   tcp_pair p;
-  asio::io_context io;
+  auto& io = p.io;
   std::optional<std::error_code> got;
   fd::tls_handshake_result res;
   auto done = [&](std::error_code ec, fd::tls_handshake_result r) {
@@ -272,7 +271,7 @@ TEST_CASE("tls: a peer that speaks no TLS, closes, or stalls ends the handshake 
   };
   SECTION("a client that sends HTTP") {
     raw_send(p.client.get(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    fd::async_tls_handshake(io.get_executor(), p.server.get(),
+    fd::async_tls_handshake(io.get_executor(), *p.server,
                             fd::tls_context(fd::tls_context::role::server, identity(dir, "a")), "", done);
     io.run();
     REQUIRE(got);
@@ -280,7 +279,7 @@ TEST_CASE("tls: a peer that speaks no TLS, closes, or stalls ends the handshake 
     CHECK_FALSE(res.detail.empty());
   }
   SECTION("a server that answers with bytes that are not TLS") {
-    fd::async_tls_handshake(io.get_executor(), p.client.get(), fd::tls_context(fd::tls_context::role::client, {}),
+    fd::async_tls_handshake(io.get_executor(), *p.client, fd::tls_context(fd::tls_context::role::client, {}),
                             "localhost", done);
     raw_send(p.server.get(), std::string(64, 'x'));
     io.run();
@@ -288,7 +287,7 @@ TEST_CASE("tls: a peer that speaks no TLS, closes, or stalls ends the handshake 
     CHECK(*got == fd::make_error_code(fd::tls_errc::protocol));
   }
   SECTION("a server that closes") {
-    fd::async_tls_handshake(io.get_executor(), p.client.get(), fd::tls_context(fd::tls_context::role::client, {}),
+    fd::async_tls_handshake(io.get_executor(), *p.client, fd::tls_context(fd::tls_context::role::client, {}),
                             "localhost", done);
     p.server.reset();
     io.run();
@@ -297,7 +296,7 @@ TEST_CASE("tls: a peer that speaks no TLS, closes, or stalls ends the handshake 
   }
   SECTION("a client that never speaks: cancellation ends the wait") {
     asio::cancellation_signal sig;
-    fd::async_tls_handshake(io.get_executor(), p.server.get(),
+    fd::async_tls_handshake(io.get_executor(), *p.server,
                             fd::tls_context(fd::tls_context::role::server, identity(dir, "a")), "",
                             asio::bind_cancellation_slot(sig.slot(), done));
     io.run_one(); // the first step: OpenSSL now waits for the ClientHello

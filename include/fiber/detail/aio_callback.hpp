@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/aio_callback.hpp
-/// The body of every nng aio callback of the transport: read the result on
-/// nng's thread, finish on the owner's executor.
+/// The body of a listener's nng aio callback: read the result on nng's
+/// thread, finish on the owner's executor.
 
 #include <asio/any_io_executor.hpp>
 #include <asio/post.hpp>
@@ -28,10 +28,7 @@ void finish_on_executor(nng_aio* aio, asio::any_io_executor ex, std::shared_ptr<
   asio::post(ex, [keep = std::move(keep), rv, out, then] { then(*keep, rv, out); });
 }
 
-/// finish_on_executor's `output` for a send or receive: the bytes moved.
-inline std::size_t aio_count(nng_aio* aio, int) { return nng_aio_count(aio); }
-
-/// finish_on_executor's `output` for a dial or accept: the new stream.
+/// finish_on_executor's `output` for an accept: the new stream.
 inline nng_stream* aio_stream(nng_aio* aio, int rv) {
   return rv == 0 ? static_cast<nng_stream*>(nng_aio_get_output(aio, 0)) : nullptr;
 }

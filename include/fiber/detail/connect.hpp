@@ -2,35 +2,44 @@
 #pragma once
 /// @file detail/connect.hpp
 /// Dialing a fiber connection: `async_connect(ex, url, options, token)`
-/// completes with a framed `stream` (nng's TCP or IPC dialer; a tls+tcp://
-/// stream then runs fiber's TLS handshake before its first frame).
+/// completes with a framed `stream` over an Asio socket on `ex`'s reactor (a
+/// tls+tcp:// stream then runs fiber's TLS handshake before its first frame).
 
-#include <fiber/detail/aio_callback.hpp>
 #include <fiber/detail/completion.hpp>
-#include <fiber/detail/nng_error.hpp>
-#include <fiber/detail/nng_ptr.hpp>
+#include <fiber/detail/socket_byte_stream.hpp>
 #include <fiber/detail/stream.hpp>
 #include <fiber/detail/tls_config.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/cancellation_type.hpp>
+#include <asio/error.hpp>
+#include <asio/generic/stream_protocol.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/local/stream_protocol.hpp>
 #include <asio/post.hpp>
 
-#include <nng/nng.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <memory>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace fiber::detail {
 
-/// One dial in flight. The dialer is freed with it: established streams do
-/// not depend on their dialer (a TLS stream holds its own config reference).
+/// One dial in flight: the URL's addresses (a host name is resolved
+/// asynchronously), tried in order until one accepts.
 class connect_core : public std::enable_shared_from_this<connect_core> {
 public:
+  using endpoint = asio::generic::stream_protocol::endpoint;
+
   connect_core(asio::any_io_executor ex, const transport_options& opt, completion<std::error_code, stream> done)
-      : ex_(std::move(ex)), opt_(opt), done_(std::move(done)) {}
+      : ex_(std::move(ex)), opt_(opt), done_(std::move(done)), sock_(ex_), resolver_(ex_) {}
 
   void start(const std::string& url) {
     if (is_tls_url(url)) {
@@ -41,41 +50,103 @@ public:
         return done_(via::post, e.code(), stream{});
       }
     }
-    nng_stream_dialer* d = nullptr;
-    int rv = nng_stream_dialer_alloc(&d, tls_ ? url.substr(4).c_str() : url.c_str()); // TLS is fiber's: tcp://
-    if (rv == 0) {
-      d_.reset(d);
-      nng_stream_dialer_set_bool(d, NNG_OPT_TCP_NODELAY, true);
-      nng_stream_dialer_set_bool(d, NNG_OPT_TCP_KEEPALIVE, true);
-    }
-    nng_aio* a = nullptr;
-    if (rv == 0 && (rv = nng_aio_alloc(&a, &connect_core::on_dial_cb, this)) == 0) aio_.reset(a);
-    if (rv) return done_(via::post, make_nng_error(rv), stream{});
-    nng_aio_set_timeout(a, NNG_DURATION_INFINITE);
+    const std::string u = tls_ ? url.substr(4) : url; // TLS is fiber's: tcp://
     if (done_.slot().is_connected()) done_.slot().template emplace<canceller>(weak_from_this());
-    keep_ = shared_from_this();
-    nng_stream_dialer_dial(d_.get(), aio_.get());
+    if (u.starts_with("ipc://")) {
+      const std::string path = u.substr(6);
+      if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path))
+        return done_(via::post, std::make_error_code(std::errc::invalid_argument), stream{});
+      const asio::local::stream_protocol::endpoint ep(path);
+      eps_.emplace_back(ep.data(), ep.size());
+      return try_next();
+    }
+    std::string host, port;
+    if (!u.starts_with("tcp://") || !split_host_port(u.substr(6), host, port))
+      return done_(via::post, std::make_error_code(std::errc::invalid_argument), stream{});
+    std::error_code ec;
+    if (const auto a = asio::ip::make_address(host, ec); !ec) {
+      const asio::ip::tcp::endpoint ep(a, static_cast<unsigned short>(std::stoul(port)));
+      eps_.emplace_back(ep.data(), ep.size());
+      return try_next();
+    }
+    resolver_.async_resolve(host, port, [self = shared_from_this()](std::error_code ec, auto results) {
+      if (self->cancelled_) ec = asio::error::operation_aborted;
+      if (ec) return self->done_(via::dispatch, ec, stream{});
+      for (const auto& r : results) self->eps_.emplace_back(r.endpoint().data(), r.endpoint().size());
+      self->try_next();
+    });
   }
 
 private:
   struct canceller {
     explicit canceller(std::weak_ptr<connect_core> c) : core(std::move(c)) {}
     std::weak_ptr<connect_core> core;
-    // nng_aio_cancel is thread-safe and a no-op once the dial finished.
+    // Any thread: the dial stops on the executor.
     void operator()(asio::cancellation_type_t) const {
-      if (auto c = core.lock()) nng_aio_cancel(c->aio_.get());
+      if (auto c = core.lock()) {
+        auto ex = c->ex_;
+        asio::post(ex, [c = std::move(c)] {
+          c->cancelled_ = true;
+          c->resolver_.cancel();
+          std::error_code ignored;
+          c->sock_.close(ignored);
+        });
+      }
     }
   };
 
-  static void on_dial_cb(void* arg) {
-    auto* self = static_cast<connect_core*>(arg);
-    finish_on_executor(self->aio_.get(), self->ex_, self->keep_, aio_stream,
-                       [](connect_core& c, int rv, nng_stream* s) { c.on_dial(rv, s); });
+  // "host:port" or "[v6]:port".
+  static bool split_host_port(const std::string& hp, std::string& host, std::string& port) {
+    const auto colon = hp.rfind(':');
+    if (colon == std::string::npos || colon + 1 == hp.size()) return false;
+    host = hp.substr(0, colon);
+    port = hp.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    return !host.empty() && port.find_first_not_of("0123456789") == std::string::npos && port.size() <= 5;
   }
 
-  void on_dial(int rv, nng_stream* s) {
-    if (rv) return done_(via::dispatch, make_nng_error(rv), stream{});
-    stream st(ex_, s, opt_, std::move(tls_)); // a TLS handshake runs before its first frame
+  // A non-blocking connect(2) of our own: Asio's would take a Unix socket's
+  // EAGAIN (a full backlog) for "in progress" and report a socket that never
+  // connected.
+  void try_next(std::error_code last = asio::error::host_not_found) {
+    if (cancelled_) return done_(via::post, asio::error::operation_aborted, stream{});
+    if (next_ == eps_.size()) return done_(via::post, last, stream{});
+    const endpoint& ep = eps_[next_++];
+    std::error_code ignored;
+    sock_.close(ignored);
+    const int fd = ::socket(ep.data()->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return done_(via::post, std::error_code(errno, std::system_category()), stream{});
+    sock_.assign(ep.protocol(), fd, ignored);
+    if (ep.data()->sa_family != AF_UNIX) {
+      const int on = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    }
+    if (::connect(fd, ep.data(), socklen_t(ep.size())) == 0)
+      return asio::post(ex_, [self = shared_from_this()] { self->connected({}); });
+    if (errno != EINPROGRESS) {
+      const std::error_code ec(errno, std::system_category());
+      return asio::post(ex_, [self = shared_from_this(), ec] { self->connected(ec); });
+    }
+    sock_.async_wait(asio::socket_base::wait_write, [self = shared_from_this()](std::error_code ec) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (!ec && ::getsockopt(self->sock_.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err)
+        ec = std::error_code(err, std::system_category());
+      self->connected(ec);
+    });
+  }
+
+  void connected(std::error_code ec) {
+    if (cancelled_) ec = asio::error::operation_aborted;
+    if (ec == asio::error::operation_aborted || (ec && next_ == eps_.size())) {
+      std::error_code ignored;
+      sock_.close(ignored);
+      return done_(via::dispatch, ec, stream{});
+    }
+    if (ec) return try_next(ec);
+    stream st(ex_, std::make_unique<socket_byte_stream>(ex_, std::move(sock_)), opt_,
+              std::move(tls_)); // a TLS handshake runs before its first frame
     done_(via::dispatch, {}, std::move(st));
   }
 
@@ -83,13 +154,19 @@ private:
   transport_options opt_;
   completion<std::error_code, stream> done_;
   std::optional<tls_start> tls_;
-  dialer_ptr d_;
-  aio_ptr aio_;
-  std::shared_ptr<connect_core> keep_;
+  socket_byte_stream::socket_type sock_;
+  asio::ip::tcp::resolver resolver_;
+  std::vector<endpoint> eps_;
+  std::size_t next_ = 0;
+  bool cancelled_ = false;
 };
 
-/// Connects to `url`; completes with void(std::error_code, stream). The
-/// stream runs on `ex`. Errors: connection_refused, or an nng/system error.
+/// Connects to `url` (`ipc://path`, `tcp://host:port`, `tls+tcp://host:port`);
+/// completes with void(std::error_code, stream). The stream runs on `ex`,
+/// over a socket of `ex`'s own reactor (no thread of its own). Errors:
+/// connection_refused, try_again (a Unix socket's backlog is full),
+/// no_such_file_or_directory (no socket at that path), a resolver error, or
+/// another system error. Cancellation: any type; completes with operation_aborted.
 template <asio::completion_token_for<void(std::error_code, stream)> Token>
 auto async_connect(asio::any_io_executor ex, const std::string& url, const transport_options& opt, Token&& token) {
   return asio::async_initiate<Token, void(std::error_code, stream)>(

@@ -7,6 +7,7 @@
 
 #include <fiber/detail/aio_callback.hpp>
 #include <fiber/detail/completion.hpp>
+#include <fiber/detail/nng_byte_stream.hpp>
 #include <fiber/detail/nng_error.hpp>
 #include <fiber/detail/nng_ptr.hpp>
 #include <fiber/detail/stream.hpp>
@@ -110,7 +111,7 @@ private:
         auto op = std::move(q_.front());
         q_.pop_front();
         if (!ready_.empty()) {
-          stream s(ex_, ready_.front().release(), opt_,
+          stream s(ex_, std::make_unique<nng_byte_stream>(ex_, ready_.front().release()), opt_,
                    tls_ ? std::optional<tls_start>(tls_start{*tls_, {}}) : std::nullopt);
           ready_.pop_front();
           op.done(v, {}, std::move(s));

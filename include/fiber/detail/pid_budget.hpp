@@ -113,22 +113,11 @@ inline std::vector<pid_limit> pid_limits(long long need = 0) {
   return out;
 }
 
-/// Threads a worker started from this executable will run when idle: this
-/// process's nng threads (the same library, on the same cores) and fiber's
-/// two (the main thread and the runtime's). Example: `worker_threads() * n`.
-inline std::size_t worker_threads() {
-  std::size_t n = 2;
-  if (DIR* d = ::opendir("/proc/self/task")) {
-    while (auto* e = ::readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
-      std::string name;
-      if (std::getline(comm, name) && name.rfind("nng:", 0) == 0) ++n;
-    }
-    ::closedir(d);
-  }
-  return n;
-}
+/// Threads a worker holds when idle: fiber's two (the main thread, waiting
+/// for work, and the runtime's, whose reactor carries the worker's dialled
+/// link). A worker that listens (hosts a Queue, a Manager) starts nng's
+/// threads as well; those are not counted. Example: `worker_threads() * n`.
+constexpr std::size_t worker_threads() noexcept { return 2; }
 
 /// Before starting `workers` workers on this host: throws backend_error
 /// naming `who`, the first limit their threads (worker_threads() each, and

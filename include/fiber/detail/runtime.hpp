@@ -442,7 +442,7 @@ public:
   /// ended), closed or silent before authentication (pre-authentication
   /// slots full, a master too busy to answer) after a
   /// growing, jittered pause, for up to start_timeout_s; a client retries
-  /// a full backlog (NNG_EAGAIN) and a connection closed before the
+  /// a full backlog (try_again) and a connection closed before the
   /// master's challenge (pending handshakes full while many processes dial
   /// at once), within connect_timeout_ms in all. A refusal by the master
   /// (handshake_error) is final.
@@ -473,10 +473,7 @@ private:
                                            std::map<std::string, std::string>) { done(std::move(e), std::move(l)); });
         }) {
     if (!worker_environment().is_worker()) make_run_dir();
-    // nng starts its threads (poller, task queues, timers, resolver) on first
-    // use: make that happen here, with the runtime thread, under SCHED_BATCH.
-    batch_policy_scope batch{config_bool("io_threads_batch")};
-    if (nng_aio* a = nullptr; nng_aio_alloc(&a, nullptr, nullptr) == 0) nng_aio_free(a);
+    batch_policy_scope batch{config_bool("io_threads_batch")}; // the runtime thread's policy
     thread_ = std::thread([this] {
       thread_id_ = std::this_thread::get_id();
       for (;;) {
@@ -538,10 +535,10 @@ private:
           if (ec) {
             a->over = true;
             a->timer.cancel();
-            const bool busy = ec == std::error_code(NNG_EAGAIN, nng_category()); // a full backlog
+            const bool busy = ec == asio::error::try_again; // a Unix socket's full backlog
             // An ipc:// socket that refuses or is gone has no listener: its process ended.
             const bool gone = j->url.starts_with("ipc://") &&
-                              (ec == asio::error::connection_refused || ec == make_nng_error(NNG_ENOENT));
+                              (ec == asio::error::connection_refused || ec == std::errc::no_such_file_or_directory);
             auto e = std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url + ": " + ec.message()));
             return dial_failed(j, std::move(e), busy || (j->r == role::worker && !gone));
           }

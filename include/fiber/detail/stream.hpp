@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/stream.hpp
-/// fiber's connection: a message-framed, full-duplex nng byte stream driven
+/// fiber's connection: a message-framed, full-duplex byte stream driven
 /// by Asio (`stream`), plus the two handles other threads use on it: a
 /// synchronous `direct_writer` and a borrowed `lent_reader`.
 
@@ -58,8 +58,8 @@ private:
 
 /// The read side of a stream, lent to one thread that blocks on it (a
 /// worker's main thread waiting for work): frames then reach that thread
-/// straight from nng's poller, without the hops through nng's callback
-/// thread and the executor. Lent with stream::lend_reader, on the executor;
+/// straight from the kernel (or nng's poller), without a hop through the
+/// executor. Lent with stream::lend_reader, on the executor;
 /// meanwhile async_recv waits. Copyable (all copies are one borrower: use
 /// them from one thread at a time); keeps the stream's state alive.
 class lent_reader : public stream_state_ref {
@@ -86,18 +86,18 @@ class stream : public core_handle<stream_state> {
 public:
   /// An empty stream (is_open() == false); operations fail with bad_descriptor.
   stream() noexcept = default;
-  /// Takes ownership of `s` (also on exception). With `tls`, the TLS 1.3
+  /// Frames `s`, whose completions run on `ex`. With `tls`, the TLS 1.3
   /// handshake runs first (tls_handshake.hpp): frames sent meanwhile wait,
   /// and every frame is then encrypted under its keys; a failed handshake
   /// fails the stream's operations with its error (tls_category()).
-  stream(executor_type ex, nng_stream* s, const transport_options& opt, std::optional<tls_start> tls = std::nullopt)
-      : core_handle(std::make_shared<stream_state>(std::move(ex), stream_ptr(s), opt, std::move(tls))) {
+  stream(executor_type ex, byte_stream_ptr s, const transport_options& opt, std::optional<tls_start> tls = std::nullopt)
+      : core_handle(std::make_shared<stream_state>(std::move(ex), std::move(s), opt, std::move(tls))) {
     core_->start();
   }
 
   /// Queues `m`; completes with void(std::error_code) once it is written.
   /// Messages queued while a write is in flight leave together in one
-  /// nng_stream_send (batching); a lone message is written immediately.
+  /// write (batching); a lone message is written immediately.
   /// Messages above max_message_size fail with asio::error::message_size.
   template <asio::completion_token_for<void(std::error_code)> Token>
   auto async_send(message m, Token&& token) {
@@ -126,7 +126,7 @@ public:
   /// A writer other threads may use for synchronous sends (see direct_writer).
   direct_writer direct() const noexcept { return direct_writer(core_); }
   /// Lends the read side (see lent_reader): once whole buffered frames have
-  /// gone to pending async_recv operations and no nng read is in flight (one
+  /// gone to pending async_recv operations and no read is in flight (one
   /// is cancelled, bytes it got are kept) and a TLS handshake is done,
   /// `granted(reader)` runs on the executor. Never runs if the stream closes
   /// first. Executor only.

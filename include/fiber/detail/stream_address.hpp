@@ -1,18 +1,35 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/stream_address.hpp
-/// Who is at the other end of an nng stream, as an address a log line or
-/// an error message can print.
+/// Who is at the other end of an nng stream or a socket, as an address a
+/// log line or an error message can print.
 
 #include <nng/nng.h>
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 
 namespace fiber::detail {
+
+/// An IP peer as a URL: `tcp://10.0.0.2:5000`, `tcp://[::1]:5000`. `addr`
+/// points to an in_addr or in6_addr; `port` is in network order.
+inline std::string ip_peer_url(int family, const void* addr, std::uint16_t port) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  inet_ntop(family, addr, buf, sizeof buf);
+  const std::string host = family == AF_INET6 ? "[" + std::string(buf) + "]" : std::string(buf);
+  return "tcp://" + host + ":" + std::to_string(ntohs(port));
+}
+
+/// An ipc:// peer: both ends see the socket's path, the peer's pid tells them apart.
+inline std::string ipc_peer_url(const char* path, std::optional<std::uint64_t> pid) {
+  return std::string("ipc://") + path + (pid ? " (pid " + std::to_string(*pid) + ")" : std::string());
+}
 
 /// The peer's address of `s`, if nng knows it.
 inline std::optional<nng_sockaddr> stream_remote_addr(nng_stream* s) {
@@ -27,19 +44,41 @@ inline std::string stream_peer_address(nng_stream* s) {
   const auto addr = stream_remote_addr(s);
   if (!addr) return {};
   const auto& sa = *addr;
-  char buf[INET6_ADDRSTRLEN] = {};
   std::uint64_t pid = 0;
   switch (sa.s_family) {
-  case NNG_AF_IPC: // both ends see the socket path: the peer's pid tells them apart
-    if (nng_stream_get_uint64(s, NNG_OPT_IPC_PEER_PID, &pid) == 0)
-      return std::string("ipc://") + sa.s_ipc.sa_path + " (pid " + std::to_string(pid) + ")";
-    return std::string("ipc://") + sa.s_ipc.sa_path;
-  case NNG_AF_INET:
-    inet_ntop(AF_INET, &sa.s_in.sa_addr, buf, sizeof buf);
-    return "tcp://" + std::string(buf) + ":" + std::to_string(ntohs(sa.s_in.sa_port));
-  case NNG_AF_INET6:
-    inet_ntop(AF_INET6, sa.s_in6.sa_addr, buf, sizeof buf);
-    return "tcp://[" + std::string(buf) + "]:" + std::to_string(ntohs(sa.s_in6.sa_port));
+  case NNG_AF_IPC:
+    return ipc_peer_url(sa.s_ipc.sa_path, nng_stream_get_uint64(s, NNG_OPT_IPC_PEER_PID, &pid) == 0
+                                              ? std::optional<std::uint64_t>(pid)
+                                              : std::nullopt);
+  case NNG_AF_INET: return ip_peer_url(AF_INET, &sa.s_in.sa_addr, sa.s_in.sa_port);
+  case NNG_AF_INET6: return ip_peer_url(AF_INET6, sa.s_in6.sa_addr, sa.s_in6.sa_port);
+  default: return {};
+  }
+}
+
+/// The peer of the connected socket `fd`, as stream_peer_address, or empty.
+inline std::string socket_peer_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  switch (ss.ss_family) {
+  case AF_UNIX: {
+    std::optional<std::uint64_t> pid;
+    ucred cred{};
+    socklen_t cl = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) pid = std::uint64_t(cred.pid);
+    std::string path(reinterpret_cast<const sockaddr_un&>(ss).sun_path,
+                     ::strnlen(reinterpret_cast<const sockaddr_un&>(ss).sun_path, sizeof(sockaddr_un::sun_path)));
+    return ipc_peer_url(path.c_str(), pid);
+  }
+  case AF_INET: {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(ss);
+    return ip_peer_url(AF_INET, &in.sin_addr, in.sin_port);
+  }
+  case AF_INET6: {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(ss);
+    return ip_peer_url(AF_INET6, &in6.sin6_addr, in6.sin6_port);
+  }
   default: return {};
   }
 }

@@ -1,22 +1,19 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/stream_state.hpp
-/// The state of one framed nng stream (after a TLS handshake, if it has
+/// The state of one framed byte stream (after a TLS handshake, if it has
 /// one) and its three ways of being driven: by its executor (async
 /// send/recv), by any thread writing directly while the executor has
 /// nothing to write, and by one thread it lent its reads to.
 
-#include <fiber/detail/aio_callback.hpp>
 #include <fiber/detail/buffer_cache.hpp>
+#include <fiber/detail/byte_stream.hpp>
 #include <fiber/detail/bytes.hpp>
 #include <fiber/detail/completion.hpp>
 #include <fiber/detail/frame_buffer.hpp>
 #include <fiber/detail/frame_check.hpp>
 #include <fiber/detail/frame_mac.hpp>
 #include <fiber/detail/log_limit.hpp>
-#include <fiber/detail/nng_error.hpp>
-#include <fiber/detail/nng_ptr.hpp>
-#include <fiber/detail/stream_address.hpp>
 #include <fiber/detail/tls_config.hpp>
 #include <fiber/detail/tls_handshake.hpp>
 #include <fiber/detail/write_batch.hpp>
@@ -25,8 +22,6 @@
 #include <asio/cancellation_type.hpp>
 #include <asio/error.hpp>
 #include <asio/post.hpp>
-
-#include <nng/nng.h>
 
 #include <algorithm>
 #include <atomic>
@@ -49,14 +44,14 @@ namespace fiber::detail {
 /// Counters of one stream (for tests, benchmarks and logs).
 struct stream_stats {
   std::uint64_t messages_sent = 0;     ///< messages fully written
-  std::uint64_t nng_sends = 0;         ///< nng_stream_send calls (batches + continuations)
+  std::uint64_t write_calls = 0;       ///< byte stream writes (batches + continuations)
   std::uint64_t messages_received = 0; ///< messages delivered to async_recv
-  std::uint64_t nng_recvs = 0;         ///< nng_stream_recv calls
+  std::uint64_t read_calls = 0;        ///< byte stream reads
 };
 
-/// A stream's state. Shared so that completions posted from nng threads
-/// (which hold a reference while an nng operation is in flight) stay valid
-/// after the `stream` handle moved or died. Touched only on `ex`.
+/// A stream's state. Shared so that completions of its byte stream (which
+/// hold a reference while an operation is in flight) stay valid after the
+/// `stream` handle moved or died. Touched only on `ex`.
 class stream_state : public std::enable_shared_from_this<stream_state> {
 public:
   static constexpr std::size_t read_buffer_size = frame_buffer::capacity;
@@ -64,14 +59,12 @@ public:
   static constexpr std::size_t inline_write_limit = 64 * 1024; // batches up to this are written inline
 
   /// With `tls`, frames wait until the TLS handshake started by start() is done.
-  stream_state(asio::any_io_executor ex, stream_ptr s, const transport_options& opt,
+  stream_state(asio::any_io_executor ex, byte_stream_ptr s, const transport_options& opt,
                std::optional<tls_start> tls = std::nullopt)
       : last_rx_(std::chrono::steady_clock::now()),
         ex_(std::move(ex)),
         s_(std::move(s)),
         max_(std::min<std::size_t>(opt.max_message_size, UINT32_MAX)),
-        saio_(make_aio(&stream_state::on_send_cb, this)),
-        raio_(make_aio(&stream_state::on_recv_cb, this)),
         tls_start_(std::move(tls)),
         tls_pending_(tls_start_.has_value()) {
     exec_busy_ = tls_pending_; // no direct write before TLS is up
@@ -110,7 +103,7 @@ public:
       mac = seal_.get(); // set once, under wire_mu_; its sequence is the wire owner's
       encrypt = encrypt_;
     }
-    int rv = lazy_sync_aio(daio_);
+    std::error_code ec;
     std::size_t written = 0, calls = 0;
     std::byte tag[frame_tag_size];
     const std::size_t tag_size = mac ? frame_tag_size : 0;
@@ -128,7 +121,7 @@ public:
     } else if (mac) {
       mac->seal({m, tail}, tag);
     }
-    while (rv == 0 && written < total) { // nng may write part of the iov: go on from there
+    while (!ec && written < total) { // a write may take part of the iov: go on from there
       nng_iov iov[4];
       unsigned k = 0;
       std::size_t skip = written;
@@ -140,24 +133,22 @@ public:
         iov[k++] = {const_cast<std::byte*>(p.data()) + skip, p.size() - skip};
         skip = 0;
       }
-      if ((rv = nng_aio_set_iov(daio_.get(), k, iov)) != 0) break;
       ++calls;
-      nng_stream_send(s_.get(), daio_.get());
-      nng_aio_wait(daio_.get());
-      if ((rv = nng_aio_result(daio_.get())) == 0) written += nng_aio_count(daio_.get());
+      std::size_t n = 0;
+      if (!(ec = s_->write_some({iov, k}, n))) written += n;
     }
     bool kick;
     {
       std::lock_guard lk(wire_mu_);
       direct_busy_ = false;
-      direct_nng_sends_ += calls;
-      if (rv == 0) ++direct_sent_;
+      direct_write_calls_ += calls;
+      if (!ec) ++direct_sent_;
       else wire_dead_ = true; // maybe a partial frame on the wire
       kick = exec_busy_;
     }
-    if (rv != 0) {
-      nng_stream_close(s_.get()); // thread-safe; the executor's operations end with errors
-      asio::post(ex_, [self = shared_from_this(), rv] { self->shutdown(make_nng_error(rv), via::dispatch); });
+    if (ec) {
+      s_->close(); // thread-safe; the executor's operations end with errors
+      asio::post(ex_, [self = shared_from_this(), ec] { self->shutdown(ec, via::dispatch); });
       return false;
     }
     if (kick) asio::post(ex_, [self = shared_from_this()] { self->kick(); });
@@ -184,10 +175,7 @@ public:
     seal_ = std::move(s);
   }
   /// Whether the peer is a local process on an ipc:// socket.
-  bool is_ipc() const {
-    auto sa = stream_remote_addr(s_.get());
-    return sa && sa->s_family == NNG_AF_IPC;
-  }
+  bool is_ipc() const { return s_->is_ipc(); }
 
   /// Whether frames go over TLS: encrypted under keys of its handshake,
   /// which `binding()` is the channel binding of once done.
@@ -201,7 +189,7 @@ public:
     auto done = [self = shared_from_this()](std::error_code ec, tls_handshake_result r) {
       self->on_tls(ec, std::move(r));
     };
-    tls_op_ = std::make_shared<tls_handshake_core>(ex_, s_.get(), tls_start_->context,
+    tls_op_ = std::make_shared<tls_handshake_core>(ex_, *s_, tls_start_->context,
                                                    tls_handshake_core::done_type(std::move(done), ex_));
     tls_op_->start(tls_start_->server_name);
   }
@@ -210,11 +198,9 @@ public:
     closed_ = true; // buffered frames are not delivered after a local close
     shutdown(asio::error::operation_aborted, via::post);
     if (tls_op_) tls_op_->stop();
-    // Wait until nng's callbacks for this stream have run (they only post):
-    // afterwards nothing can post to the executor, so the io_context may be
-    // destroyed right after the stream.
-    nng_aio_stop(saio_.get());
-    nng_aio_stop(raio_.get());
+    // Afterwards nothing can post to the executor but what has, so the
+    // io_context may be destroyed right after the stream.
+    s_->stop();
   }
   bool is_open() const noexcept { return !dead_; }
   /// Any thread: when bytes last arrived (a frame in progress counts), or
@@ -226,14 +212,14 @@ public:
   std::size_t max_message_size() const noexcept { return max_.load(std::memory_order_relaxed); }
   void set_max_message_size(std::size_t n) noexcept { max_ = std::min<std::size_t>(n, UINT32_MAX); }
 
-  std::string peer_address() const { return stream_peer_address(s_.get()); }
+  std::string peer_address() const { return s_->peer_address(); }
 
   const asio::any_io_executor& executor() const noexcept { return ex_; }
   stream_stats stats() const {
     stream_stats s = stats_;
     std::lock_guard lk(wire_mu_);
     s.messages_sent += direct_sent_;
-    s.nng_sends += direct_nng_sends_;
+    s.write_calls += direct_write_calls_;
     std::lock_guard lk2(lend_mu_);
     s.messages_received += lent_received_;
     return s;
@@ -274,10 +260,10 @@ private:
           return op.done(via::dispatch, asio::error::operation_aborted);
         }
       if (batch_.contains(id) && (type & asio::cancellation_type::terminal) != asio::cancellation_type::none) {
-        // The batch may be between two partial writes (no nng op to
+        // The batch may be between two partial writes (no write to
         // cancel): the flag makes on_send stop instead of resubmitting.
         cancel_write_ = true;
-        if (writing_) nng_aio_cancel(saio_.get()); // on_send: ECANCELED, closes the stream
+        if (writing_) s_->cancel_write(); // on_send: operation_aborted, closes the stream
         return;
       }
     } else {
@@ -291,7 +277,7 @@ private:
   }
 
   // The stream is unusable from now on: remember the first reason and close
-  // nng's stream (in-flight nng operations finish promptly with ECLOSED).
+  // the byte stream (operations in flight finish promptly with errors).
   void mark_dead(std::error_code ec) {
     if (dead_) return;
     dead_ = ec;
@@ -299,7 +285,7 @@ private:
       std::lock_guard lk(wire_mu_);
       wire_dead_ = true;
     }
-    nng_stream_close(s_.get());
+    s_->close();
   }
 
   // Tells direct writers whether the executor owns the write side (a write
@@ -341,7 +327,7 @@ private:
     binding_ = r.binding;
     tls_pending_ = false;
     if (!r.early.empty()) { // the peer's first frames came with its last handshake message
-      nng_iov room = rbuf_.next_read();
+      const nng_iov room = rbuf_.next_read();
       if (room.iov_len < r.early.size()) return shutdown(make_error_code(tls_errc::trailing_bytes), via::dispatch);
       std::copy(r.early.begin(), r.early.end(), static_cast<std::byte*>(room.iov_buf));
       rbuf_.commit(r.early.size());
@@ -374,7 +360,7 @@ private:
   }
 
   // ---- write path: everything queued while a write is in flight goes out
-  // in the next single nng_stream_send (see write_batch).
+  // in the next single write (see write_batch).
   void start_write() {
     cancel_write_ = false;
     inline_tried_ = false;
@@ -385,54 +371,32 @@ private:
   void submit_write() {
     writing_ = true;
     if (try_inline_write()) return;
-    if (int rv = nng_aio_set_iov(saio_.get(), batch_.iov_count(), batch_.iov())) {
-      // Fail through the normal completion path, never inline.
-      asio::post(ex_, [self = shared_from_this(), rv] { self->on_send(rv, 0); });
-      return;
-    }
-    skeep_ = shared_from_this();
-    ++stats_.nng_sends;
-    nng_stream_send(s_.get(), saio_.get());
+    ++stats_.write_calls;
+    s_->async_write_some({batch_.iov(), batch_.iov_count()}, make_io_done<&stream_state::on_write>(shared_from_this()));
   }
 
-  // A small batch is written here, with a callback-less aio: nng's ipc and
-  // tcp streams write at once when the socket has room (a send completes
-  // once some bytes are written), so the completion needs no hop through
-  // nng's callback thread and back to the executor. If the socket has no
-  // room at all, the send is still pending when nng_stream_send returns: it
-  // is cancelled (nothing was written, or the poller wrote some bytes first
-  // and completed it: both under nng's lock) and the batch goes the asynchronous
-  // way. No timeout: one would wake nng's expire thread on every write.
+  // A small batch is written here if the stream has room for some of it
+  // (byte_stream::try_write_some): the completion needs no hop through
+  // another thread and back to the executor. Without room, the batch goes
+  // the asynchronous way.
   bool try_inline_write() {
     if (inline_tried_ || !batch_.untouched()) return false;
     inline_tried_ = true;
-    if (batch_.bytes() > inline_write_limit || lazy_sync_aio(xaio_) != 0) return false;
-    if (nng_aio_set_iov(xaio_.get(), batch_.iov_count(), batch_.iov()) != 0) return false;
-    ++stats_.nng_sends;
-    nng_stream_send(s_.get(), xaio_.get());
-    nng_aio_cancel(xaio_.get()); // no effect if it completed; pending: there was no room
-    nng_aio_wait(xaio_.get());
-    const int rv = nng_aio_result(xaio_.get());
-    const std::size_t n = nng_aio_count(xaio_.get());
-    if (rv == NNG_ECANCELED && n == 0) return false; // wait asynchronously
-    on_send(rv, n, via::post);                       // handlers never run inside this call
+    if (batch_.bytes() > inline_write_limit) return false;
+    ++stats_.write_calls;
+    std::size_t n = 0;
+    const auto ec = s_->try_write_some({batch_.iov(), batch_.iov_count()}, n);
+    if (ec == asio::error::would_block) return false; // wait asynchronously
+    on_send(ec, n, via::post);                        // handlers never run inside this call
     return true;
   }
 
-  // nng thread: only hand the result over to the executor. Moving the keep
-  // into the posted function guarantees this thread never drops the last
-  // reference (the destructor stops aios, which must not run on nng's
-  // threads).
-  static void on_send_cb(void* arg) {
-    auto* self = static_cast<stream_state*>(arg);
-    finish_on_executor(self->saio_.get(), self->ex_, self->skeep_, aio_count,
-                       [](stream_state& c, int rv, std::size_t n) { c.on_send(rv, n); });
-  }
+  void on_write(std::error_code ec, std::size_t n) { on_send(ec, n); }
 
-  void on_send(int rv, std::size_t n, via v = via::dispatch) {
+  void on_send(std::error_code ec, std::size_t n, via v = via::dispatch) {
     writing_ = false;
-    if (rv == 0) {
-      if (batch_.advance(n)) { // whole batch written (else: nng wrote part of it, go on)
+    if (!ec) {
+      if (batch_.advance(n)) { // whole batch written (else: part of it, go on)
         auto done = batch_.take();
         stats_.messages_sent += done.size();
         if (!sendq_.empty() && !dead_) start_write(); // queue behind, then notify
@@ -444,22 +408,21 @@ private:
         return;
       }
       if (!dead_ && !cancel_write_) return submit_write();
-      rv = NNG_ECANCELED;
+      ec = asio::error::operation_aborted;
     }
     // A failed or cancelled write may have left a partial frame: the stream
     // cannot be used any more.
-    mark_dead(make_nng_error(rv)); // first: handlers run below must see a dead stream
-    const std::error_code ec = dead_;
+    mark_dead(ec); // first: handlers run below must see a dead stream
+    ec = dead_;
     for (auto& op : batch_.take()) op.done(v, ec);
     shutdown(ec, v); // then what was queued behind, in order
   }
 
   // ---- read path: reads land in a 64 KiB buffer, so several small frames
-  // arriving together cost one nng_stream_recv and a buffered frame completes
-  // an async_recv without touching nng. One read is kept in flight while the
-  // buffer has room, even with no async_recv waiting: nng's TLS handshake
-  // only progresses while both ends have an operation pending, and a dead
-  // peer is noticed early. Memory stays bounded by the buffer: a frame that
+  // arriving together cost one read and a buffered frame completes an
+  // async_recv without touching the byte stream. One read is kept in flight
+  // while the buffer has room, even with no async_recv waiting: a dead peer
+  // is noticed early. Memory stays bounded by the buffer: a frame that
   // does not fit is read straight into its own message, allocated only once
   // an async_recv waits for it.
   void pump_recv(via v) {
@@ -492,7 +455,7 @@ private:
   }
 
   // Extracts the next whole frame if buffered. While a read is in flight the
-  // buffer's free region belongs to nng: only consume, never move data.
+  // buffer's free region belongs to the read: only consume, never move data.
   bool next_frame(message& m, via v) {
     if (closed_ || tampered_) return false;
     switch (rbuf_.parse(m, max_ + check_.tag_size(), reading_)) {
@@ -506,44 +469,35 @@ private:
   }
 
   void start_read() {
-    nng_iov iov = rbuf_.next_read();
-    nng_aio_set_iov(raio_.get(), 1, &iov); // n <= 4 cannot fail
     reading_ = true;
-    rkeep_ = shared_from_this();
-    ++stats_.nng_recvs;
-    nng_stream_recv(s_.get(), raio_.get());
+    ++stats_.read_calls;
+    s_->async_read_some(rbuf_.next_read(), make_io_done<&stream_state::on_recv>(shared_from_this()));
   }
 
-  static void on_recv_cb(void* arg) {
-    auto* self = static_cast<stream_state*>(arg);
-    finish_on_executor(self->raio_.get(), self->ex_, self->rkeep_, aio_count,
-                       [](stream_state& c, int rv, std::size_t n) { c.on_recv(rv, n); });
-  }
-
-  void on_recv(int rv, std::size_t n) {
+  void on_recv(std::error_code ec, std::size_t n) {
     reading_ = false;
-    if (rv == 0 && n > 0) {
+    if (!ec && n > 0) {
       rbuf_.commit(n);
       check_.follow(rbuf_);
       note_progress();
-    } else if (!(rv == NNG_ECANCELED && lend_to_)) // cancelled to lend the read side: no error
-      shutdown(rv == 0 ? std::error_code(asio::error::eof) : make_nng_error(rv), via::dispatch);
+    } else if (!(ec == asio::error::operation_aborted && lend_to_)) // cancelled to lend the read side: no error
+      shutdown(ec ? ec : std::error_code(asio::error::eof), via::dispatch);
     pump_recv(via::dispatch);
   }
 
 public:
   // ---- lending the read side: the executor lends it; the borrower reads
-  // with its own callback-less aio (nng completes it on the poller thread
-  // and wakes the borrower: no hop through nng's callback thread and the
-  // executor). lent_ is the executor's view; lend_state_ (under lend_mu_) is
-  // shared with the borrower, who may be reading or not.
+  // with blocking calls (byte_stream::read_some: woken by the kernel or
+  // nng's poller, no hop through another thread and the executor). lent_ is
+  // the executor's view; lend_state_ (under lend_mu_) is shared with the
+  // borrower, who may be reading or not.
   enum class lend_state { home, lent_idle, lent_reading };
 
   void lend(std::function<void()> granted) {
     if (dead_ || lent_) return; // dead: the close path reports it
     lend_to_ = std::move(granted);
     // on_recv → pump_recv → finish_lend (after the TLS handshake, if any).
-    if (reading_) nng_aio_cancel(raio_.get());
+    if (reading_) s_->cancel_read();
     else pump_recv(via::dispatch);
   }
 
@@ -580,18 +534,10 @@ public:
         ec = asio::error::message_size;
         break;
       }
-      if (int rv = lazy_sync_aio(draio_)) {
-        ec = make_nng_error(rv);
-        break;
-      }
-      nng_iov iov = rbuf_.next_read();
-      nng_aio_set_iov(draio_.get(), 1, &iov);
-      nng_stream_recv(s_.get(), draio_.get());
-      nng_aio_wait(draio_.get());
-      const int rv = nng_aio_result(draio_.get());
-      const std::size_t n = nng_aio_count(draio_.get());
-      if (rv != 0 || n == 0) {
-        ec = rv == 0 ? std::error_code(asio::error::eof) : make_nng_error(rv);
+      std::size_t n = 0;
+      ec = s_->read_some(rbuf_.next_read(), n);
+      if (ec || n == 0) {
+        if (!ec) ec = asio::error::eof;
         break;
       }
       rbuf_.commit(n);
@@ -648,12 +594,9 @@ private:
 
   std::atomic<std::chrono::steady_clock::time_point> last_rx_;
   asio::any_io_executor ex_;
-  stream_ptr s_; // declared before the aios: freed after they are stopped
+  byte_stream_ptr s_;
   std::atomic<std::size_t> max_;
-  aio_ptr saio_, raio_;
-  aio_ptr daio_;                // direct writes: used only by the thread holding direct_busy_
-  std::vector<std::byte> dbuf_; // a direct encrypted frame (same owner as daio_)
-  aio_ptr xaio_;                // inline writes (executor)
+  std::vector<std::byte> dbuf_; // a direct encrypted frame (the thread holding direct_busy_)
   bool inline_tried_ = false, write_scheduled_ = false;
   std::optional<tls_start> tls_start_;         // until the TLS handshake is done
   std::shared_ptr<tls_handshake_core> tls_op_; // while it runs
@@ -663,8 +606,7 @@ private:
   // write side. Only one of exec_busy_ / direct_busy_ is set when a write starts.
   mutable std::mutex wire_mu_;
   bool exec_busy_ = false, direct_busy_ = false, wire_dead_ = false;
-  std::uint64_t direct_sent_ = 0, direct_nng_sends_ = 0;
-  std::shared_ptr<stream_state> skeep_, rkeep_; // self-references while nng ops are in flight
+  std::uint64_t direct_sent_ = 0, direct_write_calls_ = 0;
   std::error_code dead_;
   bool closed_ = false;
   std::uint64_t next_id_ = 0;
@@ -684,7 +626,6 @@ private:
 
   std::function<void()> lend_to_; // a lend in progress (executor)
   bool lent_ = false;             // executor's view: the borrower owns the read side
-  aio_ptr draio_;                 // the borrower's reads
   mutable std::mutex lend_mu_;
   lend_state lend_state_ = lend_state::home;
   std::uint64_t lent_received_ = 0;

@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/tls_handshake.hpp
-/// A TLS 1.3 handshake driven over an nng byte stream by OpenSSL on memory
+/// A TLS 1.3 handshake driven over a byte stream by OpenSSL on memory
 /// buffers (`async_tls_handshake`); it yields the channel binding.
 
-#include <fiber/detail/aio_callback.hpp>
+#include <fiber/detail/byte_stream.hpp>
 #include <fiber/detail/completion.hpp>
-#include <fiber/detail/nng_error.hpp>
-#include <fiber/detail/nng_ptr.hpp>
 #include <fiber/detail/tls_context.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -15,8 +13,6 @@
 #include <asio/cancellation_type.hpp>
 #include <asio/error.hpp>
 #include <asio/post.hpp>
-
-#include <nng/nng.h>
 
 #include <array>
 #include <atomic>
@@ -56,21 +52,16 @@ class tls_handshake_core : public std::enable_shared_from_this<tls_handshake_cor
 public:
   using done_type = completion<std::error_code, tls_handshake_result>;
 
-  tls_handshake_core(asio::any_io_executor ex, nng_stream* s, tls_context ctx, done_type done)
-      : ex_(std::move(ex)), s_(s), ctx_(std::move(ctx)), api_(ctx_.api()), done_(std::move(done)) {}
+  tls_handshake_core(asio::any_io_executor ex, byte_stream& s, tls_context ctx, done_type done)
+      : ex_(std::move(ex)), s_(&s), ctx_(std::move(ctx)), api_(ctx_.api()), done_(std::move(done)) {}
   tls_handshake_core(const tls_handshake_core&) = delete;
   tls_handshake_core& operator=(const tls_handshake_core&) = delete;
   ~tls_handshake_core() {
-    saio_.reset(); // stops the aios before the buffers they point into go
-    raio_.reset();
     if (ssl_) api_.ssl_free(ssl_); // frees both BIOs
   }
 
   void start(const std::string& server_name) {
     api_.err_clear();
-    nng_aio* a = nullptr;
-    if (nng_aio_alloc(&a, &tls_handshake_core::on_send_cb, this) == 0) saio_.reset(a);
-    if (saio_ && nng_aio_alloc(&a, &tls_handshake_core::on_recv_cb, this) == 0) raio_.reset(a);
     void* rbio = api_.bio_new(api_.bio_s_mem());
     void* wbio = api_.bio_new(api_.bio_s_mem());
     ssl_ = api_.ssl_new(ctx_.native());
@@ -81,7 +72,7 @@ public:
     }
     rbio_ = rbio;
     wbio_ = wbio;
-    if (!saio_ || !raio_ || !ssl_ || !rbio || !wbio)
+    if (!ssl_ || !rbio || !wbio)
       return finish_error(make_error_code(tls_errc::protocol), take_openssl_errors(api_, "out of memory"), via::post);
     if (ctx_.side() == tls_context::role::server) {
       api_.set_accept_state(ssl_);
@@ -97,26 +88,26 @@ public:
     asio::post(ex_, [self = shared_from_this()] { self->step(); });
   }
 
-  /// Any thread: ends the operation's nng I/O and waits for nng's
-  /// callbacks (they only post). It then completes with an error, or never
-  /// if its executor is gone.
-  void stop() {
-    cancelled_.store(true);
-    if (saio_) nng_aio_stop(saio_.get());
-    if (raio_) nng_aio_stop(raio_.get());
-  }
+  /// Executor: the operation completes with an error once the byte
+  /// stream's I/O in flight ends (close and stop the stream), or never if
+  /// its executor is gone.
+  void stop() { cancelled_.store(true); }
 
 private:
   struct canceller {
     explicit canceller(std::weak_ptr<tls_handshake_core> c) : core(std::move(c)) {}
     std::weak_ptr<tls_handshake_core> core;
-    // nng_aio_cancel is thread-safe and a no-op when nothing is in flight;
-    // the step that runs next sees `cancelled`.
+    // Any thread: the byte stream is cancelled on the executor; the step
+    // that runs next sees `cancelled`.
     void operator()(asio::cancellation_type_t) const {
       if (auto c = core.lock()) {
         c->cancelled_.store(true);
-        nng_aio_cancel(c->saio_.get());
-        nng_aio_cancel(c->raio_.get());
+        auto ex = c->ex_;
+        asio::post(ex, [c = std::move(c)] {
+          if (c->finished_) return;
+          c->s_->cancel_read();
+          c->s_->cancel_write();
+        });
       }
     }
   };
@@ -150,10 +141,7 @@ private:
         return finish_error(make_error_code(tls_errc::protocol), take_openssl_errors(api_, "no exporter"));
       return finish({}, std::move(res));
     }
-    nng_iov iov{in_.data(), in_.size()};
-    nng_aio_set_iov(raio_.get(), 1, &iov);
-    keep_recv_ = shared_from_this();
-    nng_stream_recv(s_, raio_.get());
+    s_->async_read_some({in_.data(), in_.size()}, make_io_done<&tls_handshake_core::on_recv>(shared_from_this()));
   }
 
   // The handshake failed: the alert OpenSSL wrote still goes out.
@@ -170,40 +158,28 @@ private:
   }
 
   void send_more() {
-    nng_iov iov{out_.data() + sent_, out_.size() - sent_};
-    nng_aio_set_iov(saio_.get(), 1, &iov);
-    keep_send_ = shared_from_this();
-    nng_stream_send(s_, saio_.get());
+    const nng_iov iov{out_.data() + sent_, out_.size() - sent_};
+    s_->async_write_some({&iov, 1}, make_io_done<&tls_handshake_core::on_send>(shared_from_this()));
   }
 
-  static void on_send_cb(void* arg) {
-    auto* self = static_cast<tls_handshake_core*>(arg);
-    finish_on_executor(self->saio_.get(), self->ex_, self->keep_send_, aio_count,
-                       [](tls_handshake_core& c, int rv, std::size_t n) { c.on_send(rv, n); });
-  }
-  static void on_recv_cb(void* arg) {
-    auto* self = static_cast<tls_handshake_core*>(arg);
-    finish_on_executor(self->raio_.get(), self->ex_, self->keep_recv_, aio_count,
-                       [](tls_handshake_core& c, int rv, std::size_t n) { c.on_recv(rv, n); });
-  }
-
-  void on_send(int rv, std::size_t n) {
-    if (rv) return io_failed(rv);
+  void on_send(std::error_code ec, std::size_t n) {
+    if (ec) return io_failed(ec);
     if ((sent_ += n) < out_.size()) return send_more();
     step();
   }
 
-  void on_recv(int rv, std::size_t n) {
-    if (rv == 0 && n == 0) rv = NNG_ECLOSED;
-    if (rv) return io_failed(rv);
+  void on_recv(std::error_code ec, std::size_t n) {
+    if (!ec && n == 0) ec = asio::error::eof;
+    if (ec) return io_failed(ec);
     api_.bio_write(rbio_, in_.data(), int(n));
     step();
   }
 
-  void io_failed(int rv) {
+  void io_failed(std::error_code ec) {
     if (failed_) return finish_error(fail_ec_, fail_detail_); // the peer left before our alert
-    if (cancelled_.load() || rv == NNG_ECANCELED) return finish_error(asio::error::operation_aborted, {});
-    finish_error(make_nng_error(rv), {});
+    if (cancelled_.load() || ec == asio::error::operation_aborted)
+      return finish_error(asio::error::operation_aborted, {});
+    finish_error(ec, {});
   }
 
   void finish_error(std::error_code ec, std::string detail, via v = via::dispatch) {
@@ -218,14 +194,12 @@ private:
   }
 
   asio::any_io_executor ex_;
-  nng_stream* s_;
+  byte_stream* s_;
   tls_context ctx_;
   const libssl_api& api_;
   done_type done_;
-  aio_ptr saio_, raio_;
-  std::shared_ptr<tls_handshake_core> keep_send_, keep_recv_; // held while an nng operation is in flight
-  void* ssl_ = nullptr;                                       // SSL*
-  void* rbio_ = nullptr;                                      // owned by ssl_
+  void* ssl_ = nullptr;  // SSL*
+  void* rbio_ = nullptr; // owned by ssl_
   void* wbio_ = nullptr;
   std::vector<std::byte> out_;
   std::size_t sent_ = 0;
@@ -239,7 +213,7 @@ private:
 /// Runs the TLS 1.3 handshake of `ctx`'s side over `s` and completes with
 /// `void(std::error_code, tls_handshake_result)`: the channel binding, or
 /// a tls_verify_error / tls_errc::protocol with OpenSSL's reason in
-/// `detail`, tls_errc::trailing_bytes, an nng error of the stream, or
+/// `detail`, tls_errc::trailing_bytes, an error of the stream, or
 /// asio::error::operation_aborted when cancelled. A client with a
 /// verifying context checks `server_name` (a DNS name, or an IP literal
 /// against the certificate's IP addresses) and sends it as SNI.
@@ -254,15 +228,15 @@ private:
 ///                     [](std::error_code ec, tls_handshake_result r) { ... });
 /// @endcode
 template <asio::completion_token_for<void(std::error_code, tls_handshake_result)> Token>
-auto async_tls_handshake(asio::any_io_executor ex, nng_stream* s, tls_context ctx, std::string server_name,
+auto async_tls_handshake(asio::any_io_executor ex, byte_stream& s, tls_context ctx, std::string server_name,
                          Token&& token) {
   return asio::async_initiate<Token, void(std::error_code, tls_handshake_result)>(
-      [](auto handler, asio::any_io_executor ex, nng_stream* s, tls_context ctx, std::string name) {
+      [](auto handler, asio::any_io_executor ex, byte_stream* s, tls_context ctx, std::string name) {
         tls_handshake_core::done_type done(std::move(handler), ex);
-        auto core = std::make_shared<tls_handshake_core>(ex, s, std::move(ctx), std::move(done));
+        auto core = std::make_shared<tls_handshake_core>(ex, *s, std::move(ctx), std::move(done));
         core->start(name);
       },
-      token, std::move(ex), s, std::move(ctx), std::move(server_name));
+      token, std::move(ex), &s, std::move(ctx), std::move(server_name));
 }
 
 } // namespace fiber::detail

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/transport.hpp
-/// fiber's transport: 1:1, full-duplex, message-framed connections over nng's
-/// byte-stream API (`ipc://`, `tcp://`, `tls+tcp://`), bridged into Asio.
+/// fiber's transport: 1:1, full-duplex, message-framed connections over byte
+/// streams (`ipc://`, `tcp://`, `tls+tcp://`), bridged into Asio. A listener
+/// accepts nng streams; a dial makes an Asio socket on the executor's own
+/// reactor, so a process that only dials (an idle worker) runs no thread of
+/// nng's (docs/RATIONALE.md, "Scale"). Both are a `byte_stream`.
 ///
 /// Why byte streams and not nng's SP sockets: fiber needs one addressable
 /// connection per peer (master<->worker, broker<->client). SP protocols only
@@ -18,7 +21,7 @@
 /// completion token works (callbacks, use_awaitable, use_future, deferred,
 /// parallel groups). nng completes its aios on its own threads; those
 /// callbacks never touch stream state: they post the result to the stream's
-/// executor, where all state lives (no mutex). From there the user's handler
+/// executor, where all state lives (no mutex); a socket completes there. From there the user's handler
 /// is dispatched to its associated executor, with outstanding work tracked on
 /// both executors while an operation is pending (as Asio's own sockets do).
 /// nng's file descriptors are never polled.
@@ -32,33 +35,34 @@
 /// executor's thread, nng's callback thread and then itself again).
 ///
 /// Lifetime: close()/destruction waits for nng's callbacks of that object
-/// (nng_aio_stop), so an io_context may be destroyed right after its streams
-/// and listeners. Destroy it only once no async_connect is pending (as with
+/// (nng_aio_stop) and releases a socket from its reactor, so an io_context
+/// may be destroyed right after its streams and listeners. A dialled
+/// stream's read in flight is work of its io_context, as any Asio socket's
+/// (run() returns once it is closed); an accepted stream's is nng's. Destroy it only once no async_connect is pending (as with
 /// any Asio operation, a pending connect keeps io_context::run() busy).
 ///
 /// Batching and buffering: messages queued while a write is in flight leave
-/// together in the next nng_stream_send (headers and small payloads copied
-/// into one buffer, large payloads gathered in place); a lone message is
-/// written at once. Reads fill a 64 KiB buffer, so many small frames cost
-/// one nng_stream_recv and a buffered frame completes async_recv without
-/// touching nng. See stream_state for the details.
+/// together in the next write (headers and small payloads copied into one
+/// buffer, large payloads gathered in place); a lone message is written at
+/// once. Reads fill a 64 KiB buffer, so many small frames cost one read and
+/// a buffered frame completes async_recv without touching the byte stream.
+/// See stream_state for the details.
 ///
 /// Per-operation cancellation (the handler's associated cancellation slot):
 ///  - async_recv / async_accept: a pending operation completes with
-///    operation_aborted; no side effect (all cancellation types). The nng read
+///    operation_aborted; no side effect (all cancellation types). The read
 ///    or accept underneath is deliberately NOT cancelled: it keeps filling the
-///    stream's buffer (bounded) for the next async_recv. Cancelling an nng
-///    stream read could drop a partial frame, and nng's TLS stream treats a
-///    cancelled read as fatal to the connection.
+///    stream's buffer (bounded) for the next async_recv.
 ///  - async_send still queued: completes with operation_aborted, no side
 ///    effect. Already being written: only `terminal` cancellation acts; it
-///    nng_aio_cancel()s the write and, since a partial frame may be on the
-///    wire, closes the stream (the batch it was part of fails too).
-///  - async_connect: nng_aio_cancel() on the dial.
+///    cancels the write and, since a partial frame may be on the wire,
+///    closes the stream (the batch it was part of fails too).
+///  - async_connect: ends the resolve or the connect.
 ///
 /// Files: stream.hpp (stream, direct_writer, lent_reader) over stream_state.hpp
-/// (frame_buffer.hpp reads, write_batch.hpp writes), listener.hpp,
-/// connect.hpp; nng_error.hpp, nng_ptr.hpp, tls_config.hpp, completion.hpp,
+/// (frame_buffer.hpp reads, write_batch.hpp writes) over byte_stream.hpp
+/// (nng_byte_stream.hpp, socket_byte_stream.hpp), listener.hpp, connect.hpp;
+/// nng_error.hpp, nng_ptr.hpp, tls_config.hpp, completion.hpp,
 /// buffer_cache.hpp underneath.
 
 #include <fiber/detail/buffer_cache.hpp>
