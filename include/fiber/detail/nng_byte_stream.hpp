@@ -25,7 +25,9 @@ namespace fiber::detail {
 class nng_byte_stream final : public byte_stream {
 public:
   nng_byte_stream(asio::any_io_executor ex, nng_stream* s)
-      : ex_(std::move(ex)), s_(s), saio_(make_aio(&on_done<&nng_byte_stream::sdone_, &nng_byte_stream::saio_>, this)),
+      : ex_(std::move(ex)),
+        s_(s),
+        saio_(make_aio(&on_done<&nng_byte_stream::sdone_, &nng_byte_stream::saio_>, this)),
         raio_(make_aio(&on_done<&nng_byte_stream::rdone_, &nng_byte_stream::raio_>, this)) {}
   ~nng_byte_stream() override { stop(); }
 

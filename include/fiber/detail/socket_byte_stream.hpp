@@ -47,9 +47,8 @@ private:
   // Completes on the executor; cancelled through `sig`.
   auto bind(asio::cancellation_signal& sig, io_done done) {
     return asio::bind_cancellation_slot(
-        sig.slot(), asio::bind_executor(ex_, [d = std::move(done)](std::error_code ec, std::size_t n) mutable {
-          d(ec, n);
-        }));
+        sig.slot(),
+        asio::bind_executor(ex_, [d = std::move(done)](std::error_code ec, std::size_t n) mutable { d(ec, n); }));
   }
 
 public:
@@ -65,9 +64,7 @@ public:
   void cancel_read() override { rsig_.emit(asio::cancellation_type::total); }
   void cancel_write() override { wsig_.emit(asio::cancellation_type::total); }
 
-  std::error_code try_write_some(std::span<const nng_iov> iov, std::size_t& n) override {
-    return send(iov, n, false);
-  }
+  std::error_code try_write_some(std::span<const nng_iov> iov, std::size_t& n) override { return send(iov, n, false); }
   std::error_code write_some(std::span<const nng_iov> iov, std::size_t& n) override { return send(iov, n, true); }
   std::error_code read_some(nng_iov iov, std::size_t& n) override {
     n = 0;
