@@ -248,10 +248,10 @@ TEST_CASE("fiber's I/O threads run as SCHED_BATCH, the caller's thread keeps its
 }
 
 TEST_CASE("runtime: an idle worker holds at most 4 threads (its dialled link runs on fiber's own)", "[runtime]") {
-  fiber::Pool pool{fiber::target<&ident>, {.processes = 2}};
+  fiber::Pool pool{fiber::target<&ident>, {.processes = 1}}; // one: it is up once the map is done
   CHECK(pool.map(std::vector<int>{1, 2, 3, 4}) == std::vector<int>{1, 2, 3, 4});
   const auto pids = pool.worker_pids();
-  REQUIRE(pids.size() == 2);
+  REQUIRE(pids.size() == 1);
   for (auto pid : pids) {
     int threads = -1;
     std::ifstream st("/proc/" + std::to_string(pid) + "/status");
