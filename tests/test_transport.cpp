@@ -1000,6 +1000,13 @@ TEST_CASE("transport: a dial resolves a host name off the executor's thread", "[
   ctx.run_for(10s);
   REQUIRE(bad);
   CHECK(*bad == std::errc::invalid_argument);
+  bad.reset();
+  ctx.restart();
+  fd::async_connect(ctx.get_executor(), "tcp://127.0.0.1:70000", no_options,
+                    [&](std::error_code ec, fd::stream) { bad = ec; });
+  ctx.run_for(10s);
+  REQUIRE(bad);
+  CHECK(*bad == std::errc::invalid_argument); // not port 70000 mod 65536
 }
 
 TEST_CASE("transport: accept cancellation and listener close", "[transport]") {

@@ -102,7 +102,8 @@ private:
     host = hp.substr(0, colon);
     port = hp.substr(colon + 1);
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    return !host.empty() && port.find_first_not_of("0123456789") == std::string::npos && port.size() <= 5;
+    return !host.empty() && port.find_first_not_of("0123456789") == std::string::npos && port.size() <= 5 &&
+           std::stoul(port) <= 65535;
   }
 
   // A non-blocking connect(2) of our own: Asio's would take a Unix socket's

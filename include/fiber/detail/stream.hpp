@@ -12,8 +12,6 @@
 #include <asio/async_result.hpp>
 #include <asio/error.hpp>
 
-#include <nng/nng.h>
-
 #include <chrono>
 #include <cstddef>
 #include <functional>
