@@ -133,7 +133,7 @@ private:
   static void on_accept_cb(void* arg) {
     auto* self = static_cast<listener_core*>(arg);
     finish_on_executor(self->aio_.get(), self->ex_, self->keep_, aio_stream,
-                       [](listener_core& c, int rv, nng_stream* s) { c.on_accept(rv, s); });
+                       [](std::shared_ptr<listener_core>& c, int rv, nng_stream* s) { c->on_accept(rv, s); });
   }
 
   void on_accept(int rv, nng_stream* s) {

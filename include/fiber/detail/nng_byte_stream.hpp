@@ -4,6 +4,7 @@
 /// byte_stream over an nng stream (what a listener accepts): nng completes
 /// its aios on its own threads, which only post the result to the executor.
 
+#include <fiber/detail/aio_callback.hpp>
 #include <fiber/detail/byte_stream.hpp>
 #include <fiber/detail/nng_error.hpp>
 #include <fiber/detail/nng_ptr.hpp>
@@ -86,17 +87,11 @@ private:
     op(s_.get(), aio.get());
   }
 
-  // nng's thread: moving the owner into the posted function guarantees this
-  // thread never drops its last reference (the owner's destructor stops
-  // aios, which must not run on nng's threads).
   template <io_done nng_byte_stream::*Done, aio_ptr nng_byte_stream::*Aio>
   static void on_done(void* arg) {
     auto* self = static_cast<nng_byte_stream*>(arg);
-    nng_aio* a = (self->*Aio).get();
-    const auto ec = make_nng_error(nng_aio_result(a));
-    const std::size_t n = nng_aio_count(a);
-    asio::any_io_executor ex = self->ex_;
-    asio::post(ex, [d = std::move(self->*Done), ec, n]() mutable { d(ec, n); });
+    finish_on_executor((self->*Aio).get(), self->ex_, self->*Done, aio_count,
+                       [](io_done& d, int rv, std::size_t n) { d(make_nng_error(rv), n); });
   }
 
   std::error_code run_sync(aio_ptr& aio, std::span<const nng_iov> iov, std::size_t& n, op_fn op) {
