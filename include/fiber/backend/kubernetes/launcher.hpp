@@ -8,6 +8,7 @@
 #include <fiber/backend/detail/listen_once.hpp>
 #include <fiber/backend/kubernetes/api.hpp>
 #include <fiber/backend/kubernetes/options.hpp>
+#include <fiber/backend/kubernetes/pod_watch.hpp>
 #include <fiber/backend/kubernetes/reaper.hpp>
 #include <fiber/backend/kubernetes/wire.hpp>
 #include <fiber/backend/detail/net_address.hpp>
@@ -18,8 +19,6 @@
 #include <fiber/log.hpp>
 
 #include <asio/any_io_executor.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -59,13 +58,15 @@ class kube_launcher final : public backend::launcher, public std::enable_shared_
 public:
   /// `where`: from kube::resolve(). Throws kube::api_error when libcurl cannot be loaded.
   kube_launcher(asio::any_io_executor ex, kube_options opts, kube::access where)
-      : ex_(ex), opts_(std::move(opts)), api_(ex, std::move(where)), jobs_(ex), relist_timer_(ex), silence_timer_(ex) {
-    std::random_device rd;
-    run_id_ = kube::hex8(rd());
-    ns_ = !opts_.namespace_.empty()          ? opts_.namespace_
-          : !api_.where().namespace_.empty() ? api_.where().namespace_
-                                             : "default";
-  }
+      : ex_(ex),
+        opts_(std::move(opts)),
+        api_(ex, std::move(where)),
+        run_id_(kube::hex8(std::random_device{}())),
+        ns_(!opts_.namespace_.empty()          ? opts_.namespace_
+            : !api_.where().namespace_.empty() ? api_.where().namespace_
+                                               : "default"),
+        jobs_(ex),
+        watch_(ex, api_, pods_path(), selector(), opts_.watch_silence, watch_handlers()) {}
 
   /// Deletes every pod of this run and its Secret (by label, grace period
   /// 0), blocking for at most ~10 s. Exit handlers of live jobs are not
@@ -73,8 +74,7 @@ public:
   /// again when this process ends.
   ~kube_launcher() override {
     shutting_down_ = true;
-    relist_timer_.cancel();
-    silence_timer_.cancel();
+    watch_.stop();
     api_.cancel();
     if (!launched_) return;
     const auto sel = "?labelSelector=" + kube::url_encode(selector());
@@ -119,7 +119,7 @@ public:
       if (!reaper_.arm(opts_.kubectl, *how, ns_, selector()))
         log(log_level::warning,
             "kubernetes: cannot start the watchdog that deletes this run's pods should the master be killed");
-    relist();
+    watch_.start(weak_from_this());
   }
 
   /// What may block, done on the calling thread: the API server's address
@@ -217,7 +217,7 @@ public:
   const kube::api& api() const noexcept { return api_; }
   const kube_options& options() const noexcept { return opts_; }
   /// Lists of the run's pods made so far (1 + one per watch that had to be re-listed).
-  unsigned lists() const noexcept { return list_epoch_; }
+  unsigned lists() const noexcept { return watch_.lists(); }
 
 private:
   enum class step { idle, running, done, failed };
@@ -226,7 +226,7 @@ private:
   struct record : job_record {
     kube::pod_input in;
     bool creating = false, created = false;
-    unsigned created_epoch = 0; // list_epoch_ when its creation was confirmed
+    unsigned created_epoch = 0; // watch_.lists() when its creation was confirmed
     int memory_mb = 0;
     std::string pending_logged;
     bool node_warned = false;
@@ -495,7 +495,7 @@ private:
           r->creating = false;
           if (e && !already_exists(e)) return self.fail_start(*r, what(e));
           r->created = true;
-          r->created_epoch = self.list_epoch_;
+          r->created_epoch = self.watch_.lists();
           if (r->asked) return self.delete_pod(name, r->asked == 15 ? -1 : 0);
           if (pod.is_object()) self.on_pod(pod, false);
         }));
@@ -583,115 +583,32 @@ private:
   // The pod is gone (a 404, or missing from a list): judged by how it was last seen.
   void gone(record& r) { on_pod(r.last.is_object() ? r.last : nlohmann::json{{"metadata", {{"name", r.id}}}}, true); }
 
-  // ---- list + watch -------------------------------------------------------------
+  // ---- what the watch reports ------------------------------------------------
 
-  std::string watch_query() const { return "?labelSelector=" + kube::url_encode(selector()); }
-
-  void relist() {
-    if (shutting_down_) return;
-    const unsigned epoch = ++list_epoch_;
-    api_.async_call("GET", pods_path() + watch_query(), nullptr, "list pods",
-                    guarded([epoch](kube_launcher& self, std::exception_ptr e, nlohmann::json list) {
-                      self.listed(epoch, e, std::move(list));
-                    }));
-  }
-
-  void listed(unsigned epoch, std::exception_ptr e, nlohmann::json list) {
-    if (e) return list_failed(e);
-    failures_ = 0;
-    reached_ = true;
-    fatal_.clear();
-    std::set<std::string> present;
-    if (const auto& items = kube::wire_impl::field(list, "items"); items.is_array())
-      for (auto& p : items)
-        skip_on_error("kubernetes: list pods: a pod fiber cannot read", [&] {
-          present.insert(name_of(p));
-          on_pod(p, false);
-        });
-    // Created before this list was asked for, and not in it: deleted while nobody watched.
-    auto gone = jobs_.ids([&](const record& r) {
-      return r.created && r.created_epoch < epoch && !present.count(r.id);
-    });
-    for (auto& n : gone)
-      if (auto* r = find(n)) this->gone(*r);
-    watch(kube::resource_version(list));
-  }
-
-  void watch(std::string rv) {
-    rv_ = std::move(rv);
-    expired_ = false;
-    std::uniform_int_distribution<int> jitter(0, 120);
-    std::random_device rd;
-    kube::watch_handlers h;
-    h.on_event = guarded([](kube_launcher& self, kube::watch_event&& ev) {
-      self.hear_watch();
-      self.on_event(std::move(ev));
-    });
-    // A new cancellation signal per watch: silence (a black-holed connection) cancels this one.
-    watch_cancel_ = std::make_unique<asio::cancellation_signal>();
-    hear_watch();
-    api_.async_watch(pods_path() + watch_query() + "&watch=1&allowWatchBookmarks=true&resourceVersion=" +
-                         kube::url_encode(rv_) + "&timeoutSeconds=" + std::to_string(240 + jitter(rd)),
-                     std::move(h),
-                     asio::bind_cancellation_slot(
-                         watch_cancel_->slot(), guarded([](kube_launcher& self, std::exception_ptr e, nlohmann::json) {
-                           self.silence_timer_.cancel();
-                           // Ended by the server's timeout: resume from the last version seen.
-                           if (!e && !self.expired_) return self.watch(self.rv_);
-                           log(log_level::debug, "kubernetes: the watch ended (", e ? what(e) : std::string("410 Gone"),
-                               "): listing the run's pods again");
-                           self.relist();
-                         })));
-  }
-
-  // The watch said something (an event, a bookmark): it is not black-holed.
-  void hear_watch() {
-    silence_timer_.expires_after(opts_.watch_silence);
-    silence_timer_.async_wait(guarded([](kube_launcher& self, std::error_code ec) {
-      if (ec || !self.watch_cancel_) return;
-      log(log_level::warning, "kubernetes: the watch said nothing for ", self.opts_.watch_silence.count(),
-          " s: listing the run's pods again");
-      self.watch_cancel_->emit(asio::cancellation_type::terminal);
-    }));
-  }
-
-  void on_event(kube::watch_event&& ev) {
-    using namespace kube::wire_impl;
-    if (ev.type == "ERROR") { // 410 Expired ("too old resource version"), or worse: list again when it ends
-      if (const auto& code = field(ev.object, "code"); !(code.is_number() && code.get<int>() == 410))
-        log(log_level::warning,
-            "kubernetes: watch: ", text(ev.object, "message").empty() ? ev.object.dump() : text(ev.object, "message"));
-      expired_ = true;
-      return;
-    }
-    if (auto rv = kube::resource_version(ev.object); !rv.empty()) rv_ = rv;
-    if (ev.type != "ADDED" && ev.type != "MODIFIED" && ev.type != "DELETED") return;
-    if (name_of(ev.object).empty())
-      return log(log_level::warning, "kubernetes: watch: skipped an event (", ev.type,
-                 ") without a pod name: ", ev.object.dump().substr(0, 200));
-    on_pod(ev.object, ev.type == "DELETED");
-  }
-
-  // Unauthorized, forbidden, no such namespace: nothing will be seen, fail now.
-  // Otherwise try again (0.1 s doubling to 5 s); after 30 s the live jobs are lost.
-  void list_failed(std::exception_ptr e) {
-    const long status = error_status<kube::api_error>(e);
-    const auto now = std::chrono::steady_clock::now();
-    if (failures_++ == 0) failing_since_ = now;
-    const bool fatal = status == 401 || status == 403 || status == 404;
-    if (fatal || now - failing_since_ > std::chrono::seconds(30)) {
-      fatal_ = what(e) + (fatal ? "" : " (for 30 s)");
+  kube::pod_watch_handlers watch_handlers() {
+    kube::pod_watch_handlers h;
+    h.pod = [this](const nlohmann::json& pod, bool deleted) { on_pod(pod, deleted); };
+    h.listed = [this](unsigned epoch, const std::set<std::string>& present) {
+      reached_ = true;
+      fatal_.clear();
+      // Created before this list was asked for, and not in it: deleted while nobody watched.
+      auto missing = jobs_.ids([&](const record& r) {
+        return r.created && r.created_epoch < epoch && !present.count(r.id);
+      });
+      for (auto& n : missing)
+        if (auto* r = find(n)) gone(*r);
+    };
+    // Unauthorized, forbidden, no such namespace (fatal: nothing will be
+    // seen), or 30 s without a list: the live jobs are lost.
+    h.failing = [this](const std::string& why, bool /*fatal*/) {
+      fatal_ = why;
       log(log_level::error, fatal_);
       for (auto& n : jobs_.ids([](const record&) { return true; }))
         if (auto* r = find(n))
           r->created ? report(*r, {backend::job_exit::kind::lost, 0, fatal_}) : fail_start(*r, fatal_);
       waiting_.clear();
-      if (fatal) return; // a new launch fails at once with fatal_
-    }
-    relist_timer_.expires_after(std::chrono::milliseconds(std::min(5000, 100 << std::min(failures_, 6))));
-    relist_timer_.async_wait(guarded([](kube_launcher& self, std::error_code ec) {
-      if (!ec) self.relist();
-    }));
+    };
+    return h;
   }
 
   static std::string what(std::exception_ptr e) { return exception_text(e, "kubernetes: unknown error"); }
@@ -712,13 +629,7 @@ private:
   std::string master_image_;
   nlohmann::json pull_secrets_;
   kube::reaper reaper_;
-  asio::steady_timer relist_timer_, silence_timer_;
-  std::unique_ptr<asio::cancellation_signal> watch_cancel_;
-  unsigned list_epoch_ = 0;
-  int failures_ = 0;
-  std::chrono::steady_clock::time_point failing_since_{};
-  std::string rv_;
-  bool expired_ = false;
+  kube::pod_watch watch_;
   unsigned dup_ = 0;
   bool shutting_down_ = false, launched_ = false, output_note_ = false;
   bool answered_ = false; // a create got an answer: something of this run may exist
