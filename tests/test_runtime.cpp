@@ -7,6 +7,9 @@
 
 #include <csignal>
 #include <dirent.h>
+#include <future>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sched.h>
 #include <cstdlib>
 #include <fstream>
@@ -205,6 +208,37 @@ TEST_CASE("a worker whose master is SIGKILLed exits within 5 seconds", "[runtime
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
   std::filesystem::remove_all(dir);
   fiber_test::require_no_children();
+}
+
+TEST_CASE("runtime: a worker's dial to an ipc socket nobody listens on fails at once (its master ended)",
+          "[runtime][lifetime]") {
+  // The socket file a SIGKILLed master leaves: bound once, no listener now.
+  std::string dir = "/tmp/fiber-refused-XXXXXX";
+  REQUIRE(::mkdtemp(dir.data()));
+  const std::string path = dir + "/master.sock";
+  {
+    const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    REQUIRE(s >= 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    ::close(s);
+  }
+  auto& rt = fiber::detail::runtime::instance();
+  auto failed = std::make_shared<std::promise<std::string>>(); // outlives a dial that would go on
+  auto f = failed->get_future();
+  asio::post(rt.executor(), [&rt, failed, url = "ipc://" + path] {
+    rt.connect(url, fiber::detail::role::worker, 1,
+               [failed](std::exception_ptr e, std::shared_ptr<fiber::detail::peer_link>,
+                        std::map<std::string, std::string>) {
+                 failed->set_value(e ? fiber::detail::exception_text(e, "?") : "connected");
+               });
+  });
+  // Refused is final on ipc://: not dialled again for start_timeout_s (120 s).
+  REQUIRE(f.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+  CHECK(f.get().find("Connection refused") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("fiber's I/O threads run as SCHED_BATCH, the caller's thread keeps its policy", "[runtime][sched]") {

@@ -164,10 +164,11 @@ private:
 
 /// Connects to `url` (`ipc://path`, `tcp://host:port`, `tls+tcp://host:port`);
 /// completes with void(std::error_code, stream). The stream runs on `ex`,
-/// over a socket of `ex`'s own reactor (no thread of its own). Errors:
-/// connection_refused, try_again (a Unix socket's backlog is full),
-/// no_such_file_or_directory (no socket at that path), a resolver error, or
-/// another system error. Cancellation: any type; completes with operation_aborted.
+/// over a socket of `ex`'s own reactor (no thread of its own). Errors, as
+/// errno values (compare with std::errc, not Asio's enums):
+/// connection_refused, resource_unavailable_try_again (a Unix socket's
+/// backlog is full), no_such_file_or_directory (no socket at that path),
+/// invalid_argument (a bad URL); or a resolver error. Cancellation: any type; completes with operation_aborted.
 template <asio::completion_token_for<void(std::error_code, stream)> Token>
 auto async_connect(asio::any_io_executor ex, const std::string& url, const transport_options& opt, Token&& token) {
   return asio::async_initiate<Token, void(std::error_code, stream)>(

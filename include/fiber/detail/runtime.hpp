@@ -535,10 +535,11 @@ private:
           if (ec) {
             a->over = true;
             a->timer.cancel();
-            const bool busy = ec == asio::error::try_again; // a Unix socket's full backlog
+            // connect.hpp reports errno values (std::errc conditions), not Asio's enums.
+            const bool busy = ec == std::errc::resource_unavailable_try_again; // a Unix socket's full backlog
             // An ipc:// socket that refuses or is gone has no listener: its process ended.
             const bool gone = j->url.starts_with("ipc://") &&
-                              (ec == asio::error::connection_refused || ec == std::errc::no_such_file_or_directory);
+                              (ec == std::errc::connection_refused || ec == std::errc::no_such_file_or_directory);
             auto e = std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url + ": " + ec.message()));
             return dial_failed(j, std::move(e), busy || (j->r == role::worker && !gone));
           }
