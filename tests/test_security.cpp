@@ -1530,8 +1530,9 @@ TEST_CASE("lines about refused peers: at most one per 5 s, the next counting tho
     if (!p.closed_within(3000)) ++not_closed;
     ++made;
   };
-  for (int i = 0; i < 100; ++i) refuse_one();
-  // Peers keep coming until a line counts the ones left out before it.
+  // Peers keep coming (a burst of 100, then paced) until a line counts the
+  // ones left out before it; none is made after that line is seen, since
+  // what comes after it is counted by the next line, which nobody waits for.
   auto counting = [&] { // the first line that counts, or ""
     std::lock_guard lk(m);
     for (const auto& s : lines)
@@ -1540,7 +1541,7 @@ TEST_CASE("lines about refused peers: at most one per 5 s, the next counting tho
   };
   while (counting().empty() && steady::now() - t0 < 30s) {
     refuse_one();
-    std::this_thread::sleep_for(20ms); // the attack's pace, not a wait for anything
+    if (made > 100) std::this_thread::sleep_for(20ms); // the attack's pace, not a wait for anything
   }
   const auto took = std::chrono::duration_cast<std::chrono::seconds>(steady::now() - t0).count();
   const auto line = counting();
@@ -1554,7 +1555,9 @@ TEST_CASE("lines about refused peers: at most one per 5 s, the next counting tho
   for (const auto& l : lines)
     if (auto at = l.find("(and "); at != std::string::npos) accounted += 1 + std::stoul(l.substr(at + 5));
     else ++accounted;
-  CHECK(accounted >= made);
+  // The last peer's line may follow the close it saw (an oversized frame's
+  // stream closes before its handler logs), and so be in no line yet.
+  CHECK(accounted + 1 >= made);
 }
 
 TEST_CASE("local workers' stdin is /dev/null, not the master's", "[security][local]") {
