@@ -1110,9 +1110,20 @@ TEST_CASE("transport: TLS round trip with a self-signed certificate", "[transpor
     run_coro(ctx, [&]() -> asio::awaitable<void> {
       auto [server, client] = co_await connect_pair(l, cli);
       using asio::experimental::as_tuple;
-      server.async_recv([](std::error_code, message) {}); // drive the server's handshake
+      auto server_failed = std::make_shared<bool>(false);
+      server.async_recv([server_failed](std::error_code, message) { *server_failed = true; }); // drive its handshake
       auto [ec] = co_await client.async_send(str_msg("x"), as_tuple(asio::use_awaitable));
       auto [ec2, m] = co_await client.async_recv(as_tuple(asio::use_awaitable));
+      // The server's handshake fails too once the client gives up: its
+      // pending recv completes before the streams go (else its nng read may
+      // complete into an io_context that is no longer run, and leak).
+      client.close();
+      asio::steady_timer tick(co_await asio::this_coro::executor);
+      for (int i = 0; i < 10000 && !*server_failed; ++i) {
+        tick.expires_after(1ms);
+        co_await tick.async_wait(asio::use_awaitable);
+      }
+      CHECK(*server_failed);
       INFO(ec.message() << " / " << ec2.message());
       CHECK(fd::is_tls_verify_failure(ec));
       CHECK(fd::is_tls_verify_failure(ec2));
