@@ -88,7 +88,7 @@ public:
       auto j = nlohmann::json::parse(list[0].second, nullptr, false);
       if (const auto& items = kube::wire_impl::field(j, "items"); items.is_array())
         for (auto& p : items)
-          if (auto n = name_of(p); !n.empty())
+          if (auto n = kube::object_name(p); !n.empty())
             dels.push_back({"DELETE", pods_path() + "/" + kube::url_encode(n), {{"gracePeriodSeconds", 0}}});
       ok = list[0].first == 200;
       for (auto& [status, body] : api_.blocking(dels, std::chrono::seconds(5)))
@@ -238,10 +238,6 @@ private:
     std::unique_ptr<asio::steady_timer> retry; // a create waiting to be retried
   };
 
-  static std::string name_of(const nlohmann::json& obj) {
-    return kube::wire_impl::text(kube::wire_impl::field(obj, "metadata"), "name");
-  }
-
   record* find(const std::string& name) { return jobs_.find(name); }
 
   std::string pods_path() const { return "/api/v1/namespaces/" + kube::url_encode(ns_) + "/pods"; }
@@ -300,10 +296,11 @@ private:
                     guarded([](kube_launcher& self, std::exception_ptr e, nlohmann::json pod) {
                       self.owner_state_ = step::done;
                       if (e) {
-                        log(log_level::warning, what(e), ": workers get no ownerReference to the master's pod");
+                        log(log_level::warning, kube::error_text(e),
+                            ": workers get no ownerReference to the master's pod");
                       } else {
                         using namespace kube::wire_impl;
-                        self.owner_ = kube::owner_ref{name_of(pod), text(field(pod, "metadata"), "uid")};
+                        self.owner_ = kube::owner_ref{kube::object_name(pod), text(field(pod, "metadata"), "uid")};
                         const auto& cs = field(field(pod, "spec"), "containers");
                         if (cs.is_array() && !cs.empty()) self.master_image_ = text(cs[0], "image");
                         if (const auto& ps = field(field(pod, "spec"), "imagePullSecrets"); !ps.is_null())
@@ -322,24 +319,26 @@ private:
     const auto sel = "?labelSelector=" + kube::url_encode(std::string(kube::managed_by_label) + "=fiber," +
                                                           std::string(kube::label_run) + "!=" + run_id_);
     for (const auto& path : {pods_path(), secrets_path()})
-      api_.async_call(
-          "GET", path + sel, nullptr, "list what earlier runs left",
-          guarded([path](kube_launcher& self, std::exception_ptr e, nlohmann::json list) {
-            if (e) return;
-            const auto& items = kube::wire_impl::field(list, "items");
-            if (!items.is_array()) return;
-            for (auto& o : items) {
-              const auto& refs = kube::wire_impl::field(kube::wire_impl::field(o, "metadata"), "ownerReferences");
-              if (!refs.is_array()) continue;
-              for (auto& ref : refs)
-                if (kube::wire_impl::text(ref, "uid") == self.owner_->uid) {
-                  log(log_level::info, "kubernetes: deleting ", name_of(o), ", left by an earlier master in this pod");
-                  self.api_.async_call("DELETE", path + "/" + kube::url_encode(name_of(o)), {{"gracePeriodSeconds", 0}},
-                                       "delete " + name_of(o), [](std::exception_ptr, nlohmann::json) {});
-                  break;
-                }
-            }
-          }));
+      api_.async_call("GET", path + sel, nullptr, "list what earlier runs left",
+                      guarded([path](kube_launcher& self, std::exception_ptr e, nlohmann::json list) {
+                        if (e) return;
+                        const auto& items = kube::wire_impl::field(list, "items");
+                        if (!items.is_array()) return;
+                        for (auto& o : items) {
+                          const auto& refs = kube::wire_impl::field(kube::wire_impl::field(o, "metadata"),
+                                                                    "ownerReferences");
+                          if (!refs.is_array()) continue;
+                          for (auto& ref : refs)
+                            if (kube::wire_impl::text(ref, "uid") == self.owner_->uid) {
+                              log(log_level::info, "kubernetes: deleting ", kube::object_name(o),
+                                  ", left by an earlier master in this pod");
+                              self.api_.async_call("DELETE", path + "/" + kube::url_encode(kube::object_name(o)),
+                                                   {{"gracePeriodSeconds", 0}}, "delete " + kube::object_name(o),
+                                                   [](std::exception_ptr, nlohmann::json) {});
+                              break;
+                            }
+                        }
+                      }));
   }
 
   // Pods are created once the Secret their env and files refer to exists
@@ -393,7 +392,7 @@ private:
                         return;
                       }
                       self.secret_state_ = e ? step::failed : step::done;
-                      if (e) self.secret_error_ = what(e);
+                      if (e) self.secret_error_ = kube::error_text(e);
                       self.create_waiting();
                     }));
   }
@@ -413,7 +412,7 @@ private:
     const long status = error_status<kube::api_error>(e);
     const bool transient = status == 0 || status == 429 || (status >= 500 && status <= 504);
     if (!transient || !reached_ || shutting_down_ || std::chrono::steady_clock::now() >= give_up) return false;
-    log(log_level::debug, what(e), "; trying again");
+    log(log_level::debug, kube::error_text(e), "; trying again");
     return true;
   }
 
@@ -493,7 +492,7 @@ private:
             return;
           }
           r->creating = false;
-          if (e && !already_exists(e)) return self.fail_start(*r, what(e));
+          if (e && !already_exists(e)) return self.fail_start(*r, kube::error_text(e));
           r->created = true;
           r->created_epoch = self.watch_.lists();
           if (r->asked) return self.delete_pod(name, r->asked == 15 ? -1 : 0);
@@ -564,7 +563,7 @@ private:
   }
 
   void on_pod(const nlohmann::json& pod, bool deleted) {
-    auto* r = find(name_of(pod));
+    auto* r = find(kube::object_name(pod));
     if (!r || r->reported) return;
     r->last = pod;
     auto v = kube::judge(pod, {r->asked, r->asked_mask, deleted, r->memory_mb});
@@ -610,8 +609,6 @@ private:
     };
     return h;
   }
-
-  static std::string what(std::exception_ptr e) { return exception_text(e, "kubernetes: unknown error"); }
 
   asio::any_io_executor ex_;
   kube_options opts_;

@@ -28,6 +28,14 @@
 
 namespace fiber::detail::kube {
 
+/// The name of a Kubernetes object (`metadata.name`); "" when it has none.
+inline std::string object_name(const nlohmann::json& obj) {
+  return wire_impl::text(wire_impl::field(obj, "metadata"), "name");
+}
+
+/// The message of a failed call, for logs and job ends.
+inline std::string error_text(std::exception_ptr e) { return exception_text(e, "kubernetes: unknown error"); }
+
 /// What a pod_watch reports; each runs on the executor.
 struct pod_watch_handlers {
   /// Each pod of a list, and each ADDED, MODIFIED or DELETED event's pod (`deleted` for the last).
@@ -86,8 +94,6 @@ private:
     };
   }
 
-  static std::string what(std::exception_ptr e) { return exception_text(e, "kubernetes: unknown error"); }
-
   void relist() {
     if (stopped_) return;
     const unsigned epoch = ++epoch_;
@@ -102,7 +108,7 @@ private:
     if (const auto& items = wire_impl::field(list, "items"); items.is_array())
       for (auto& p : items)
         skip_on_error("kubernetes: list pods: a pod fiber cannot read", [&] {
-          present.insert(wire_impl::text(wire_impl::field(p, "metadata"), "name"));
+          present.insert(object_name(p));
           h_.pod(p, false);
         });
     h_.listed(epoch, present);
@@ -122,17 +128,19 @@ private:
     // A new cancellation signal per watch: silence cancels this one.
     cancel_ = std::make_unique<asio::cancellation_signal>();
     hear();
-    api_.async_watch(
-        path_ + query_ + "&watch=1&allowWatchBookmarks=true&resourceVersion=" + url_encode(rv_) +
-            "&timeoutSeconds=" + std::to_string(240 + jitter(rd)),
-        std::move(h),
-        asio::bind_cancellation_slot(cancel_->slot(), guarded([this](std::exception_ptr e, nlohmann::json) {
-                                       silence_timer_.cancel();
-                                       if (!e && !expired_) return watch(rv_); // the server's timeout: resume
-                                       log(log_level::debug, "kubernetes: the watch ended (",
-                                           e ? what(e) : std::string("410 Gone"), "): listing the run's pods again");
-                                       relist();
-                                     })));
+    api_.async_watch(path_ + query_ + "&watch=1&allowWatchBookmarks=true&resourceVersion=" + url_encode(rv_) +
+                         "&timeoutSeconds=" + std::to_string(240 + jitter(rd)),
+                     std::move(h),
+                     asio::bind_cancellation_slot(cancel_->slot(),
+                                                  guarded([this](std::exception_ptr e, nlohmann::json) {
+                                                    silence_timer_.cancel();
+                                                    if (!e && !expired_)
+                                                      return watch(rv_); // the server's timeout: resume
+                                                    log(log_level::debug, "kubernetes: the watch ended (",
+                                                        e ? error_text(e) : std::string("410 Gone"),
+                                                        "): listing the run's pods again");
+                                                    relist();
+                                                  })));
   }
 
   // The watch said something (an event, a bookmark): it is not black-holed.
@@ -157,7 +165,7 @@ private:
     }
     if (auto rv = resource_version(ev.object); !rv.empty()) rv_ = rv;
     if (ev.type != "ADDED" && ev.type != "MODIFIED" && ev.type != "DELETED") return;
-    if (text(field(ev.object, "metadata"), "name").empty())
+    if (object_name(ev.object).empty())
       return log(log_level::warning, "kubernetes: watch: skipped an event (", ev.type,
                  ") without a pod name: ", ev.object.dump().substr(0, 200));
     h_.pod(ev.object, ev.type == "DELETED");
@@ -169,7 +177,7 @@ private:
     if (failures_++ == 0) failing_since_ = now;
     const bool fatal = status == 401 || status == 403 || status == 404;
     if (fatal || now - failing_since_ > std::chrono::seconds(30)) {
-      h_.failing(what(e) + (fatal ? "" : " (for 30 s)"), fatal);
+      h_.failing(error_text(e) + (fatal ? "" : " (for 30 s)"), fatal);
       if (fatal || stopped_) return;
     }
     relist_timer_.expires_after(std::chrono::milliseconds(std::min(5000, 100 << std::min(failures_, 6))));
