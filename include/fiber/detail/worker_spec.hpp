@@ -78,11 +78,23 @@ inline backend::job_spec worker_spec(backend::launcher& l, std::uint64_t id, con
   if (is_tls_url(url)) early_keys.insert(early_keys.end(), std::begin(tls_keys), std::end(tls_keys));
   for (auto key : early_keys)
     if (auto v = config_string(key); !v.empty()) s.env.emplace_back(std::string(find_config_key(key)->env), v);
+  if (auto relay = config_string("relay_url"); !relay.empty()) s.env.emplace_back("FIBER_INTERNAL_RELAY", relay);
   if (auto dir = config_string("worker_output_dir"); !dir.empty()) {
     ::mkdir(dir.c_str(), 0700);
     s.stdout_path = dir + "/" + name + ".out";
     s.stderr_path = dir + "/" + name + ".err";
   }
+  return s;
+}
+
+/// A job spec that runs this executable as a relay of this process's
+/// workers, listening on `listen` (an ipc:// URL on the job's host) for the
+/// workers that relay_url names it to (relay.hpp). As worker_spec, without a
+/// worker id. Runtime thread.
+inline backend::job_spec relay_spec(backend::launcher& l, const std::string& name, const std::string& listen) {
+  auto s = worker_spec(l, 0, name);
+  std::erase_if(s.env, [](auto& kv) { return kv.first == "FIBER_INTERNAL_RELAY" || kv.first == "FIBER_INTERNAL_WORKER_NONCE"; });
+  s.env.emplace_back("FIBER_INTERNAL_RELAY_LISTEN", listen);
   return s;
 }
 
