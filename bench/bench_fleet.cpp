@@ -58,9 +58,9 @@ int main(int argc, char** argv) {
   const std::string design = relay ? "fleet (relays): " : "fleet: ";
   bench::header(relay ? "bench_fleet: one master, emulated workers behind one relay link per generator"
                       : "bench_fleet: one master, emulated workers over real TCP links");
-  std::printf("workers=%u generators=%zu window=%zu idle=%.0fs tasks=%d vanish=%zu relay=%d heartbeat_interval_ms=%lld\n",
-              n, gens, window, idle_s, tasks, vanish, int(relay),
-              (long long)fiber::detail::config_int("heartbeat_interval_ms"));
+  std::printf(
+      "workers=%u generators=%zu window=%zu idle=%.0fs tasks=%d vanish=%zu relay=%d heartbeat_interval_ms=%lld\n", n,
+      gens, window, idle_s, tasks, vanish, int(relay), (long long)fiber::detail::config_int("heartbeat_interval_ms"));
   std::fflush(stdout);
 
   if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
@@ -129,9 +129,9 @@ int main(int argc, char** argv) {
       const auto twice = std::size_t(std::ranges::count_if(seen, [](int c) { return c > 1; }));
       std::printf("imap_unordered of %d with %zu vanishing: %.2f s, %zu missing, %zu duplicated, %u live after\n",
                   tasks, vanish, s, missing, twice, pool.live_workers());
-      bench::row(design + std::to_string(vanish) + " vanish" + (relay ? ", then a relay," : "") + " during a map", "results lost / duplicated",
-                 std::to_string(missing) + " / " + std::to_string(twice), "-", "-", "0 / 0",
-                 bench::verdict(missing == 0 && twice == 0));
+      bench::row(design + std::to_string(vanish) + " vanish" + (relay ? ", then a relay," : "") + " during a map",
+                 "results lost / duplicated", std::to_string(missing) + " / " + std::to_string(twice), "-", "-",
+                 "0 / 0", bench::verdict(missing == 0 && twice == 0));
       if (missing || twice) rc = 1;
     }
     bench::row(design + "master RSS, after", "MiB", bench::fmt("%.0f", bench::process_memory(0).rss / 1024.0), "-", "-",

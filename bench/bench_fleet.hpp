@@ -307,7 +307,7 @@ private:
   asio::io_context& io_;
   std::size_t window_, dialing_ = 0;
   bool relay_mode_;
-  std::shared_ptr<fd::peer_link> relay_;       // relay mode: the link to the master
+  std::shared_ptr<fd::peer_link> relay_;         // relay mode: the link to the master
   std::vector<std::shared_ptr<worker>> joining_; // waiting for it
   bool relay_dialing_ = false;
   line_writer out_;

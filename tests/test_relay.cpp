@@ -1,10 +1,9 @@
 // Workers behind a host's relay (detail/relay.hpp, relay_mux.hpp): a Pool's
-// workers reach the master through one relay link, and a relay that dies
-// loses no task and duplicates none.
+// workers elect one of them to relay and reach the master through its link,
+// and a relay that dies loses no task and duplicates none.
 #include "fake_link.hpp"
 #include "support.hpp"
 
-#include <fiber/backend/local.hpp>
 #include <fiber/config.hpp>
 #include <fiber/detail/relay_mux.hpp>
 #include <fiber/detail/worker_spec.hpp>
@@ -12,11 +11,12 @@
 
 #include <catch2/catch.hpp>
 
-#include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
-#include <mutex>
+#include <sstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,58 +31,33 @@ int slow_square(int x) {
   return x * x;
 }
 
-/// A relay job started through the local backend, as a backend would start
-/// one on each host; killed (SIGKILL) and waited for when the test ends.
-class relay_job {
-public:
-  relay_job() {
-    std::string d = "/tmp/fiber-relay-XXXXXX";
-    REQUIRE(::mkdtemp(d.data()));
-    dir_ = d;
-    url_ = "ipc://" + dir_ + "/relay.sock";
-    auto& rt = fiber::detail::runtime::instance();
-    rt.sync([&] {
-      launcher_ = rt.launcher<fiber::backend::local>();
-      auto spec = fiber::detail::relay_spec(*launcher_, "relay-1", url_);
-      job_ = launcher_->launch({spec}, {[this](const fiber::backend::job_exit& x) {
-                                 std::lock_guard lk(m_);
-                                 exit_ = x;
-                                 cv_.notify_all();
-                               }})
-                 .at(0);
-    });
-    // Up once it listens (it dials the master first).
-    REQUIRE(fiber_test::eventually([&] { return std::filesystem::exists(dir_ + "/relay.sock"); }));
+/// The pid of the process listening at this run's relay name (relay_name),
+/// from /proc/net/unix and the processes' sockets; 0 if none.
+pid_t relay_pid() {
+  const std::string name = "@" + fiber::detail::relay_name().substr(std::string("abstract://").size());
+  std::ifstream unix_sockets("/proc/net/unix");
+  std::string line, inode;
+  while (std::getline(unix_sockets, line)) {
+    std::istringstream in(line);
+    std::string num, ref, proto, flags, type, st, ino, path;
+    in >> num >> ref >> proto >> flags >> type >> st >> ino >> path;
+    if (path == name && flags == "00010000") inode = ino; // listening
   }
-  ~relay_job() {
-    kill();
-    std::filesystem::remove_all(dir_);
+  if (inode.empty()) return 0;
+  const std::string target = "socket:[" + inode + "]";
+  for (const auto& p : std::filesystem::directory_iterator("/proc")) {
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(p.path() / "fd", ec))
+      if (std::filesystem::read_symlink(f.path(), ec).string() == target)
+        return pid_t(std::stol(p.path().filename().string()));
   }
+  return 0;
+}
 
-  const std::string& url() const { return url_; }
-  std::int64_t pid() const { return job_.pid; }
-
-  /// SIGKILLs the relay and waits for the backend's report of its end.
-  void kill() {
-    auto& rt = fiber::detail::runtime::instance();
-    rt.sync([&] { launcher_->cancel(job_, 9); });
-    std::unique_lock lk(m_);
-    cv_.wait_for(lk, std::chrono::seconds(30), [&] { return exit_.has_value(); });
-  }
-
-private:
-  std::string dir_, url_;
-  std::shared_ptr<fiber::backend::launcher> launcher_;
-  fiber::backend::job job_;
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::optional<fiber::backend::job_exit> exit_;
-};
-
-/// relay_url for the duration of a test.
+/// The `relay` key for the duration of a test.
 struct relay_config {
-  explicit relay_config(const std::string& url) { fiber::set_config("relay_url", url); }
-  ~relay_config() { fiber::set_config("relay_url", ""); }
+  relay_config() { fiber::set_config("relay", "true"); }
+  ~relay_config() { fiber::set_config("relay", "false"); }
 };
 
 } // namespace
@@ -163,25 +138,28 @@ TEST_CASE("relay_mux: joins become worker links; frames, leaves and the relay's 
   CHECK(joined[2]->closed());
 }
 
-TEST_CASE("relay: a Pool's workers join the master through their host's relay", "[relay]") {
-  relay_job relay;
-  relay_config cfg(relay.url());
+TEST_CASE("relay: a Pool's workers elect one relay on their host and join the master through it", "[relay]") {
+  relay_config cfg;
   auto& rt = fiber::detail::runtime::instance();
   const auto joined = rt.relayed_workers_.load();
   {
-    fiber::Pool pool{fiber::target<&square>, {.processes = 3}};
+    fiber::Pool pool{fiber::target<&square>, {.processes = 6}};
     std::vector<int> in(1000);
     for (int i = 0; i < 1000; ++i) in[std::size_t(i)] = i;
     auto r = pool.map(in, 1); // a frame per task, through the relay
     REQUIRE(r.size() == 1000);
     for (int i = 0; i < 1000; ++i) CHECK(r[std::size_t(i)] == i * i);
-    CHECK(rt.relayed_workers_.load() - joined == 3);
+    // Started at once, they raced for the name: one won and dialled the
+    // master; the others join through it (the map may end before the last).
+    CHECK(fiber_test::eventually([&] { return rt.relayed_workers_.load() - joined >= 5; }));
+    CHECK(rt.relayed_workers_.load() - joined == 5);
+    CHECK(relay_pid() > 0);
   }
 }
 
-TEST_CASE("relay: SIGKILL of the relay during a map loses no task and duplicates none", "[relay][resilience]") {
-  auto relay = std::make_unique<relay_job>();
-  relay_config cfg(relay->url());
+TEST_CASE("relay: SIGKILL of the relaying worker during a map loses no task and duplicates none",
+          "[relay][resilience]") {
+  relay_config cfg;
   auto& rt = fiber::detail::runtime::instance();
   const auto joined = rt.relayed_workers_.load();
   fiber::Pool pool{fiber::target<&slow_square>, {.processes = 3, .max_retries = 10}};
@@ -190,11 +168,16 @@ TEST_CASE("relay: SIGKILL of the relay during a map loses no task and duplicates
   for (int i = 0; i < n; ++i) in[std::size_t(i)] = i;
   std::map<int, int> seen; // result -> times
   int got = 0;
+  pid_t killed = 0;
   for (int v : pool.imap_unordered(in, 1)) {
     ++seen[v];
     if (++got == n / 4) {
-      CHECK(rt.relayed_workers_.load() - joined == 3); // all three came through it
-      relay->kill();
+      // The other two come through it.
+      CHECK(fiber_test::eventually([&] { return rt.relayed_workers_.load() - joined >= 2; }));
+      CHECK(rt.relayed_workers_.load() - joined == 2);
+      killed = relay_pid();
+      REQUIRE(killed > 0);
+      ::kill(killed, SIGKILL);
     }
   }
   CHECK(got == n);
@@ -202,4 +185,7 @@ TEST_CASE("relay: SIGKILL of the relay during a map loses no task and duplicates
   bool once = true;
   for (int i = 0; i < n; ++i) once = once && seen[i * i] == 1;
   CHECK(once);
+  // The replacements elected a relay of their own.
+  CHECK(rt.relayed_workers_.load() - joined >= 3);
+  CHECK(relay_pid() != killed);
 }

@@ -6,7 +6,6 @@
 
 #include <fiber/detail/host_name.hpp>
 #include <fiber/detail/runtime.hpp>
-#include <fiber/detail/relay.hpp>
 #include <fiber/detail/worker.hpp>
 
 #include <cerrno>
@@ -34,7 +33,6 @@ namespace fiber {
 /// them). Throws fiber::config_error on a bad configuration (an unknown key,
 /// a value outside its range).
 inline void init(int argc, char** argv) {
-  if (detail::worker_environment().is_relay()) detail::run_relay();
   if (detail::worker_environment().is_worker()) detail::run_worker();
   detail::check_config(); // surface configuration errors now, in main
   auto& rt = detail::runtime::instance();

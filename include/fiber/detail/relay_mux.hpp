@@ -5,6 +5,7 @@
 /// becomes a worker_link of its own, its frames carried in relay_data frames.
 
 #include <fiber/detail/frame.hpp>
+#include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/relay_wire.hpp>
 #include <fiber/detail/worker_link.hpp>
 #include <fiber/log.hpp>
@@ -83,13 +84,16 @@ private:
       closed_ = true;
       reason_ = reason;
       mux_->slots_.erase(slot_);
-      if (tell && !mux_->link_->closed()) mux_->link_->send(frame(frame_kind::relay_leave, relay_leave_msg{slot_, reason}));
+      if (tell && !mux_->link_->closed())
+        mux_->link_->send(frame(frame_kind::relay_leave, relay_leave_msg{slot_, reason}));
       on_message_ = nullptr;
       if (on_close_) post_close();
     }
 
   private:
-    void post_close() { asio::post(mux_->ex_, [h = std::move(on_close_), r = reason_] { h(r); }); }
+    void post_close() {
+      asio::post(mux_->ex_, [h = std::move(on_close_), r = reason_] { h(r); });
+    }
 
     std::shared_ptr<relay_mux> mux_;
     std::uint32_t slot_;
@@ -139,5 +143,14 @@ private:
   join_handler on_join_;
   std::unordered_map<std::uint32_t, std::shared_ptr<relayed_link>> slots_;
 };
+
+/// Serves a host's relay that authenticated as `l` (not started): its
+/// frames may carry a worker's whole frame and relay_overhead bytes more;
+/// each worker that joins through it goes to `on_join`. Executor `ex` only.
+inline void serve_relay(asio::any_io_executor ex, std::shared_ptr<peer_link> l, relay_mux::join_handler on_join) {
+  log(log_level::info, "relay ", l->peer().name, " on ", l->peer().host, " connected");
+  l->set_max_message_size(l->max_message_size() + relay_overhead);
+  std::make_shared<relay_mux>(std::move(ex), std::move(l), std::move(on_join))->start();
+}
 
 } // namespace fiber::detail

@@ -441,16 +441,12 @@ public:
   using connect_done =
       std::function<void(std::exception_ptr, std::shared_ptr<peer_link>, std::map<std::string, std::string>)>;
 
-  /// Dial `url`, authenticate as `r`, and hand back the link (runtime thread).
-  /// Each dial and handshake is bounded by connect_timeout_ms. A worker
-  /// retries a dial that is refused (but on ipc://: no listener, its master
-  /// ended), closed or silent before authentication (pre-authentication
-  /// slots full, a master too busy to answer) after a
-  /// growing, jittered pause, for up to start_timeout_s; a client retries
-  /// a full backlog (try_again) and a connection closed before the
-  /// master's challenge (pending handshakes full while many processes dial
-  /// at once), within connect_timeout_ms in all. A refusal by the master
-  /// (handshake_error) is final.
+  /// Dial `url`, authenticate as `r`, and hand back the link (runtime
+  /// thread), each try bounded by connect_timeout_ms. Transient failures
+  /// are dialled again after a growing, jittered pause: a worker's within
+  /// start_timeout_s (not a Unix socket nobody listens on: its process
+  /// ended), a client's within connect_timeout_ms (a full backlog, a link
+  /// closed before the challenge). A refusal (handshake_error) is final.
   void connect(const std::string& url, role r, std::uint64_t worker_id, connect_done done) {
     std::chrono::milliseconds per_try;
     try {
@@ -542,8 +538,8 @@ private:
             a->timer.cancel();
             // connect.hpp reports errno values (std::errc conditions), not Asio's enums.
             const bool busy = ec == std::errc::resource_unavailable_try_again; // a Unix socket's full backlog
-            // An ipc:// socket that refuses or is gone has no listener: its process ended.
-            const bool gone = j->url.starts_with("ipc://") &&
+            // A Unix socket that refuses or is gone has no listener: its process ended.
+            const bool gone = (j->url.starts_with("ipc://") || j->url.starts_with("abstract://")) &&
                               (ec == std::errc::connection_refused || ec == std::errc::no_such_file_or_directory);
             auto e = std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url + ": " + ec.message()));
             return dial_failed(j, std::move(e), busy || (j->r == role::worker && !gone));
@@ -628,7 +624,11 @@ private:
     };
     hooks.authenticated = [this](peer_identity peer, stream st) {
       auto l = std::make_shared<peer_link>(std::move(st), peer);
-      if (peer.r == role::relay) return serve_relay(std::move(l));
+      if (peer.r == role::relay)
+        return serve_relay(executor(), std::move(l), [this](std::shared_ptr<worker_link> w) {
+          ++relayed_workers_;
+          adopt_worker(std::move(w));
+        });
       if (peer.r != role::worker) return host_.serve(l);
       if (worker_route_) return worker_route_(std::move(l));
       adopt_worker(std::move(l));
@@ -650,17 +650,6 @@ private:
     auto h = std::move(it->second.first);
     expected_.erase(it);
     h(std::move(l));
-  }
-
-  // A host's relay: its workers join through it (relay_mux.hpp). Its frames
-  // carry a worker's frame and 5 bytes more.
-  void serve_relay(std::shared_ptr<peer_link> l) {
-    log(log_level::info, "relay ", l->peer().name, " on ", l->peer().host, " connected");
-    l->set_max_message_size(l->max_message_size() + relay_overhead);
-    std::make_shared<relay_mux>(executor(), std::move(l), [this](std::shared_ptr<worker_link> w) {
-      ++relayed_workers_;
-      adopt_worker(std::move(w));
-    })->start();
   }
 
   /// The client's proof covers this connection's challenge or, for a local
@@ -690,7 +679,7 @@ private:
   std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
-  std::unordered_map<std::uint64_t, nonce_t> worker_nonces_; // issued to local workers (verify_client)
+  std::unordered_map<std::uint64_t, nonce_t> worker_nonces_;     // issued to local workers (verify_client)
   std::function<void(std::shared_ptr<peer_link>)> worker_route_; // a relay's (route_workers)
   std::atomic<std::uint64_t> next_worker_id_{1};
   std::atomic<std::size_t> pending_handshakes_{0};

@@ -13,6 +13,7 @@
 #include <fiber/detail/libcrypto_loader.hpp>
 #include <fiber/detail/libssl_loader.hpp>
 #include <fiber/detail/log_writer.hpp>
+#include <fiber/detail/relay.hpp>
 #include <fiber/detail/runtime.hpp>
 
 #include <condition_variable>
@@ -411,8 +412,11 @@ inline void apply_master_config(const std::string& master_url, const std::map<st
   // its own threads (nng callbacks, the runtime thread): flush and leave at once.
   ::on_exit([](int status, void*) { worker_finish(status); }, nullptr);
   blocking_result<> connected;
-  // The host's relay first, if one is named; the master itself when the
-  // relay cannot be reached (a refusal, handshake_error, is final).
+  // The host's relay first, if the run has them (the `relay` key); when none
+  // answers, this worker binds the relay's name and relays for the workers
+  // after it (relay.hpp), and dials the master itself. A refusal
+  // (handshake_error) is final.
+  int elections = 3; // lost ones (another bound the name first): dial it again
   std::function<void(const std::string&)> dial = [&](const std::string& to) {
     rt.connect(to, role::worker, id,
                [&, to](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string> cfg) {
@@ -424,6 +428,8 @@ inline void apply_master_config(const std::string& master_url, const std::map<st
                      worker_exit(exit_refused);
                    } catch (const std::exception& x) {
                      if (to != url) {
+                       if (become_host_relay(to, url, [] { worker_exit(exit_master_lost); })) return dial(url);
+                       if (--elections > 0) return dial(to);
                        log(log_level::info, "relay ", to, " unreachable (", x.what(), "): dialling the master");
                        return dial(url);
                      }

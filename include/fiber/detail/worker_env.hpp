@@ -30,13 +30,11 @@ struct worker_env {
   std::string parent_name, parent_pid, parent_host; ///< for fiber::parent_process()
   std::string worker_nonce;                         ///< one-time nonce for the first proof (local workers)
   std::string master_aliases; ///< the master's other URLs (space-separated), reached through `master` instead
-  std::string relay;          ///< the host's relay to dial instead of `master` (relay_url); empty: none
-  std::string relay_listen;   ///< a relay's own: the URL it listens on for its host's workers (relay.hpp)
+  std::string relay;          ///< the run's relay on this host (abstract://, the `relay` key; relay.hpp); empty: none
   std::string registry_salt;  ///< tests: pretend to be another build
   bool pdeathsig = false;     ///< die with the parent (local workers)
 
   bool is_worker() const noexcept { return !master.empty(); }
-  bool is_relay() const noexcept { return is_worker() && !relay_listen.empty(); }
 };
 
 /// [begin, end) of the environment block the kernel gave this process
@@ -83,7 +81,6 @@ inline worker_env take_worker_environment() {
                           {"WORKER_NONCE", &w.worker_nonce, true},
                           {"MASTER_ALIASES", &w.master_aliases, false},
                           {"RELAY", &w.relay, false},
-                          {"RELAY_LISTEN", &w.relay_listen, false},
                           {"REGISTRY_SALT", &w.registry_salt, false},
                           {"PDEATHSIG", &pdeath, false}};
   constexpr std::string_view prefix = "FIBER_INTERNAL_";
