@@ -14,9 +14,12 @@
 //    --tasks tasks: every result arrives exactly once and the map completes.
 // Each generator dials at most --window (default 16) handshakes at a time and
 // retries a refused one as a worker does. RLIMIT_NOFILE goes to its hard limit.
+// --relay 1: each generator is its workers' host relay instead (one link to
+// the master carries them all; relay_wire.hpp), and half-way through the
+// map one relay dies too (its link closed; its workers report SIGKILL).
 //
 //   bench_fleet [--workers 10000] [--generators 4] [--window 16] [--idle 10]
-//               [--tasks 200000] [--vanish 1000] [--wait 300] [--smoke]
+//               [--tasks 200000] [--vanish 1000] [--wait 300] [--relay 0|1] [--smoke]
 #include "bench_fleet.hpp"
 #include "bench_util.hpp"
 
@@ -40,7 +43,8 @@ double cpu_seconds(long pid) {
 } // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 3 && std::string(argv[1]) == "--generator") return fleet::generator_main(std::stoul(argv[2]));
+  if (argc >= 4 && std::string(argv[1]) == "--generator")
+    return fleet::generator_main(std::stoul(argv[2]), std::string(argv[3]) == "1");
   fiber::init(argc, argv);
   auto a = bench::parse_common(argc, argv);
   auto num = [&](const char* name, double dflt, double smoke) { return bench::opt_num(a, name, dflt, smoke); };
@@ -50,16 +54,20 @@ int main(int argc, char** argv) {
   const double idle_s = num("--idle", 10, 1), wait_s = num("--wait", 300, 60);
   const int tasks = int(num("--tasks", 200000, 4000));
   const auto vanish = std::size_t(num("--vanish", 1000, 40));
-  bench::header("bench_fleet: one master, emulated workers over real TCP links");
-  std::printf("workers=%u generators=%zu window=%zu idle=%.0fs tasks=%d vanish=%zu heartbeat_interval_ms=%lld\n", n,
-              gens, window, idle_s, tasks, vanish, (long long)fiber::detail::config_int("heartbeat_interval_ms"));
+  const bool relay = num("--relay", 0, 0) != 0;
+  const std::string design = relay ? "fleet (relays): " : "fleet: ";
+  bench::header(relay ? "bench_fleet: one master, emulated workers behind one relay link per generator"
+                      : "bench_fleet: one master, emulated workers over real TCP links");
+  std::printf(
+      "workers=%u generators=%zu window=%zu idle=%.0fs tasks=%d vanish=%zu relay=%d heartbeat_interval_ms=%lld\n", n,
+      gens, window, idle_s, tasks, vanish, int(relay), (long long)fiber::detail::config_int("heartbeat_interval_ms"));
   std::fflush(stdout);
 
   if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
     r.rlim_cur = r.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &r);
   }
-  fleet::start(gens, fiber::detail::self_exe(), window);
+  fleet::start(gens, fiber::detail::self_exe(), window, relay);
   int rc = 0;
   try {
     auto t0 = bench::clk::now();
@@ -70,9 +78,9 @@ int main(int argc, char** argv) {
     const double up_s = bench::seconds_since(t0);
     std::printf("%u of %u workers accepted at %.2f s\n", live, n, up_s);
     std::fflush(stdout);
-    bench::row("fleet: workers accepted", "workers", std::to_string(live), "-", "-", std::to_string(n),
+    bench::row(design + "workers accepted", "workers", std::to_string(live), "-", "-", std::to_string(n),
                bench::verdict(live == n));
-    bench::row("fleet: all accepted", "s", bench::fmt("%.2f", up_s), "-", "-", "-", "-");
+    bench::row(design + "all accepted", "s", bench::fmt("%.2f", up_s), "-", "-", "-", "-");
     if (live < n) throw std::runtime_error("not all workers were accepted");
 
     // Idle: heartbeats and bookkeeping only.
@@ -86,9 +94,9 @@ int main(int argc, char** argv) {
     for (std::size_t g = 0; g < g0.size(); ++g)
       gen_pct += 100 * (cpu_seconds(fleet::state().procs[g].pid) - g0[g]) / wall;
     const long rss_idle = bench::process_memory(0).rss;
-    bench::row("fleet: idle master CPU", "% of a core", bench::fmt("%.1f", master_pct),
+    bench::row(design + "idle master CPU", "% of a core", bench::fmt("%.1f", master_pct),
                "generators: " + bench::fmt("%.1f", gen_pct) + " %", "-", "≤ 5 %", bench::verdict(master_pct <= 5));
-    bench::row("fleet: master RSS, idle", "MiB", bench::fmt("%.0f", rss_idle / 1024.0), "-", "-", "≤ 1024",
+    bench::row(design + "master RSS, idle", "MiB", bench::fmt("%.0f", rss_idle / 1024.0), "-", "-", "≤ 1024",
                bench::verdict(rss_idle <= 1024 * 1024));
 
     // Unchunked dispatch.
@@ -101,7 +109,7 @@ int main(int argc, char** argv) {
       for (auto& p : fleet::state().procs) gc1 += cpu_seconds(p.pid);
       std::printf("dispatch: %.2f s; master CPU %.0f %% of a core, generators %.0f %%\n", d_s,
                   100 * (cpu_seconds(0) - m0) / d_s, 100 * (gc1 - gc0) / d_s);
-      bench::row("fleet: unchunked dispatch (apply_async stream)", "tasks/s", bench::fmt("%.3g", rate), "-", "-",
+      bench::row(design + "unchunked dispatch (apply_async stream)", "tasks/s", bench::fmt("%.3g", rate), "-", "-",
                  "≥ 100000", bench::verdict(rate >= 100000));
     }
 
@@ -114,18 +122,19 @@ int main(int argc, char** argv) {
         if (r < 1 || r > tasks) throw std::runtime_error("result out of range");
         ++seen[std::size_t(r - 1)];
         if (++got == tasks / 4) fleet::vanish(vanish);
+        if (relay && got == tasks / 2) fleet::drop_relay(0);
       }
       const double s = bench::seconds_since(v0);
       const auto missing = std::size_t(std::ranges::count(seen, 0));
       const auto twice = std::size_t(std::ranges::count_if(seen, [](int c) { return c > 1; }));
       std::printf("imap_unordered of %d with %zu vanishing: %.2f s, %zu missing, %zu duplicated, %u live after\n",
                   tasks, vanish, s, missing, twice, pool.live_workers());
-      bench::row("fleet: " + std::to_string(vanish) + " vanish during a map", "results lost / duplicated",
-                 std::to_string(missing) + " / " + std::to_string(twice), "-", "-", "0 / 0",
-                 bench::verdict(missing == 0 && twice == 0));
+      bench::row(design + std::to_string(vanish) + " vanish" + (relay ? ", then a relay," : "") + " during a map",
+                 "results lost / duplicated", std::to_string(missing) + " / " + std::to_string(twice), "-", "-",
+                 "0 / 0", bench::verdict(missing == 0 && twice == 0));
       if (missing || twice) rc = 1;
     }
-    bench::row("fleet: master RSS, after", "MiB", bench::fmt("%.0f", bench::process_memory(0).rss / 1024.0), "-", "-",
+    bench::row(design + "master RSS, after", "MiB", bench::fmt("%.0f", bench::process_memory(0).rss / 1024.0), "-", "-",
                "≤ 1024", bench::verdict(bench::process_memory(0).rss <= 1024 * 1024));
     pool.terminate();
   } catch (const std::exception& e) {

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: BSL-1.0
 // bench_fleet's emulated workers: a few generator processes, each holding many
 // worker links that speak the real protocol (handshake, heartbeats, tasks,
-// results) over real TCP, and the backend that hands them the master's job specs.
+// results) over real TCP, or (relay mode) one relay link carrying its workers'
+// (relay_wire.hpp), and the backend that hands them the master's job specs.
 #pragma once
 
 #include <fiber/backend/detail/environment.hpp>
+#include <fiber/detail/relay_wire.hpp>
 #include <fiber/fiber.hpp>
 
 #include <asio/posix/stream_descriptor.hpp>
@@ -67,10 +69,15 @@ inline void read_lines(asio::posix::stream_descriptor& d, std::shared_ptr<asio::
 // ---- generator side: one process, many emulated workers -------------------
 
 /// Commands (stdin): `spawn ID NAME URL SECRET`, `cancel ID SIGNAL`,
-/// `vanish N`; reports (stdout): `exit ID e|s CODE` (exited / signalled).
+/// `vanish N`, `drop-relay`; reports (stdout): `exit ID e|s CODE` (exited /
+/// signalled). In relay mode the generator is its workers' host relay: one
+/// link to the master, each worker joined through it (as relay.hpp's
+/// relay_state joins workers that authenticated at it); `drop-relay` closes
+/// that link as a relay's death would, and its workers report SIGKILL.
 class generator {
 public:
-  generator(asio::io_context& io, std::size_t window) : io_(io), window_(window), out_(io.get_executor(), 1) {}
+  generator(asio::io_context& io, std::size_t window, bool relay)
+      : io_(io), window_(window), relay_mode_(relay), out_(io.get_executor(), 1) {}
 
   void command(const std::string& line) {
     std::istringstream in(line);
@@ -80,6 +87,7 @@ public:
       auto w = std::make_shared<worker>();
       in >> w->id >> w->name >> w->url >> w->secret;
       workers_[w->id] = w;
+      if (relay_mode_) return join(w);
       waiting_.push_back(w);
       pump();
     } else if (verb == "cancel") {
@@ -92,9 +100,11 @@ public:
       in >> n;
       std::vector<std::uint64_t> up;
       for (auto& [id, w] : workers_)
-        if (w->link) up.push_back(id);
+        if (w->link || w->joined) up.push_back(id);
       std::shuffle(up.begin(), up.end(), rng_);
       for (std::size_t i = 0; i < n && i < up.size(); ++i) end(up[i], "s 9", true);
+    } else if (verb == "drop-relay" && relay_) {
+      relay_->close("relay killed");
     }
   }
 
@@ -103,6 +113,7 @@ public:
     for (auto& [id, w] : workers_)
       if (w->link) w->link->close("generator stopping");
     workers_.clear();
+    if (relay_) relay_->close("generator stopping");
   }
 
 private:
@@ -111,8 +122,57 @@ private:
     std::string name, url, secret;
     std::shared_ptr<fd::peer_link> link;
     std::chrono::milliseconds pause{2};
-    bool ended = false;
+    bool ended = false, joined = false; // joined: through the relay link
   };
+
+  // ---- relay mode ----
+
+  void join(const std::shared_ptr<worker>& w) {
+    if (relay_ && !relay_->closed()) return send_join(w);
+    joining_.push_back(w);
+    if (relay_dialing_) return;
+    relay_dialing_ = true;
+    auto r = std::make_shared<worker>(); // the relay's own dial: no worker id
+    r->name = "relay-" + std::to_string(::getpid());
+    r->url = w->url;
+    r->secret = w->secret;
+    dial(r);
+  }
+
+  void send_join(const std::shared_ptr<worker>& w) {
+    w->joined = true;
+    fd::peer_identity p{fd::role::worker, w->id, std::int64_t(10'000'000 + w->id), fd::host_name(), w->name, rng_()};
+    relay_->send(fd::frame(fd::frame_kind::relay_join, fd::relay_join(std::uint32_t(w->id), p)));
+  }
+
+  void relay_up(fd::stream st) {
+    relay_dialing_ = false;
+    relay_ = std::make_shared<fd::peer_link>(std::move(st), fd::peer_identity{});
+    relay_->set_max_message_size(relay_->max_message_size() + fd::relay_overhead);
+    std::weak_ptr<fd::peer_link> weak = relay_;
+    relay_->start(
+        [this, weak](fd::frame_kind k, std::span<const std::byte> body, fd::message&) {
+          auto l = weak.lock();
+          if (!l) return;
+          if (k == fd::frame_kind::relay_leave) {
+            auto lv = fiber::deserialize<fd::relay_leave_msg>(body);
+            return end(lv.slot, "e 70", false, false); // its link closed: it exits, master lost
+          }
+          if (k != fd::frame_kind::relay_data) return;
+          auto [slot, inner] = fd::split_relay_data(body);
+          auto [ik, ibody] = fd::unframe(inner);
+          on_frame(slot, ik, ibody, [l, slot](std::vector<std::byte> f) { l->send(fd::relay_data_head(slot, f)); });
+        },
+        [this](const std::string&) {
+          // The relay died: every worker behind it loses its link and exits.
+          std::vector<std::uint64_t> ids;
+          for (auto& [id, w] : workers_)
+            if (w->joined) ids.push_back(id);
+          for (auto id : ids) end(id, "s 9", false, false);
+        });
+    for (auto& w : std::exchange(joining_, {}))
+      if (!w->ended) send_join(w);
+  }
 
   // Dials while fewer than window_ handshakes are in flight.
   void pump() {
@@ -163,7 +223,8 @@ private:
       fd::handshake_identity me{w->secret, fd::build_id(), fd::registry::instance().hash(), w->name};
       fd::auth_msg a;
       a.nonce = fd::random_nonce();
-      a.role = std::uint8_t(fd::role::worker);
+      const bool relay = relay_mode_ && w->id == 0;
+      a.role = std::uint8_t(relay ? fd::role::relay : fd::role::worker);
       a.worker_id = w->id;
       a.registry_hash = me.registry_hash;
       a.build_id = me.build_id;
@@ -178,58 +239,77 @@ private:
                           if (e) return retry(w);
                           --dialing_;
                           pump();
-                          connected(w, std::move(st), cfg);
+                          configure(cfg);
+                          if (relay_mode_ && w->id == 0) return relay_up(std::move(st));
+                          connected(w, std::move(st));
                         });
     });
   }
 
-  void connected(const std::shared_ptr<worker>& w, fd::stream st, const std::map<std::string, std::string>& cfg) {
-    if (w->ended) return;
-    if (!configured_) { // the master's configuration, as a worker applies it
-      for (auto& [k, v] : cfg) try {
-          fiber::set_config(k, v);
-        } catch (const fiber::config_error&) {
-        }
-      configured_ = true;
+  void configure(const std::map<std::string, std::string>& cfg) {
+    if (configured_) return; // the master's configuration, as a worker applies it
+    for (auto& [k, v] : cfg) try {
+        fiber::set_config(k, v);
+      } catch (const fiber::config_error&) {
+      }
+    configured_ = true;
+  }
+
+  // A frame from the master to worker `id`; `send` sends its replies.
+  template <class Send>
+  void on_frame(std::uint64_t id, fd::frame_kind k, std::span<const std::byte> body, Send send) {
+    if (k == fd::frame_kind::tasks) {
+      for (auto& c : fd::decode_tasks_view(body)) {
+        auto r = fd::run_chunk(c);
+        auto f = fd::results_frame_head(r.chunk_id, r.results.size());
+        f.insert(f.end(), r.results.begin(), r.results.end());
+        send(std::move(f));
+      }
+    } else if (k == fd::frame_kind::initialize) {
+      fiber::writer w;
+      w.write(std::uint8_t(fd::frame_kind::initialized));
+      fd::write_item_ok(w);
+      send(w.release());
+    } else if (k == fd::frame_kind::shutdown) {
+      end(id, "e 0", false);
     }
+  }
+
+  void connected(const std::shared_ptr<worker>& w, fd::stream st) {
+    if (w->ended) return;
     w->link = std::make_shared<fd::peer_link>(std::move(st), fd::peer_identity{});
     std::weak_ptr<fd::peer_link> weak = w->link;
     w->link->start(
         [this, weak, id = w->id](fd::frame_kind k, std::span<const std::byte> body, fd::message&) {
           auto l = weak.lock();
           if (!l) return;
-          if (k == fd::frame_kind::tasks) {
-            for (auto& c : fd::decode_tasks_view(body)) {
-              auto r = fd::run_chunk(c);
-              auto f = fd::results_frame_head(r.chunk_id, r.results.size());
-              f.insert(f.end(), r.results.begin(), r.results.end());
-              l->send(std::move(f));
-            }
-          } else if (k == fd::frame_kind::initialize) {
-            fiber::writer w;
-            w.write(std::uint8_t(fd::frame_kind::initialized));
-            fd::write_item_ok(w);
-            l->send(w.release());
-          } else if (k == fd::frame_kind::shutdown) {
-            end(id, "e 0", false);
-          }
+          on_frame(id, k, body, [&l](std::vector<std::byte> f) { l->send(std::move(f)); });
         },
         [this, id = w->id](const std::string&) { end(id, "e 70", false); }); // master lost: exit_master_lost
   }
 
-  // Worker `id` ends: its link closes without a goodbye, its job reports `how`.
-  void end(std::uint64_t id, const std::string& how, bool abrupt) {
+  // Worker `id` ends: its link closes without a goodbye (behind the relay:
+  // the relay tells the master, unless `tell` is false: the master or the
+  // relay's end closed it), its job reports `how`.
+  void end(std::uint64_t id, const std::string& how, bool abrupt, bool tell = true) {
     auto it = workers_.find(id);
     if (it == workers_.end()) return;
     auto w = it->second;
     workers_.erase(it);
     w->ended = true;
     if (w->link) w->link->close(abrupt ? "killed" : "exiting");
+    if (w->joined && tell && relay_ && !relay_->closed())
+      relay_->send(fd::frame(fd::frame_kind::relay_leave,
+                             fd::relay_leave_msg{std::uint32_t(id), abrupt ? "connection closed" : "exiting"}));
     out_.put("exit " + std::to_string(id) + " " + how);
   }
 
   asio::io_context& io_;
   std::size_t window_, dialing_ = 0;
+  bool relay_mode_;
+  std::shared_ptr<fd::peer_link> relay_;         // relay mode: the link to the master
+  std::vector<std::shared_ptr<worker>> joining_; // waiting for it
+  bool relay_dialing_ = false;
   line_writer out_;
   std::unordered_map<std::uint64_t, std::shared_ptr<worker>> workers_;
   std::deque<std::shared_ptr<worker>> waiting_;
@@ -238,10 +318,10 @@ private:
 };
 
 /// A generator process's main: serves commands until stdin ends.
-inline int generator_main(std::size_t window) {
+inline int generator_main(std::size_t window, bool relay) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   asio::io_context io(1);
-  generator g(io, window);
+  generator g(io, window, relay);
   asio::posix::stream_descriptor in(io, 0);
   read_lines(
       in, std::make_shared<asio::streambuf>(), [&](const std::string& l) { g.command(l); },
@@ -274,8 +354,8 @@ inline fleet_state& state() {
   return s;
 }
 
-/// Starts `n` generators running `self --generator WINDOW`.
-inline void start(std::size_t n, const std::string& self, std::size_t window) {
+/// Starts `n` generators running `self --generator WINDOW RELAY`.
+inline void start(std::size_t n, const std::string& self, std::size_t window, bool relay) {
   for (std::size_t i = 0; i < n; ++i) {
     int in[2], out[2];
     if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
@@ -283,8 +363,9 @@ inline void start(std::size_t n, const std::string& self, std::size_t window) {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    std::string w = std::to_string(window);
-    std::vector<char*> argv{const_cast<char*>(self.c_str()), const_cast<char*>("--generator"), w.data(), nullptr};
+    std::string w = std::to_string(window), r = relay ? "1" : "0";
+    std::vector<char*> argv{const_cast<char*>(self.c_str()), const_cast<char*>("--generator"), w.data(), r.data(),
+                            nullptr};
     process p;
     if (::posix_spawn(&p.pid, self.c_str(), &fa, nullptr, argv.data(), environ) != 0)
       throw std::runtime_error("posix_spawn " + self);
@@ -295,6 +376,11 @@ inline void start(std::size_t n, const std::string& self, std::size_t window) {
     p.from = out[0];
     state().procs.push_back(p);
   }
+}
+
+/// Closes generator `g`'s relay link, as its relay's death would (relay mode).
+inline void drop_relay(std::size_t g) {
+  asio::post(state().ex, [g] { state().to.at(g)->put("drop-relay"); });
 }
 
 /// Ends the generators (their links close) and reaps them.

@@ -42,6 +42,8 @@ object_store_mb [4096] {1..16777216} bound on the object store's memory in each 
 max_message_size_mb [1024] {1..4095} largest accepted frame (MiB)
 local_transport [ipc] how local workers dial back: ipc (a socket in the 0700 run dir) | tcp | tls (127.0.0.1 only;
     tls needs tls_cert)
+relay [false] workers on one host share one link to the master: the first to start there binds an abstract unix
+    socket named after the run (one per network namespace) and relays for the others; for hundreds of workers per host
 listen_address [] address the master binds for TCP backends (default: its hostname's address)
 tls_cert [] PEM certificate: enables TLS for TCP transports
 tls_key [] PEM private key of tls_cert

@@ -60,6 +60,14 @@ public:
       eps_.emplace_back(ep.data(), ep.size());
       return try_next();
     }
+    if (u.starts_with("abstract://")) { // Linux's abstract namespace: a name, no file
+      const std::string name = std::string(1, '\0') + u.substr(11);
+      if (name.size() < 2 || name.size() >= sizeof(sockaddr_un::sun_path))
+        return done_(via::post, std::make_error_code(std::errc::invalid_argument), stream{});
+      const asio::local::stream_protocol::endpoint ep(name);
+      eps_.emplace_back(ep.data(), ep.size());
+      return try_next();
+    }
     std::string host, port;
     if (!u.starts_with("tcp://") || !split_host_port(u.substr(6), host, port))
       return done_(via::post, std::make_error_code(std::errc::invalid_argument), stream{});
@@ -162,7 +170,7 @@ private:
   bool cancelled_ = false;
 };
 
-/// Connects to `url` (`ipc://path`, `tcp://host:port`, `tls+tcp://host:port`);
+/// Connects to `url` (`ipc://path`, `abstract://name`, `tcp://host:port`, `tls+tcp://host:port`);
 /// completes with void(std::error_code, stream). The stream runs on `ex`,
 /// over a socket of `ex`'s own reactor (no thread of its own). Errors, as
 /// errno values (compare with std::errc, not Asio's enums):

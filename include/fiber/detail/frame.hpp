@@ -32,9 +32,14 @@ enum class frame_kind : std::uint8_t {
   reply = 21,        ///< service owner → client
   object = 30,       ///< master → manager worker: make/call/destroy a remote object
   object_reply = 31, ///< manager worker → master
+  relay_join = 40,   ///< relay → master: relay_join_msg, a worker behind it authenticated
+  relay_data = 41,   ///< either way: one frame to or from a worker behind a relay (relay_wire.hpp)
+  relay_leave = 42,  ///< either way: relay_leave_msg, that worker's link ended, or must end
 };
 
-enum class role : std::uint8_t { worker = 1, client = 2 };
+/// Who dials: a worker of the master's, a client of its services, or a
+/// host's relay carrying many workers' links in one.
+enum class role : std::uint8_t { worker = 1, client = 2, relay = 3 };
 
 template <class Body>
 std::vector<std::byte> frame(frame_kind k, const Body& body) {

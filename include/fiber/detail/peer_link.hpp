@@ -20,7 +20,6 @@
 #include <asio/steady_timer.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <chrono>
 #include <cstdint>
@@ -43,10 +42,7 @@ class peer_link final : public worker_link, public std::enable_shared_from_this<
 public:
 
   peer_link(stream s, peer_identity peer)
-      : stream_(std::move(s)), timer_(stream_.get_executor()), peer_(std::move(peer)) {
-    static std::atomic<std::uint64_t> next{1};
-    id_ = next++;
-  }
+      : stream_(std::move(s)), timer_(stream_.get_executor()), peer_(std::move(peer)), id_(next_link_id()) {}
 
   void start(message_handler on_message, close_handler on_close) override {
     on_message_ = std::move(on_message);

@@ -26,6 +26,7 @@
 #include <fiber/detail/peer_fate.hpp>
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/protocol.hpp>
+#include <fiber/detail/relay_mux.hpp>
 #include <fiber/detail/sched.hpp>
 #include <fiber/detail/self_signed_cert.hpp>
 #include <fiber/detail/service.hpp>
@@ -301,7 +302,7 @@ public:
 
   // ---- workers ---------------------------------------------------------
 
-  using connect_handler = std::function<void(std::shared_ptr<peer_link>)>;
+  using connect_handler = std::function<void(std::shared_ptr<worker_link>)>;
   using refuse_handler = std::function<void(const std::string& reason)>;
 
   std::uint64_t new_worker_id() { return next_worker_id_++; }
@@ -311,6 +312,10 @@ public:
   void expect_worker(std::uint64_t id, connect_handler on_connect, refuse_handler on_refused) {
     expected_[id] = {std::move(on_connect), std::move(on_refused)};
   }
+  /// A relay's runtime thread: every worker that authenticates goes to
+  /// `h` instead of to whoever expects it (relay.hpp).
+  void route_workers(std::function<void(std::shared_ptr<peer_link>)> h) { worker_route_ = std::move(h); }
+
   /// Workers launched and not connected yet. Runtime thread.
   std::size_t expected_workers() const noexcept { return expected_.size(); }
   void forget_worker(std::uint64_t id) {
@@ -436,16 +441,12 @@ public:
   using connect_done =
       std::function<void(std::exception_ptr, std::shared_ptr<peer_link>, std::map<std::string, std::string>)>;
 
-  /// Dial `url`, authenticate as `r`, and hand back the link (runtime thread).
-  /// Each dial and handshake is bounded by connect_timeout_ms. A worker
-  /// retries a dial that is refused (but on ipc://: no listener, its master
-  /// ended), closed or silent before authentication (pre-authentication
-  /// slots full, a master too busy to answer) after a
-  /// growing, jittered pause, for up to start_timeout_s; a client retries
-  /// a full backlog (try_again) and a connection closed before the
-  /// master's challenge (pending handshakes full while many processes dial
-  /// at once), within connect_timeout_ms in all. A refusal by the master
-  /// (handshake_error) is final.
+  /// Dial `url`, authenticate as `r`, and hand back the link (runtime
+  /// thread), each try bounded by connect_timeout_ms. Transient failures
+  /// are dialled again after a growing, jittered pause: a worker's within
+  /// start_timeout_s (not a Unix socket nobody listens on: its process
+  /// ended), a client's within connect_timeout_ms (a full backlog, a link
+  /// closed before the challenge). A refusal (handshake_error) is final.
   void connect(const std::string& url, role r, std::uint64_t worker_id, connect_done done) {
     std::chrono::milliseconds per_try;
     try {
@@ -537,14 +538,14 @@ private:
             a->timer.cancel();
             // connect.hpp reports errno values (std::errc conditions), not Asio's enums.
             const bool busy = ec == std::errc::resource_unavailable_try_again; // a Unix socket's full backlog
-            // An ipc:// socket that refuses or is gone has no listener: its process ended.
-            const bool gone = j->url.starts_with("ipc://") &&
+            // A Unix socket that refuses or is gone has no listener: its process ended.
+            const bool gone = (j->url.starts_with("ipc://") || j->url.starts_with("abstract://")) &&
                               (ec == std::errc::connection_refused || ec == std::errc::no_such_file_or_directory);
             auto e = std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url + ": " + ec.message()));
             return dial_failed(j, std::move(e), busy || (j->r == role::worker && !gone));
           }
           std::optional<nonce_t> issued;
-          if (j->r == role::worker) issued = id_.take_own_nonce(); // the first link only
+          if (j->r == role::worker && j->url == master_url_) issued = id_.take_own_nonce(); // the first link only
           a->s = std::make_shared<stream>(std::move(s));
           client_handshake(a->s, id_.handshake(), j->r, j->worker_id, transport().max_message_size, issued,
                            [this, a, j](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
@@ -623,21 +624,32 @@ private:
     };
     hooks.authenticated = [this](peer_identity peer, stream st) {
       auto l = std::make_shared<peer_link>(std::move(st), peer);
+      if (peer.r == role::relay)
+        return serve_relay(executor(), std::move(l), [this](std::shared_ptr<worker_link> w) {
+          ++relayed_workers_;
+          adopt_worker(std::move(w));
+        });
       if (peer.r != role::worker) return host_.serve(l);
-      auto it = expected_.find(peer.worker_id);
-      if (it == expected_.end()) {
-        log(log_level::warning, "unexpected worker ", peer.worker_id, " (", peer.name, "): told to exit");
-        l->start({}, {});
-        l->send(frame(frame_kind::shutdown));
-        return;
-      }
-      auto h = std::move(it->second.first);
-      expected_.erase(it);
-      h(l);
+      if (worker_route_) return worker_route_(std::move(l));
+      adopt_worker(std::move(l));
     };
     detail::server_handshake(executor(), std::move(s), id_.handshake(), effective_config(),
                              transport().max_message_size, config_bool("frame_mac"),
                              std::make_shared<pending_slot>(pending_handshakes_), std::move(hooks));
+  }
+
+  // A worker authenticated (at this listener, or at a relay): to whoever expects it.
+  void adopt_worker(std::shared_ptr<worker_link> l) {
+    auto it = expected_.find(l->peer().worker_id);
+    if (it == expected_.end()) {
+      log(log_level::warning, "unexpected worker ", l->peer().worker_id, " (", l->peer().name, "): told to exit");
+      l->start({}, {});
+      l->send(frame(frame_kind::shutdown));
+      return;
+    }
+    auto h = std::move(it->second.first);
+    expected_.erase(it);
+    h(std::move(l));
   }
 
   /// The client's proof covers this connection's challenge or, for a local
@@ -667,7 +679,8 @@ private:
   std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
-  std::unordered_map<std::uint64_t, nonce_t> worker_nonces_; // issued to local workers (verify_client)
+  std::unordered_map<std::uint64_t, nonce_t> worker_nonces_;     // issued to local workers (verify_client)
+  std::function<void(std::shared_ptr<peer_link>)> worker_route_; // a relay's (route_workers)
   std::atomic<std::uint64_t> next_worker_id_{1};
   std::atomic<std::size_t> pending_handshakes_{0};
   service_host host_;     // this process's services, and the client links they serve
@@ -679,6 +692,7 @@ private:
 
 public:
   std::atomic<std::uint64_t> refused_peers_{0};
+  std::atomic<std::uint64_t> relayed_workers_{0}; // workers that joined through a relay
 };
 
 } // namespace fiber::detail

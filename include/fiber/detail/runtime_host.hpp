@@ -32,8 +32,7 @@ public:
     return detail::worker_spec(l, id, name, res);
   }
   void expect_worker(std::uint64_t id, connect_handler on_connect, refuse_handler on_refused) override {
-    runtime::instance().expect_worker(
-        id, [h = std::move(on_connect)](std::shared_ptr<peer_link> l) { h(std::move(l)); }, std::move(on_refused));
+    runtime::instance().expect_worker(id, std::move(on_connect), std::move(on_refused));
   }
   std::size_t expected_workers() const override { return runtime::instance().expected_workers(); }
   void forget_worker(std::uint64_t id) override { runtime::instance().forget_worker(id); }

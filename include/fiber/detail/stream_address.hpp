@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -50,6 +51,8 @@ inline std::string stream_peer_address(nng_stream* s) {
     return ipc_peer_url(sa.s_ipc.sa_path, nng_stream_get_uint64(s, NNG_OPT_IPC_PEER_PID, &pid) == 0
                                               ? std::optional<std::uint64_t>(pid)
                                               : std::nullopt);
+  case NNG_AF_ABSTRACT:
+    return "abstract://" + std::string(reinterpret_cast<const char*>(sa.s_abstract.sa_name), sa.s_abstract.sa_len);
   case NNG_AF_INET: return ip_peer_url(AF_INET, &sa.s_in.sa_addr, sa.s_in.sa_port);
   case NNG_AF_INET6: return ip_peer_url(AF_INET6, sa.s_in6.sa_addr, sa.s_in6.sa_port);
   default: return {};
@@ -67,8 +70,11 @@ inline std::string socket_peer_address(int fd) {
     ucred cred{};
     socklen_t cl = sizeof cred;
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) pid = std::uint64_t(cred.pid);
-    std::string path(reinterpret_cast<const sockaddr_un&>(ss).sun_path,
-                     ::strnlen(reinterpret_cast<const sockaddr_un&>(ss).sun_path, sizeof(sockaddr_un::sun_path)));
+    const char* sp = reinterpret_cast<const sockaddr_un&>(ss).sun_path;
+    if (len > offsetof(sockaddr_un, sun_path) + 1 && sp[0] == '\0') // abstract: a name after a NUL
+      return "abstract://" + std::string(sp + 1, len - offsetof(sockaddr_un, sun_path) - 1) +
+             (pid ? " (pid " + std::to_string(*pid) + ")" : std::string());
+    std::string path(sp, ::strnlen(sp, sizeof(sockaddr_un::sun_path)));
     return ipc_peer_url(path.c_str(), pid);
   }
   case AF_INET: {

@@ -13,6 +13,7 @@
 #include <fiber/detail/libcrypto_loader.hpp>
 #include <fiber/detail/libssl_loader.hpp>
 #include <fiber/detail/log_writer.hpp>
+#include <fiber/detail/relay.hpp>
 #include <fiber/detail/runtime.hpp>
 
 #include <condition_variable>
@@ -21,7 +22,9 @@
 #include <ctime>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <sys/prctl.h>
 
@@ -376,6 +379,19 @@ private:
   std::atomic<bool> reads_{true}; // false once a Process target runs
 };
 
+/// Applies the configuration the master sent in its handshake (`cfg`),
+/// but for TLS material when `master_url` is TLS (this process's own
+/// holds). Runtime thread.
+inline void apply_master_config(const std::string& master_url, const std::map<std::string, std::string>& cfg) {
+  for (auto& [k, v] : cfg) {
+    if (is_tls_url(master_url) && is_tls_key(k)) continue;
+    try {
+      set_config(k, v);
+    } catch (const config_error&) {
+    }
+  }
+}
+
 [[noreturn]] inline void run_worker() {
   const auto& env = worker_environment();
   if (env.pdeathsig) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -396,9 +412,14 @@ private:
   // its own threads (nng callbacks, the runtime thread): flush and leave at once.
   ::on_exit([](int status, void*) { worker_finish(status); }, nullptr);
   blocking_result<> connected;
-  asio::post(rt.executor(), [&] {
-    rt.connect(url, role::worker, id,
-               [&](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string> cfg) {
+  // The host's relay first, if the run has them (the `relay` key); when none
+  // answers, this worker binds the relay's name and relays for the workers
+  // after it (relay.hpp), and dials the master itself. A refusal
+  // (handshake_error) is final.
+  int elections = 3; // lost ones (another bound the name first): dial it again
+  std::function<void(const std::string&)> dial = [&](const std::string& to) {
+    rt.connect(to, role::worker, id,
+               [&, to](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string> cfg) {
                  if (e) {
                    try {
                      std::rethrow_exception(e);
@@ -406,17 +427,17 @@ private:
                      std::fprintf(stderr, "%s\n", h.what());
                      worker_exit(exit_refused);
                    } catch (const std::exception& x) {
+                     if (to != url) {
+                       if (become_host_relay(to, url, [] { worker_exit(exit_master_lost); })) return dial(url);
+                       if (--elections > 0) return dial(to);
+                       log(log_level::info, "relay ", to, " unreachable (", x.what(), "): dialling the master");
+                       return dial(url);
+                     }
                      std::fprintf(stderr, "fiber[%s]: %s\n", rt.process_name().c_str(), x.what());
                      worker_exit(exit_master_lost);
                    }
                  }
-                 for (auto& [k, v] : cfg) {
-                   if (is_tls_url(url) && is_tls_key(k)) continue;
-                   try {
-                     set_config(k, v);
-                   } catch (const config_error&) {
-                   }
-                 }
+                 apply_master_config(url, cfg);
                  l->set_max_message_size(rt.transport().max_message_size); // the master's, just applied
                  main.set_link(l);
                  // Frames read on the runtime thread (the main thread is busy,
@@ -429,7 +450,8 @@ private:
                           });
                  connected.set(nullptr);
                });
-  });
+  };
+  asio::post(rt.executor(), [&] { dial(env.relay.empty() ? url : env.relay); });
   connected.wait();
   main.run();
 }

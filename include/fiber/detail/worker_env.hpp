@@ -30,6 +30,7 @@ struct worker_env {
   std::string parent_name, parent_pid, parent_host; ///< for fiber::parent_process()
   std::string worker_nonce;                         ///< one-time nonce for the first proof (local workers)
   std::string master_aliases; ///< the master's other URLs (space-separated), reached through `master` instead
+  std::string relay;          ///< the run's relay on this host (abstract://, the `relay` key; relay.hpp); empty: none
   std::string registry_salt;  ///< tests: pretend to be another build
   bool pdeathsig = false;     ///< die with the parent (local workers)
 
@@ -79,6 +80,7 @@ inline worker_env take_worker_environment() {
                           {"PARENT_HOST", &w.parent_host, false},
                           {"WORKER_NONCE", &w.worker_nonce, true},
                           {"MASTER_ALIASES", &w.master_aliases, false},
+                          {"RELAY", &w.relay, false},
                           {"REGISTRY_SALT", &w.registry_salt, false},
                           {"PDEATHSIG", &pdeath, false}};
   constexpr std::string_view prefix = "FIBER_INTERNAL_";

@@ -9,6 +9,7 @@
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/handshake_session.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,12 @@
 namespace fiber::detail {
 
 using clock = std::chrono::steady_clock;
+
+/// A number for a new link, unique in this process (worker_link::id). Any thread.
+inline std::uint64_t next_link_id() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next++;
+}
 
 /// A link to one worker. Used on its executor only (the runtime thread).
 class worker_link {

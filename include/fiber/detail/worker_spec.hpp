@@ -4,6 +4,7 @@
 /// The job spec that starts a worker: this executable, with how to reach and
 /// authenticate with its master in the environment, shaped by the backend's traits.
 
+#include <fiber/detail/handshake.hpp>
 #include <fiber/detail/host_name.hpp>
 #include <fiber/detail/local_transport.hpp>
 #include <fiber/backend/launcher.hpp>
@@ -13,6 +14,7 @@
 
 #include <cstdint>
 #include <iterator>
+#include <span>
 #include <string>
 #include <string_view>
 #include <sys/stat.h>
@@ -21,6 +23,16 @@
 #include <unistd.h>
 
 namespace fiber::detail {
+
+/// The abstract socket where this run's workers find their host's relay
+/// (the `relay` key; relay.hpp): one random name per master process.
+inline const std::string& relay_name() {
+  static const std::string name = [] {
+    const auto n = random_nonce();
+    return "abstract://fiber-relay-" + to_hex(std::span<const std::uint8_t>(n.data(), 12));
+  }();
+  return name;
+}
 
 /// A job spec that runs this executable as worker `id` of this process:
 /// argv as the master's, and what the worker needs to dial back and
@@ -78,6 +90,7 @@ inline backend::job_spec worker_spec(backend::launcher& l, std::uint64_t id, con
   if (is_tls_url(url)) early_keys.insert(early_keys.end(), std::begin(tls_keys), std::end(tls_keys));
   for (auto key : early_keys)
     if (auto v = config_string(key); !v.empty()) s.env.emplace_back(std::string(find_config_key(key)->env), v);
+  if (config_bool("relay")) s.env.emplace_back("FIBER_INTERNAL_RELAY", relay_name());
   if (auto dir = config_string("worker_output_dir"); !dir.empty()) {
     ::mkdir(dir.c_str(), 0700);
     s.stdout_path = dir + "/" + name + ".out";
