@@ -189,6 +189,11 @@ std::exception_ptr handshake_stream_error(std::error_code ec) {
   return std::make_exception_ptr(Lost("fiber: handshake failed: " + ec.message()));
 }
 
+/// A worker's or a relay's dial to its master (or host relay) keeps trying
+/// within start_timeout_s: it has nothing to do until it gets through.
+/// A client's is bounded by connect_timeout_ms.
+inline bool dials_patiently(role r) { return r == role::worker || r == role::relay; }
+
 /// Whether a client handshake that failed with `e` is worth dialling again:
 /// for a worker unless the other end refused (handshake_error: another
 /// binary, a failed proof); for a client only when dropped before the
@@ -201,7 +206,7 @@ inline bool worth_dialling_again(role r, const std::exception_ptr& e) {
   } catch (const handshake_error&) {
     return false;
   } catch (...) {
-    return r == role::worker;
+    return dials_patiently(r);
   }
 }
 

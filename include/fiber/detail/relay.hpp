@@ -85,6 +85,7 @@ private:
   // The master cannot be reached through this relay: its workers' links end
   // (they exit, and their jobs' deaths are the master's to handle).
   void fail(const std::string& reason) {
+    if (!workers_.empty()) log(log_level::warning, "relay: closing ", workers_.size(), " workers' links: ", reason);
     master_.reset();
     backlog_.clear();
     for (auto& [slot, w] : std::exchange(workers_, {})) w->close("relay lost the master: " + reason);

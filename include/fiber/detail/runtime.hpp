@@ -443,7 +443,7 @@ public:
 
   /// Dial `url`, authenticate as `r`, and hand back the link (runtime
   /// thread), each try bounded by connect_timeout_ms. Transient failures
-  /// are dialled again after a growing, jittered pause: a worker's within
+  /// are dialled again after a growing, jittered pause: a worker's or relay's within
   /// start_timeout_s (not a Unix socket nobody listens on: its process
   /// ended), a client's within connect_timeout_ms (a full backlog, a link
   /// closed before the challenge). A refusal (handshake_error) is final.
@@ -454,7 +454,7 @@ public:
     } catch (...) {
       return done(std::current_exception(), nullptr, {});
     }
-    const auto budget = r == role::worker ? std::chrono::milliseconds(config_int("start_timeout_s") * 1000) : per_try;
+    const auto budget = dials_patiently(r) ? std::chrono::milliseconds(config_int("start_timeout_s") * 1000) : per_try;
     dial(std::make_shared<dial_job>(dial_job{url, r, worker_id, std::move(done), clock::now() + budget, per_try,
                                              std::chrono::milliseconds(2)}));
   }
@@ -527,7 +527,7 @@ private:
           worker_lost("fiber: connecting to " + j->url + " timed out after " + std::to_string(ms) +
                       " ms (connect_timeout_ms = " + std::to_string(j->per_try.count()) +
                       "): no answer to the dial or the handshake; is that process stopped or hung?"));
-      dial_failed(j, std::move(e), j->r == role::worker);
+      dial_failed(j, std::move(e), dials_patiently(j->r));
     });
     async_connect(
         executor(), j->url, transport(),
@@ -542,7 +542,7 @@ private:
             const bool gone = (j->url.starts_with("ipc://") || j->url.starts_with("abstract://")) &&
                               (ec == std::errc::connection_refused || ec == std::errc::no_such_file_or_directory);
             auto e = std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url + ": " + ec.message()));
-            return dial_failed(j, std::move(e), busy || (j->r == role::worker && !gone));
+            return dial_failed(j, std::move(e), busy || (dials_patiently(j->r) && !gone));
           }
           std::optional<nonce_t> issued;
           if (j->r == role::worker && j->url == master_url_) issued = id_.take_own_nonce(); // the first link only
