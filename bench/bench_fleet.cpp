@@ -29,17 +29,6 @@
 namespace {
 int f(int x) { return x + 1; }
 
-double cpu_seconds(long pid) {
-  std::ifstream in(pid > 0 ? "/proc/" + std::to_string(pid) + "/stat" : std::string("/proc/self/stat"));
-  std::string s((std::istreambuf_iterator<char>(in)), {});
-  auto p = s.rfind(')');
-  std::istringstream rest(s.substr(p + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i)
-    if (i == 14 || i == 15) ticks += std::stod(field); // utime, stime
-  return ticks / double(::sysconf(_SC_CLK_TCK));
-}
 } // namespace
 
 int main(int argc, char** argv) {
@@ -84,15 +73,15 @@ int main(int argc, char** argv) {
     if (live < n) throw std::runtime_error("not all workers were accepted");
 
     // Idle: heartbeats and bookkeeping only.
-    const double c0 = cpu_seconds(0);
+    const double c0 = bench::process_cpu_seconds(0);
     std::vector<double> g0;
-    for (auto& p : fleet::state().procs) g0.push_back(cpu_seconds(p.pid));
+    for (auto& p : fleet::state().procs) g0.push_back(bench::process_cpu_seconds(p.pid));
     auto i0 = bench::clk::now();
     std::this_thread::sleep_for(std::chrono::duration<double>(idle_s));
-    const double wall = bench::seconds_since(i0), master_pct = 100 * (cpu_seconds(0) - c0) / wall;
+    const double wall = bench::seconds_since(i0), master_pct = 100 * (bench::process_cpu_seconds(0) - c0) / wall;
     double gen_pct = 0;
     for (std::size_t g = 0; g < g0.size(); ++g)
-      gen_pct += 100 * (cpu_seconds(fleet::state().procs[g].pid) - g0[g]) / wall;
+      gen_pct += 100 * (bench::process_cpu_seconds(fleet::state().procs[g].pid) - g0[g]) / wall;
     const long rss_idle = bench::process_memory(0).rss;
     bench::row(design + "idle master CPU", "% of a core", bench::fmt("%.1f", master_pct),
                "generators: " + bench::fmt("%.1f", gen_pct) + " %", "-", "≤ 5 %", bench::verdict(master_pct <= 5));
@@ -101,14 +90,14 @@ int main(int argc, char** argv) {
 
     // Unchunked dispatch.
     {
-      const double m0 = cpu_seconds(0);
+      const double m0 = bench::process_cpu_seconds(0);
       double gc0 = 0;
-      for (auto& p : fleet::state().procs) gc0 += cpu_seconds(p.pid);
+      for (auto& p : fleet::state().procs) gc0 += bench::process_cpu_seconds(p.pid);
       const double d_s = bench::apply_stream(pool, tasks, "bench_fleet"), rate = tasks / d_s;
       double gc1 = 0;
-      for (auto& p : fleet::state().procs) gc1 += cpu_seconds(p.pid);
+      for (auto& p : fleet::state().procs) gc1 += bench::process_cpu_seconds(p.pid);
       std::printf("dispatch: %.2f s; master CPU %.0f %% of a core, generators %.0f %%\n", d_s,
-                  100 * (cpu_seconds(0) - m0) / d_s, 100 * (gc1 - gc0) / d_s);
+                  100 * (bench::process_cpu_seconds(0) - m0) / d_s, 100 * (gc1 - gc0) / d_s);
       bench::row(design + "unchunked dispatch (apply_async stream)", "tasks/s", bench::fmt("%.3g", rate), "-", "-",
                  "≥ 100000", bench::verdict(rate >= 100000));
     }

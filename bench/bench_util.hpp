@@ -225,6 +225,21 @@ inline mem_kib process_memory(long pid) {
   return m;
 }
 
+/// CPU seconds (user + system) process `pid` has used, all its threads (0:
+/// this process); 0 if it is gone. Example: `process_cpu_seconds(worker_pid)`.
+inline double process_cpu_seconds(long pid) {
+  std::ifstream in(pid > 0 ? "/proc/" + std::to_string(pid) + "/stat" : std::string("/proc/self/stat"));
+  std::string s((std::istreambuf_iterator<char>(in)), {});
+  const auto p = s.rfind(')');
+  if (p == std::string::npos || p + 2 > s.size()) return 0;
+  std::istringstream rest(s.substr(p + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i)
+    if (i == 14 || i == 15) ticks += std::stod(field); // utime, stime
+  return ticks / double(::sysconf(_SC_CLK_TCK));
+}
+
 inline int thread_count(long pid) {
   std::ifstream st("/proc/" + std::to_string(pid) + "/status");
   std::string line;

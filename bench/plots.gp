@@ -9,6 +9,8 @@
 # data/curves.csv        (bench_curves --csv)         -> out/tasks_per_s_vs_workers.png,
 #                                                        out/master_rss_vs_workers.png,
 #                                                        out/idle_cost_vs_workers.png
+# data/curves_relay.csv  (bench_curves --relay 1 --csv): the same workers behind
+#                        one relay, drawn on the same plots when present
 # data/curves.csv + data/curves_slurm.csv (bench_curves_slurm --csv)
 #                                                     -> out/all_up_vs_workers.png
 
@@ -29,6 +31,7 @@ set style data linespoints
 fo = data.'/overhead.csv'
 fc = data.'/curves.csv'
 fs = data.'/curves_slurm.csv'
+fr = data.'/curves_relay.csv'
 sub = (stamp eq '') ? '' : "\n".stamp
 
 # ---- overhead per task against task duration --------------------------------
@@ -72,27 +75,40 @@ if (have(fc)) {
   set xlabel 'workers'
   set ylabel 'tasks / s'
   set key top left
-  plot fc using 1:3 skip 1 lw 2 pt 7 title 'empty tasks', \
-       fc using 1:4 skip 1 lw 2 pt 5 title '1 ms tasks', \
-       fc using 1:5 skip 1 with lines lw 1 lc rgb 'black' dt 3 title '1 ms tasks, ideal (workers × 1000/s)'
+  cmd = sprintf("'%s' using 1:3 skip 1 lw 2 pt 7 lc 1 title 'empty tasks', '%s' using 1:4 skip 1 lw 2 pt 5 lc 2 title '1 ms tasks'", fc, fc)
+  if (have(fr)) {
+    cmd = cmd.sprintf(", '%s' using 1:3 skip 1 lw 2 pt 6 lc 1 dt 2 title 'empty tasks, relay', '%s' using 1:4 skip 1 lw 2 pt 4 lc 2 dt 2 title '1 ms tasks, relay'", fr, fr)
+  }
+  cmd = cmd.sprintf(", '%s' using 1:5 skip 1 with lines lw 1 lc rgb 'black' dt 3 title '1 ms tasks, ideal (workers × 1000/s)'", fc)
+  eval('plot '.cmd)
   set format y '%g'
 
   set output out.'/master_rss_vs_workers.png'
   set title 'Local fiber::Pool: the master process RSS against workers (bench_curves)'.sub
   unset logscale y
   set ylabel 'master RSS [MiB]'
-  plot fc using 1:6 skip 1 lw 2 pt 7 title 'all workers up', \
-       fc using 1:7 skip 1 lw 2 pt 5 title 'after the two maps'
+  cmd = sprintf("'%s' using 1:6 skip 1 lw 2 pt 7 lc 1 title 'all workers up', '%s' using 1:7 skip 1 lw 2 pt 5 lc 2 title 'after the two maps'", fc, fc)
+  if (have(fr)) {
+    cmd = cmd.sprintf(", '%s' using 1:6 skip 1 lw 2 pt 6 lc 1 dt 2 title 'all workers up, relay', '%s' using 1:7 skip 1 lw 2 pt 4 lc 2 dt 2 title 'after the two maps, relay'", fr, fr)
+  }
+  eval('plot '.cmd)
 
   set output out.'/idle_cost_vs_workers.png'
   set multiplot layout 1,2 title 'Local fiber::Pool, all workers idle (bench_curves)'.sub
   unset title
-  set ylabel "master CPU while idle [% of one core]"
+  set ylabel "CPU while idle [% of one core]"
   set key top left
-  plot fc using 1:9 skip 1 lw 2 pt 7 title 'master (heartbeats, bookkeeping)'
+  cmd = sprintf("'%s' using 1:9 skip 1 lw 2 pt 7 lc 1 title 'master (heartbeats, bookkeeping)', '%s' using 1:12 skip 1 lw 2 pt 5 lc 2 title 'all workers'", fc, fc)
+  if (have(fr)) {
+    cmd = cmd.sprintf(", '%s' using 1:9 skip 1 lw 2 pt 6 lc 1 dt 2 title 'master, relay', '%s' using 1:12 skip 1 lw 2 pt 4 lc 2 dt 2 title 'all workers, relay'", fr, fr)
+  }
+  eval('plot '.cmd)
   set ylabel 'per idle worker [MiB]'
-  plot fc using 1:10 skip 1 lw 2 pt 7 title 'private (USS)', \
-       fc using 1:11 skip 1 lw 2 pt 5 title 'proportional (PSS)'
+  cmd = sprintf("'%s' using 1:10 skip 1 lw 2 pt 7 lc 1 title 'private (USS)', '%s' using 1:11 skip 1 lw 2 pt 5 lc 2 title 'proportional (PSS)'", fc, fc)
+  if (have(fr)) {
+    cmd = cmd.sprintf(", '%s' using 1:10 skip 1 lw 2 pt 6 lc 1 dt 2 title 'private, relay', '%s' using 1:11 skip 1 lw 2 pt 4 lc 2 dt 2 title 'proportional, relay'", fr, fr)
+  }
+  eval('plot '.cmd)
   unset multiplot
   unset logscale
 } else {
@@ -111,6 +127,9 @@ if (have(fc) || have(fs)) {
   cmd = ''
   if (have(fc)) {
     cmd = sprintf("'%s' using 1:2 skip 1 lw 2 pt 7 title 'local (one host)'", fc)
+    if (have(fr)) {
+      cmd = cmd.sprintf(", '%s' using 1:2 skip 1 lw 2 pt 6 dt 2 title 'local, relay'", fr)
+    }
   }
   if (have(fs)) {
     s1 = sprintf("'%s' using 2:(strcol(1) eq 'array' ? $4 : NaN) skip 1 lw 2 pt 5 title 'Slurm, array job'", fs)

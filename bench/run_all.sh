@@ -34,9 +34,10 @@
 # /usr/bin/python3), SKIP_BUILD=1 (use the binaries already in BUILD_DIR),
 # ONLY="overhead throughput ..." (a subset of: serialize overhead throughput
 # latency payload frame_mac startup startup_static actors es scale scale_static
-# curves hosts objects es_hosts curves_slurm), NAME_static being bench_NAME built in
-# BUILD_DIR-static with -DFIBER_STATIC_DEPS=ON (start-up with fiber's
-# dependencies linked statically),
+# curves curves_relay fleet hosts objects es_scale es_hosts curves_slurm),
+# NAME_static being bench_NAME built in BUILD_DIR-static with
+# -DFIBER_STATIC_DEPS=ON (start-up with fiber's dependencies linked
+# statically), NAME_relay bench_NAME with --relay 1 (the `relay` key),
 # NO_RIG=1 (skip the multi-host benchmarks, never touch a rig).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -74,13 +75,14 @@ if ((smoke)); then
   bench_args=(--smoke)
 fi
 benches=(serialize overhead throughput latency payload frame_mac startup startup_static actors es scale scale_static
-  curves fleet hosts objects es_scale es_hosts curves_slurm)
+  curves curves_relay fleet hosts objects es_scale es_hosts curves_slurm)
 if [[ -n ${ONLY:-} ]]; then read -r -a benches <<<"$ONLY"; fi
 rig_benches=" hosts objects es_scale es_hosts curves_slurm " # need the multi-host rig; run last
 # Arguments of each benchmark beyond --smoke.
 declare -A extra_args=(
   [overhead]="--durations 0.1,1,10,100 --csv $csvdir/overhead.csv"
   [curves]="--csv $csvdir/curves.csv"
+  [curves_relay]="--relay 1 --csv $csvdir/curves_relay.csv"
   [curves_slurm]="--csv $csvdir/curves_slurm.csv"
   [hosts]="--slurm"
 )
@@ -93,7 +95,7 @@ if [[ -z ${SKIP_BUILD:-} ]]; then
   cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFIBER_BUILD_BENCH=ON >/dev/null || exit 1
   targets=() static_targets=()
   for b in "${benches[@]}"; do
-    if [[ $b == *_static ]]; then static_targets+=("bench_${b%_static}"); else targets+=("bench_$b"); fi
+    if [[ $b == *_static ]]; then static_targets+=("bench_${b%_static}"); else targets+=("bench_${b%_relay}"); fi
   done
   # examples/es builds only where MuJoCo and CLI11 are installed.
   if [[ " ${benches[*]} " =~ \ es(_hosts)?\  && -d $build/examples/es/CMakeFiles/es.dir ]]; then
@@ -124,6 +126,7 @@ declare -A seconds status
 run_bench() { # run_bench NAME: runs bench_NAME, collects its ROW lines
   local b=$1 exe=$build/bench/bench_$1 rc r t0
   [[ $b == *_static ]] && exe=$build_static/bench/bench_${b%_static}
+  [[ $b == *_relay ]] && exe=$build/bench/bench_${b%_relay} # the same program with --relay 1
   echo "run_all.sh: bench_$b (load: $(cut -d' ' -f1-3 /proc/loadavg)) ..."
   t0=$(date +%s)
   local args=("${bench_args[@]}")
@@ -301,10 +304,10 @@ idle="cpuidle $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null |
     echo "Drawn by \`bench/plots.gp\` (gnuplot) from the CSV files this run wrote to \`${csvdir#"$root"/}/\`."
     declare -A caption=(
       [overhead_vs_duration]="Overhead per task against task duration (bench_overhead, 2 workers, chunksize 1): wall/ideal, and µs per task above each framework's own in-process control; ideal = 1 and 0."
-      [tasks_per_s_vs_workers]="Tasks/s of a local Pool against its workers (bench_curves): empty tasks and 1 ms tasks (automatic chunksize), with the 1 ms ideal (workers × 1000/s). On 2 CPUs."
+      [tasks_per_s_vs_workers]="Tasks/s of a local Pool against its workers (bench_curves): empty tasks and 1 ms tasks (automatic chunksize), with the 1 ms ideal (workers × 1000/s); a link a worker, and the workers behind one relay (--relay 1). On 2 CPUs."
       [all_up_vs_workers]="Pool construction to all workers connected, against workers: local (bench_curves, 1 → 1024) and Slurm on the three-host rig, array job and srun steps (bench_curves_slurm, 1 → 24)."
-      [master_rss_vs_workers]="The master's RSS against workers (bench_curves): once all are up, and after the maps."
-      [idle_cost_vs_workers]="All workers idle (bench_curves): the master's CPU over 2 s (heartbeats and bookkeeping), and each worker's private and proportional memory."
+      [master_rss_vs_workers]="The master's RSS against workers (bench_curves): once all are up, and after the maps; a link a worker, and behind one relay."
+      [idle_cost_vs_workers]="All workers idle (bench_curves): the master's and all the workers' CPU over 2 s (heartbeats and bookkeeping), a link a worker and behind one relay, and each worker's private and proportional memory."
     )
     for p in "${plots[@]}"; do
       echo
