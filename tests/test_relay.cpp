@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <optional>
 #include <string>
@@ -29,6 +30,16 @@ int slow_square(int x) {
   // a task long enough for the relay to die while some run
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   return x * x;
+}
+
+/// Runs in a worker: a Pool of its own, whose workers dial this worker.
+long long nested_sum(int n) {
+  fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
+  std::vector<int> in(static_cast<std::size_t>(n));
+  std::iota(in.begin(), in.end(), 0);
+  long long sum = 0;
+  for (int v : pool.map(in, 1)) sum += v;
+  return sum;
 }
 
 /// The pid of the process listening at this run's relay name (relay_name),
@@ -188,4 +199,15 @@ TEST_CASE("relay: SIGKILL of the relaying worker during a map loses no task and 
   // The replacements elected a relay of their own.
   CHECK(rt.relayed_workers_.load() - joined >= 3);
   CHECK(relay_pid() != killed);
+}
+
+TEST_CASE("relay: a Pool inside the relaying worker gets its own workers", "[relay]") {
+  relay_config cfg;
+  // Alone on its host, the outer worker finds no relay and becomes the
+  // relay; its own Pool's workers dial it at its own socket, and must reach
+  // that Pool, not the outer master through the relay.
+  fiber::Pool outer{fiber::target<&nested_sum>, {.processes = 1}};
+  auto r = outer.apply_async(100);
+  REQUIRE(r.wait(std::chrono::seconds(60)));
+  CHECK(r.get() == 328350); // the squares of 0..99
 }

@@ -121,17 +121,16 @@ private:
 
 /// Becomes the relay of this host for the run: listens at `relay_url` (the
 /// run's abstract socket) and hands every worker that authenticates there
-/// to a relay_state that dials `master_url`. False when another process
+/// (there only: a Pool of this worker's own still gets its workers) to a
+/// relay_state that dials `master_url`. False when another process
 /// holds the name (it won the election: bind(2) decides). Runtime thread.
 inline bool become_host_relay(const std::string& relay_url, const std::string& master_url,
                               std::function<void()> master_lost) {
   auto& rt = runtime::instance();
   auto r = std::make_shared<relay_state>(master_url, std::move(master_lost));
-  rt.route_workers([r](std::shared_ptr<peer_link> w) { r->join(std::move(w)); });
   try {
-    (void)rt.listen_url(relay_url);
+    rt.listen_for_workers(relay_url, [r](std::shared_ptr<peer_link> w) { r->join(std::move(w)); });
   } catch (const std::exception& e) {
-    rt.route_workers({});
     log(log_level::debug, "relay: ", e.what(), ": another worker relays here");
     return false;
   }

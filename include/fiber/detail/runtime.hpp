@@ -312,9 +312,13 @@ public:
   void expect_worker(std::uint64_t id, connect_handler on_connect, refuse_handler on_refused) {
     expected_[id] = {std::move(on_connect), std::move(on_refused)};
   }
-  /// A relay's runtime thread: every worker that authenticates goes to
-  /// `h` instead of to whoever expects it (relay.hpp).
-  void route_workers(std::function<void(std::shared_ptr<peer_link>)> h) { worker_route_ = std::move(h); }
+  using worker_route = std::function<void(std::shared_ptr<peer_link>)>;
+  /// Listens at `url` (a host relay's name: relay.hpp); the workers that
+  /// authenticate there go to `h`. Throws what binding throws. Runtime thread.
+  void listen_for_workers(const std::string& url, worker_route h) {
+    accept(listeners_.emplace(url, std::make_shared<listener>(executor(), url, transport())).first->second,
+           std::move(h));
+  }
 
   /// Workers launched and not connected yet. Runtime thread.
   std::size_t expected_workers() const noexcept { return expected_.size(); }
@@ -450,18 +454,13 @@ public:
   void connect(const std::string& url, role r, std::uint64_t worker_id, connect_done done) {
     std::chrono::milliseconds per_try;
     try {
-      per_try = connect_timeout();
+      per_try = std::chrono::milliseconds(config_int("connect_timeout_ms")); // its range is checked
     } catch (...) {
       return done(std::current_exception(), nullptr, {});
     }
     const auto budget = dials_patiently(r) ? std::chrono::milliseconds(config_int("start_timeout_s") * 1000) : per_try;
     dial(std::make_shared<dial_job>(dial_job{url, r, worker_id, std::move(done), clock::now() + budget, per_try,
                                              std::chrono::milliseconds(2)}));
-  }
-
-  /// connect_timeout_ms (its range is checked with the configuration's).
-  static std::chrono::milliseconds connect_timeout() {
-    return std::chrono::milliseconds(config_int("connect_timeout_ms"));
   }
 
 private:
@@ -590,21 +589,21 @@ private:
     });
   }
 
-  void accept(const std::shared_ptr<listener>& l) {
-    start_accept_loop(l, [this](stream s) {
+  void accept(const std::shared_ptr<listener>& l, worker_route route = {}) {
+    start_accept_loop(l, [this, route = std::move(route)](stream s) {
       if (pending_handshakes_ >= max_pending_handshakes) {
         ++refused_peers_;
         refusal_log()(log_level::warning, "refused a peer: ", max_pending_handshakes, " handshakes already pending");
         s.close();
       } else {
-        server_handshake(std::make_shared<stream>(std::move(s)));
+        server_handshake(std::make_shared<stream>(std::move(s)), route);
       }
     });
   }
 
   // Server side: the handshake, then the link goes to whoever expects the
   // worker, or serves requests for a client.
-  void server_handshake(std::shared_ptr<stream> s) {
+  void server_handshake(std::shared_ptr<stream> s, const worker_route& route) {
     struct pending_slot {
       std::atomic<std::size_t>& n;
       explicit pending_slot(std::atomic<std::size_t>& c) : n(c) { ++n; }
@@ -615,14 +614,15 @@ private:
     hooks.verify = [this](const auth_msg& a, const nonce_t& challenge, const channel_binding& tls) {
       return verify_client(a, challenge, tls);
     };
-    hooks.mismatched = [this](const peer_identity& peer, const std::string& reason) {
+    hooks.mismatched = [this, relayed = bool(route)](const peer_identity& peer, const std::string& reason) {
+      if (relayed) return; // not one of this process's workers
       if (auto it = expected_.find(peer.worker_id); it != expected_.end() && peer.r == role::worker) {
         auto h = std::move(it->second.second);
         expected_.erase(it);
         if (h) h(reason);
       }
     };
-    hooks.authenticated = [this](peer_identity peer, stream st) {
+    hooks.authenticated = [this, route](peer_identity peer, stream st) {
       auto l = std::make_shared<peer_link>(std::move(st), peer);
       if (peer.r == role::relay)
         return serve_relay(executor(), std::move(l), [this](std::shared_ptr<worker_link> w) {
@@ -630,7 +630,7 @@ private:
           adopt_worker(std::move(w));
         });
       if (peer.r != role::worker) return host_.serve(l);
-      if (worker_route_) return worker_route_(std::move(l));
+      if (route) return route(std::move(l));
       adopt_worker(std::move(l));
     };
     detail::server_handshake(executor(), std::move(s), id_.handshake(), effective_config(),
@@ -679,8 +679,7 @@ private:
   std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
-  std::unordered_map<std::uint64_t, nonce_t> worker_nonces_;     // issued to local workers (verify_client)
-  std::function<void(std::shared_ptr<peer_link>)> worker_route_; // a relay's (route_workers)
+  std::unordered_map<std::uint64_t, nonce_t> worker_nonces_; // issued to local workers (verify_client)
   std::atomic<std::uint64_t> next_worker_id_{1};
   std::atomic<std::size_t> pending_handshakes_{0};
   service_host host_;     // this process's services, and the client links they serve
