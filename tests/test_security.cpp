@@ -542,7 +542,7 @@ TEST_CASE("a local worker's proof over its issued nonce: accepted without a chal
   const auto url = rt.listen_url("ipc://");
   const auto refused0 = rt.refused_peers_.load();
   std::atomic<int> connected{0};
-  std::shared_ptr<fd::peer_link> held; // runtime thread; the link stays open, as a worker's does
+  std::shared_ptr<fd::worker_link> held; // runtime thread; the link stays open, as a worker's does
   // A worker the master expects, with the nonce a local spawn hands it.
   std::uint64_t id = 0;
   fd::nonce_t issued{};
@@ -552,7 +552,7 @@ TEST_CASE("a local worker's proof over its issued nonce: accepted without a chal
     for (auto& [k, v] : spec.env)
       if (k == "FIBER_INTERNAL_WORKER_NONCE" && !fd::from_hex(v, issued)) issued = {}; // checked below
     rt.expect_worker(
-        id, [&](std::shared_ptr<fd::peer_link> l) { ++connected, held = std::move(l); }, [](const std::string&) {});
+        id, [&](std::shared_ptr<fd::worker_link> l) { ++connected, held = std::move(l); }, [](const std::string&) {});
     return 0;
   });
   REQUIRE(issued != fd::nonce_t{});
@@ -595,7 +595,7 @@ TEST_CASE("a local worker's proof over its issued nonce: accepted without a chal
     if (held) held->close("test");
     held.reset();
     rt.expect_worker(
-        id, [&](std::shared_ptr<fd::peer_link> l) { ++connected, l->close("test"); }, [](const std::string&) {});
+        id, [&](std::shared_ptr<fd::worker_link> l) { ++connected, l->close("test"); }, [](const std::string&) {});
     return 0;
   });
   {
