@@ -149,8 +149,11 @@ class PodWorker:
             if not self.prepare(ctr):
                 return
             self.start(ctr)
-        self.set_status(self.phase())
-        self.monitor()
+        # As start() left them: an end since (the waiter's, or a start error)
+        # is monitor()'s to see, with its restart decided.
+        states = ["running"] * len(self.ctrs)
+        self.set_status(self.phase(states))
+        self.monitor(states)
 
     # -- container preparation --
     def prepare(self, ctr):
@@ -296,8 +299,9 @@ class PodWorker:
                 c.waiter.join(10)
 
     # -- lifecycle after start --
-    def phase(self):
-        states = [c.state for c in self.ctrs]
+    def phase(self, states=None):
+        if states is None:
+            states = [c.state for c in self.ctrs]
         if any(c.restart_at for c in self.ctrs) or "running" in states:
             return "Running"
         if "waiting" in states:
@@ -308,22 +312,26 @@ class PodWorker:
         rp = self.pod()["spec"].get("restartPolicy", "Always")
         return rp == "Always" or (rp == "OnFailure" and ctr.exit[0] != 0)
 
-    def monitor(self):
-        reported = [c.state for c in self.ctrs]
+    def monitor(self, reported):
         deadline_s = (self.pod() or {}).get("spec", {}).get("activeDeadlineSeconds")
         while True:
             if self.handle(self.interrupted()):
                 return
             now = time.time()
             changed = False
-            for c in self.ctrs:
-                if c.state == "terminated" and reported[self.ctrs.index(c)] != "terminated" and not c.restart_at:
+            # One snapshot decides this round: a waiter thread may end a
+            # container at any moment, and one seen ended here without its
+            # restart decided would make the pod look Failed (the next round,
+            # woken by the waiter's poke, sees it).
+            states = [c.state for c in self.ctrs]
+            for i, c in enumerate(self.ctrs):
+                if states[i] == "terminated" and reported[i] != "terminated" and not c.restart_at:
                     changed = True
                     if self.should_restart(c):
                         code, reason, msg, fin = c.exit
                         c.restart_at = now + min(self.c.cfg.restart_backoff * (2 ** c.restarts), 300)
                         c.last_state = c.status()["state"]
-                        c.state = "waiting"
+                        c.state = states[i] = "waiting"
                         c.waiting = ("CrashLoopBackOff",
                                      f"back-off {int(c.restart_at - now)}s restarting failed container={c.name} "
                                      f"pod={self.name}_{self.ns}({self.uid})")
@@ -333,10 +341,13 @@ class PodWorker:
                     c.restart_at = None
                     c.restarts += 1
                     self.start(c)
+                    states[i] = "running"  # an end since start() is the next round's
                     changed = True
-            if changed or [c.state for c in self.ctrs] != reported:
-                reported = [c.state for c in self.ctrs]
-                ph = self.phase()
+            if changed or states != reported:
+                if [c.state for c in self.ctrs] != states:
+                    self.poke()  # ended since the snapshot: another round at once
+                reported = states
+                ph = self.phase(states)
                 self.set_status(ph)
                 if ph in TERMINAL:
                     self.k.reschedule()
