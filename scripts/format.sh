@@ -43,17 +43,20 @@ if ((!check)); then
   exit 0
 fi
 
-tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
+# One clang-format per file, JOBS (default: the CPUs) at a time; each prints
+# "FILE: N lines would change" for a file that is not formatted.
+export cf
+report=$(printf '%s\0' "${files[@]}" | xargs -0 -n 8 -P "${JOBS:-$(nproc)}" bash -c '
+  for f; do
+    n=$("$cf" --style=file --assume-filename="$f" <"$f" | diff "$f" - | grep -c "^<" || true)
+    ((n == 0)) || echo "$f: $n lines would change"
+  done' _)
 changed=0 lines=0
-for f in "${files[@]}"; do
-  "$cf" --style=file --assume-filename="$f" <"$f" >"$tmp"
-  if ! cmp -s "$f" "$tmp"; then
-    n=$(diff "$f" "$tmp" | grep -c '^<' || true)
-    echo "$f: $n lines would change"
-    changed=$((changed + 1)) lines=$((lines + n))
-  fi
-done
+if [[ -n $report ]]; then
+  echo "$report"
+  changed=$(wc -l <<<"$report")
+  lines=$(awk '{ s += $2 } END { print s }' <<<"$report")
+fi
 if ((changed)); then
   echo "format.sh: $changed of ${#files[@]} files ($lines lines) are not formatted: run bash scripts/format.sh" >&2
   exit 1
