@@ -665,3 +665,33 @@ TEST_CASE("work starts with the first worker; the pool default is cpu_count", "[
   CHECK_FALSE(distinct.count(::getpid()));
   CHECK(distinct.size() >= 1);
 }
+
+TEST_CASE("an idle worker keeps to the master's stretched heartbeat period", "[pool][heartbeat]") {
+  // A master holding many links announces a period longer than the configured
+  // one (heartbeat_period). A worker must adopt it from the heartbeats its
+  // main thread reads while waiting for work: otherwise it counts the master
+  // silent after its own 400 ms and leaves, and the pool replaces it.
+  const auto old_interval = fiber::detail::config_string("heartbeat_interval_ms");
+  const auto old_timeout = fiber::detail::config_string("heartbeat_timeout_ms");
+  fiber::set_config("heartbeat_interval_ms", "50");
+  fiber::set_config("heartbeat_timeout_ms", "400");
+  constexpr std::size_t extra_links = 1950; // the master's period: about 2 s
+  fiber::detail::open_links() += extra_links;
+  struct restore {
+    std::string interval, timeout;
+    ~restore() {
+      fiber::detail::open_links() -= extra_links;
+      fiber::set_config("heartbeat_interval_ms", interval);
+      fiber::set_config("heartbeat_timeout_ms", timeout);
+    }
+  } restore_config{old_interval, old_timeout};
+  {
+    fiber::Pool pool{fiber::target<&getpid_task>, {.processes = 1}};
+    auto before = pool.map(iota(4));
+    // Idle across several of the master's periods: the time is the subject
+    // here, not a wait for something to happen.
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    auto after = pool.map(iota(4));
+    CHECK(std::set<int>(after.begin(), after.end()) == std::set<int>(before.begin(), before.end()));
+  }
+}

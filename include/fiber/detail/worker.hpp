@@ -16,6 +16,7 @@
 #include <fiber/detail/relay.hpp>
 #include <fiber/detail/runtime.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <sys/prctl.h>
+#include <vector>
 
 namespace fiber::detail {
 
@@ -263,9 +265,13 @@ public:
   /// from the first of them on.
   void on_frame(frame_kind k, std::span<const std::byte> body, message& raw, const lent_reader* reader) {
     switch (k) {
-    case frame_kind::heartbeat: // its period, for the link (runtime thread)
-      if (reader && !body.empty())
+    case frame_kind::heartbeat: // its period, for the link (runtime thread), when it changed
+      if (reader && !body.empty() && !std::ranges::equal(body, delivered_period_)) {
+        delivered_period_.assign(body.begin(), body.end());
         if (auto l = link_.lock()) l->deliver(std::move(raw));
+      } else if (reader) {
+        buffer_cache::instance().give(std::move(raw));
+      }
       return;
     case frame_kind::shutdown: worker_exit(0);
     case frame_kind::tasks: {
@@ -321,6 +327,7 @@ private:
   // read side was taken back or the link failed.
   void read_loop(lent_reader r) {
     asked_ = false;
+    delivered_period_.clear(); // the runtime thread may have read others meanwhile
     auto l = link_.lock();
     if (!l) return;
     for (;;) {
@@ -375,8 +382,9 @@ private:
   worker_loop loop_;
   std::weak_ptr<peer_link> link_;
   direct_writer direct_;
-  bool asked_ = false;            // main thread only
-  std::atomic<bool> reads_{true}; // false once a Process target runs
+  bool asked_ = false;                      // main thread only
+  std::vector<std::byte> delivered_period_; // main thread: the master's period as last delivered
+  std::atomic<bool> reads_{true};           // false once a Process target runs
 };
 
 /// Applies the configuration the master sent in its handshake (`cfg`),
