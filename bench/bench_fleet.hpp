@@ -142,7 +142,7 @@ private:
   void send_join(const std::shared_ptr<worker>& w) {
     w->joined = true;
     fd::peer_identity p{fd::role::worker, w->id, std::int64_t(10'000'000 + w->id), fd::host_name(), w->name, rng_()};
-    relay_->send(fd::frame(fd::frame_kind::relay_join, fd::relay_join(std::uint32_t(w->id), p)));
+    relay_->send(fd::frame(fd::frame_kind::relay_join, fd::relay_join_msg{std::uint32_t(w->id), p}));
   }
 
   void relay_up(fd::stream st) {

@@ -84,7 +84,7 @@ TEST_CASE("relay_mux: joins become worker links; frames, leaves and the relay's 
                                              [&](std::shared_ptr<fd::worker_link> w) { joined.push_back(w); });
   mux->start();
   relay->receive(fd::frame(fd::frame_kind::relay_join,
-                           fd::relay_join(7, fd::peer_identity{fd::role::worker, 42, 1234, "hostA", "w42", 9})));
+                           fd::relay_join_msg{7, fd::peer_identity{fd::role::worker, 42, 1234, "hostA", "w42", 9}}));
   REQUIRE(joined.size() == 1);
   auto w = joined[0];
   CHECK(w->peer().worker_id == 42);
@@ -132,11 +132,12 @@ TEST_CASE("relay_mux: joins become worker links; frames, leaves and the relay's 
 
   // A leave from the relay closes a link without a word back; the relay's end closes the rest.
   relay->receive(fd::frame(fd::frame_kind::relay_join,
-                           fd::relay_join(8, fd::peer_identity{fd::role::worker, 43, 1, "hostA", "w43", 1})));
+                           fd::relay_join_msg{8, fd::peer_identity{fd::role::client, 43, 1, "hostA", "w43", 1}}));
   relay->receive(fd::frame(fd::frame_kind::relay_join,
-                           fd::relay_join(9, fd::peer_identity{fd::role::worker, 44, 2, "hostA", "w44", 1})));
+                           fd::relay_join_msg{9, fd::peer_identity{fd::role::worker, 44, 2, "hostA", "w44", 1}}));
   REQUIRE(joined.size() == 3);
-  CHECK(joined[1]->id() != joined[2]->id()); // each a link of its own to the services too
+  CHECK(joined[1]->peer().r == fd::role::worker); // a relay carries workers only, whatever it says
+  CHECK(joined[1]->id() != joined[2]->id());      // each a link of its own to the services too
   std::vector<std::string> ends;
   for (auto i : {1, 2}) joined[std::size_t(i)]->start({}, [&](const std::string& why) { ends.push_back(why); });
   relay->receive(fd::frame(fd::frame_kind::relay_leave, fd::relay_leave_msg{8, "connection closed"}));

@@ -39,7 +39,7 @@ public:
   void join(std::shared_ptr<peer_link> w) {
     const auto slot = next_slot_++;
     workers_.emplace(slot, w);
-    up(frame(frame_kind::relay_join, relay_join(slot, w->peer())), {});
+    up(frame(frame_kind::relay_join, relay_join_msg{slot, w->peer()}), {});
     w->start(
         [self = shared_from_this(), slot](frame_kind, std::span<const std::byte>, message& m) {
           auto whole = std::make_shared<message>(std::move(m));
@@ -92,22 +92,24 @@ private:
   }
 
   void from_master(frame_kind k, std::span<const std::byte> body, message& m) {
-    if (k == frame_kind::relay_data) {
-      auto [slot, inner] = split_relay_data(body);
-      auto it = workers_.find(slot);
-      if (it == workers_.end()) return;                     // ended here; the master hears of it
-      auto whole = std::make_shared<message>(std::move(m)); // `inner` lies in it still
-      it->second->send(std::vector<std::byte>(inner.begin(), inner.begin() + 1), shared_bytes{whole, inner.subspan(1)});
-    } else if (k == frame_kind::relay_leave) {
-      auto lv = deserialize<relay_leave_msg>(body);
-      if (auto it = workers_.find(lv.slot); it != workers_.end()) {
-        auto w = std::move(it->second);
-        workers_.erase(it);
-        w->close(lv.reason);
-      }
-    } else {
-      log(log_level::warning, "relay: unexpected frame kind ", int(k), " from the master; ignored");
-    }
+    const bool relay_frame = visit_relay_frame(
+        k, body,
+        [&](std::uint32_t slot, std::span<const std::byte> inner) {
+          auto it = workers_.find(slot);
+          if (it == workers_.end()) return;                     // ended here; the master hears of it
+          auto whole = std::make_shared<message>(std::move(m)); // `inner` lies in it still
+          it->second->send(std::vector<std::byte>(inner.begin(), inner.begin() + 1),
+                           shared_bytes{whole, inner.subspan(1)});
+        },
+        [](const relay_join_msg&) { log(log_level::warning, "relay: a join from the master; ignored"); },
+        [&](const relay_leave_msg& lv) {
+          if (auto it = workers_.find(lv.slot); it != workers_.end()) {
+            auto w = std::move(it->second);
+            workers_.erase(it);
+            w->close(lv.reason);
+          }
+        });
+    if (!relay_frame) log(log_level::warning, "relay: unexpected frame kind ", int(k), " from the master; ignored");
   }
 
   std::string master_url_;

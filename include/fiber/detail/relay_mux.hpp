@@ -106,29 +106,30 @@ private:
   };
 
   void on_frame(frame_kind k, std::span<const std::byte> body, message& m) {
-    if (k == frame_kind::relay_data) {
-      auto [slot, inner] = split_relay_data(body);
-      auto it = slots_.find(slot);
-      if (it == slots_.end()) return; // closed here, and the relay has not heard yet
-      auto [ik, ibody] = unframe(inner);
-      auto keep = it->second; // the handler may close it
-      keep->deliver(ik, ibody, m);
-    } else if (k == frame_kind::relay_join) {
-      auto j = deserialize<relay_join_msg>(body);
-      if (slots_.count(j.slot))
-        return log(log_level::warning, "relay ", relay().name, ": joined slot ", j.slot, " twice; ignored");
-      auto l = std::make_shared<relayed_link>(shared_from_this(), j.slot, relay_peer(j));
-      slots_.emplace(j.slot, l);
-      on_join_(l);
-    } else if (k == frame_kind::relay_leave) {
-      auto lv = deserialize<relay_leave_msg>(body);
-      if (auto it = slots_.find(lv.slot); it != slots_.end()) {
-        auto keep = it->second;
-        keep->end(lv.reason, false);
-      }
-    } else {
-      log(log_level::warning, "relay ", relay().name, ": unexpected frame kind ", int(k), "; ignored");
-    }
+    const bool relay_frame = visit_relay_frame(
+        k, body,
+        [&](std::uint32_t slot, std::span<const std::byte> inner) {
+          auto it = slots_.find(slot);
+          if (it == slots_.end()) return; // closed here, and the relay has not heard yet
+          auto [ik, ibody] = unframe(inner);
+          auto keep = it->second; // the handler may close it
+          keep->deliver(ik, ibody, m);
+        },
+        [&](relay_join_msg j) {
+          if (slots_.count(j.slot))
+            return log(log_level::warning, "relay ", relay().name, ": joined slot ", j.slot, " twice; ignored");
+          j.peer.r = role::worker; // a relay carries workers only, whatever it says
+          auto l = std::make_shared<relayed_link>(shared_from_this(), j.slot, std::move(j.peer));
+          slots_.emplace(j.slot, l);
+          on_join_(l);
+        },
+        [&](const relay_leave_msg& lv) {
+          if (auto it = slots_.find(lv.slot); it != slots_.end()) {
+            auto keep = it->second;
+            keep->end(lv.reason, false);
+          }
+        });
+    if (!relay_frame) log(log_level::warning, "relay ", relay().name, ": unexpected frame kind ", int(k), "; ignored");
   }
 
   void relay_lost(const std::string& reason) {
