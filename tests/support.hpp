@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <fiber/config.hpp>
+
 #include <asio/error.hpp>
 
 #include <cerrno>
@@ -14,6 +16,7 @@
 #include <dirent.h>
 #include <exception>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <system_error>
 #include <sys/wait.h>
@@ -23,6 +26,22 @@
 #include <vector>
 
 namespace fiber_test {
+
+/// Sets configuration keys for one test and puts the old values back.
+struct config_scope {
+  std::vector<std::pair<std::string, std::string>> old;
+  config_scope(std::initializer_list<std::pair<const char*, const char*>> kv) {
+    for (auto& [k, v] : kv) {
+      old.emplace_back(k, fiber::detail::config_string(k));
+      fiber::set_config(k, v);
+    }
+  }
+  ~config_scope() {
+    for (auto& [k, v] : old) fiber::set_config(k, v);
+  }
+  config_scope(const config_scope&) = delete;
+  config_scope& operator=(const config_scope&) = delete;
+};
 
 inline bool process_exists(std::int64_t pid) { return ::kill(pid_t(pid), 0) == 0 || errno == EPERM; }
 

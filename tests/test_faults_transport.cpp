@@ -31,23 +31,10 @@
 #include "support.hpp"
 
 using namespace std::chrono_literals;
+using fiber_test::config_scope;
 using fiber_test::next;
 
 namespace {
-
-// Sets configuration keys for one test and puts the old values back.
-struct config_scope {
-  std::vector<std::pair<std::string, std::string>> old;
-  config_scope(std::initializer_list<std::pair<const char*, const char*>> kv) {
-    for (auto& [k, v] : kv) {
-      old.emplace_back(k, fiber::detail::config_string(k));
-      fiber::set_config(k, v);
-    }
-  }
-  ~config_scope() {
-    for (auto& [k, v] : old) fiber::set_config(k, v);
-  }
-};
 
 // A remote object whose method returns as many bytes as asked, or takes them.
 struct Blob {
