@@ -154,14 +154,17 @@ private:
         [this, weak](fd::frame_kind k, std::span<const std::byte> body, fd::message&) {
           auto l = weak.lock();
           if (!l) return;
-          if (k == fd::frame_kind::relay_leave) {
-            auto lv = fiber::deserialize<fd::relay_leave_msg>(body);
-            return end(lv.slot, "e 70", false, false); // its link closed: it exits, master lost
-          }
-          if (k != fd::frame_kind::relay_data) return;
-          auto [slot, inner] = fd::split_relay_data(body);
-          auto [ik, ibody] = fd::unframe(inner);
-          on_frame(slot, ik, ibody, [l, slot](std::vector<std::byte> f) { l->send(fd::relay_data_head(slot, f)); });
+          fd::visit_relay_frame(
+              k, body,
+              [&](std::uint32_t slot, std::span<const std::byte> inner) {
+                auto [ik, ibody] = fd::unframe(inner);
+                on_frame(slot, ik, ibody,
+                         [l, slot](std::vector<std::byte> f) { l->send(fd::relay_data_head(slot, f)); });
+              },
+              [](const fd::relay_join_msg&) {}, // the master sends none
+              [&](const fd::relay_leave_msg& lv) {
+                end(lv.slot, "e 70", false, false); // its link closed: it exits, master lost
+              });
         },
         [this](const std::string&) {
           // The relay died: every worker behind it loses its link and exits.
