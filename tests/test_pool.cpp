@@ -44,6 +44,14 @@ int fail_on_three(int x) {
   return x;
 }
 int getpid_task(int) { return int(::getpid()); }
+
+// A slow start-up (a large binary, a slow static initializer) for the
+// workers of the "[start]" case, whose master sets this in their environment.
+[[maybe_unused]] const bool slow_start = [] {
+  if (const char* ms = std::getenv("FIBER_TEST_SLOW_START_MS"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+  return true;
+}();
 void nothing(int) {}
 
 // SIGKILLs its own worker the first time it sees a multiple of 10: a marker
@@ -671,20 +679,12 @@ TEST_CASE("an idle worker keeps to the master's stretched heartbeat period", "[p
   // one (heartbeat_period). A worker must adopt it from the heartbeats its
   // main thread reads while waiting for work: otherwise it counts the master
   // silent after its own 400 ms and leaves, and the pool replaces it.
-  const auto old_interval = fiber::detail::config_string("heartbeat_interval_ms");
-  const auto old_timeout = fiber::detail::config_string("heartbeat_timeout_ms");
-  fiber::set_config("heartbeat_interval_ms", "50");
-  fiber::set_config("heartbeat_timeout_ms", "400");
+  fiber_test::config_scope cfg{{"heartbeat_interval_ms", "50"}, {"heartbeat_timeout_ms", "400"}};
   constexpr std::size_t extra_links = 1950; // the master's period: about 2 s
   fiber::detail::open_links() += extra_links;
-  struct restore {
-    std::string interval, timeout;
-    ~restore() {
-      fiber::detail::open_links() -= extra_links;
-      fiber::set_config("heartbeat_interval_ms", interval);
-      fiber::set_config("heartbeat_timeout_ms", timeout);
-    }
-  } restore_config{old_interval, old_timeout};
+  struct links_back {
+    ~links_back() { fiber::detail::open_links() -= extra_links; }
+  } put_back;
   {
     fiber::Pool pool{fiber::target<&getpid_task>, {.processes = 1}};
     auto before = pool.map(iota(4));
@@ -694,4 +694,27 @@ TEST_CASE("an idle worker keeps to the master's stretched heartbeat period", "[p
     auto after = pool.map(iota(4));
     CHECK(std::set<int>(after.begin(), after.end()) == std::set<int>(before.begin(), before.end()));
   }
+}
+
+TEST_CASE("slow-starting local workers start at most a handshake window at a time", "[pool][start]") {
+  // None of them connects for 1.5 s. Before, the Pool started two more every
+  // 20 ms without a connection, so a large Pool on a loaded host started all
+  // its workers at once, and they took the cores from the master and from
+  // each other (at 2,048 workers on 2 CPUs, a host's relay was starved
+  // until its master ended it).
+  constexpr unsigned n = 100;
+  ::setenv("FIBER_TEST_SLOW_START_MS", "1500", 1); // before the Pool: no spawn runs yet
+  std::size_t most = 0;
+  {
+    fiber::Pool pool{fiber::target<&getpid_task>, {.processes = n}};
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1200)) {
+      most = std::max(most, fiber_test::children().size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5)); // sampling interval
+    }
+    CHECK(pool.map(iota(2 * int(n))).size() == 2 * n);
+  }
+  ::unsetenv("FIBER_TEST_SLOW_START_MS"); // the Pool and its spawns are gone
+  CHECK(most >= 2);
+  CHECK(most <= fiber::detail::max_pending_handshakes);
 }

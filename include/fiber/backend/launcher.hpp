@@ -82,7 +82,8 @@ struct launcher_traits {
   /// (PR_SET_PDEATHSIG), not only the heartbeat timeout.
   bool dies_with_master = false;
   /// Jobs run on the master's cores: a Pool starts about a core's worth at
-  /// a time, since more would only share the cores and all connect later.
+  /// a time, since more would only share the cores and all connect later,
+  /// and never more than max_pending_handshakes (64) at once.
   bool shares_cores = false;
   /// File descriptors the launcher holds in the master for each running
   /// job, besides the job's link: the local backend's pidfd, an srun's. The

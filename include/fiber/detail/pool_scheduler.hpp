@@ -166,6 +166,9 @@ private:
   // start as these connect (or exit); should none connect for stagger, as
   // many again start anyway (a slow start must not hold the others back).
   static constexpr auto stagger = std::chrono::milliseconds(20);
+  // Never more starting than the master (or a host's relay) takes
+  // handshakes at once: past that a start only loads the cores.
+  static constexpr unsigned max_starting = unsigned(max_pending_handshakes);
   bool paced() const { return launcher_->traits().shares_cores; }
 
   // Workers launched beyond `processes`, ahead of need: with
@@ -224,7 +227,8 @@ private:
       if (ec || !s) return;
       s->stagger_timer_.reset();
       if (!s->wants_workers()) return;
-      if (!std::exchange(s->connected_since_stagger_, false)) s->start_extra_ += s->start_window_;
+      if (!std::exchange(s->connected_since_stagger_, false))
+        s->start_extra_ = std::min<unsigned>(s->start_extra_ + s->start_window_, max_starting - s->start_window_);
       s->grow_or_fail();
       s->maybe_finish();
     });
@@ -573,7 +577,7 @@ private:
   unsigned next_worker_index_ = 1;
   bool reseat_ = false;       // a worker became ready, retired, exited or left: seats to hand out (roster's seat)
   unsigned fds_reserved_ = 0; // launches the last reserve covered
-  const unsigned start_window_ = std::max(2u, std::thread::hardware_concurrency());
+  const unsigned start_window_ = std::max(2u, std::min(std::thread::hardware_concurrency(), max_starting / 2));
   unsigned start_extra_ = 0; // more allowed to start, after stagger periods without a connection
   bool connected_since_stagger_ = false;
   std::unique_ptr<asio::steady_timer> stagger_timer_;
