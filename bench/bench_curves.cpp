@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   const bool relay = bench::opt(a, "--relay").value_or("0") == "1";
   if (relay) fiber::set_config("relay", "true"); // a host's workers share one link (the first relays)
   const std::string design = relay ? " (relay)" : "";
-  fiber::set_log_level(fiber::log_level::error);
+  if (!std::getenv("FIBER_LOG_LEVEL")) fiber::set_log_level(fiber::log_level::error);
   rlimit rl{};
   ::getrlimit(RLIMIT_NOFILE, &rl); // the master keeps ~3 descriptors per worker
   rl.rlim_cur = rl.rlim_max;

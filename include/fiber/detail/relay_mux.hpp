@@ -133,6 +133,8 @@ private:
   }
 
   void relay_lost(const std::string& reason) {
+    if (!slots_.empty())
+      log(log_level::warning, "relay ", relay().name, " lost with ", slots_.size(), " workers: ", reason);
     auto slots = std::move(slots_);
     slots_.clear();
     for (auto& [slot, l] : slots) l->end("relay " + relay().name + " lost: " + reason, false);
