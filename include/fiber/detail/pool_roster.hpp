@@ -247,37 +247,53 @@ public:
     return queued;
   }
 
-  /// Workers launched that have not connected, exited or been retired.
-  unsigned starting() const {
-    unsigned n = 0;
-    for (auto& [id, w] : workers) n += !w.link && !w.exited && !w.retiring;
-    return n;
+  /// A worker launched as `id`, known from now on (its flags all false).
+  pool_worker& add_worker(std::uint64_t id) {
+    auto& w = workers[id];
+    count(id, w, +1);
+    return w;
   }
-  /// Workers not retiring.
-  unsigned active() const {
-    unsigned n = 0;
-    for (auto& [id, w] : workers) n += w.retiring ? 0 : 1;
-    return n;
+  /// Sets worker `id`'s `link`, `ready`, `retiring` or `exited` through
+  /// `f(pool_worker&)`, keeping the counts below and the seating queue:
+  /// those fields change only here, so that counting costs nothing per
+  /// worker (a walk over 10,000 workers for each one connecting made a
+  /// relayed fleet's start quadratic: docs/RATIONALE.md, "Scale").
+  template <class F>
+  void update(std::uint64_t id, F&& f) {
+    auto& w = workers.at(id);
+    count(id, w, -1);
+    f(w);
+    count(id, w, +1);
   }
-  /// Workers connected whose job has not ended.
-  unsigned live() const {
-    unsigned n = 0;
-    for (auto& [id, w] : workers) n += w.link && !w.exited ? 1 : 0;
-    return n;
+  /// Forgets worker `id`.
+  void erase_worker(std::uint64_t id) {
+    auto it = workers.find(id);
+    if (it == workers.end()) return;
+    count(id, it->second, -1);
+    workers.erase(it);
   }
 
+  /// Workers launched that have not connected, exited or been retired.
+  unsigned starting() const { return starting_; }
+  /// Workers not retiring.
+  unsigned active() const { return active_; }
+  /// Workers connected whose job has not ended.
+  unsigned live() const { return live_; }
+
   /// Gives free seats (at most `processes` workers take tasks) to ready
-  /// workers; those seated now are open (see next_open).
+  /// workers, lowest id first; those seated now are open (see next_open).
   void seat(unsigned processes) {
-    unsigned seated = 0;
-    for (auto& [id, w] : workers) seated += w.seated && !w.retiring;
-    for (auto& [id, w] : workers) {
-      if (seated >= processes) return;
-      if (!w.seated && w.ready && !w.retiring && !w.exited && w.link && !w.link->closed()) {
-        w.seated = true;
-        ++seated;
-        reopen(id);
+    while (seated_ < processes && !to_seat_.empty()) {
+      const auto id = *to_seat_.begin();
+      auto& w = workers.at(id);
+      if (w.link->closed()) { // its end is on its way: seated never
+        to_seat_.erase(to_seat_.begin());
+        continue;
       }
+      count(id, w, -1);
+      w.seated = true;
+      count(id, w, +1);
+      reopen(id);
     }
   }
 
@@ -315,8 +331,22 @@ public:
   }
 
 private:
+  // Adds (+1) or takes away (-1) worker `id`'s part in the counts and the
+  // seating queue (connected and ready, not seated, retiring or exited).
+  void count(std::uint64_t id, const pool_worker& w, int sign) {
+    const auto add = [sign](unsigned& n, bool in) { n = in ? unsigned(int(n) + sign) : n; };
+    add(active_, !w.retiring);
+    add(starting_, !w.link && !w.exited && !w.retiring);
+    add(live_, w.link && !w.exited);
+    add(seated_, w.seated && !w.retiring);
+    if (sign < 0) to_seat_.erase(id);
+    else if (w.link && w.ready && !w.seated && !w.retiring && !w.exited) to_seat_.insert(id);
+  }
+
   std::set<std::pair<std::size_t, std::uint64_t>> open_; // (chunks held, worker id): see next_open
   std::uint64_t next_chunk_ = 1, next_dispatch_ = 1;
+  unsigned active_ = 0, starting_ = 0, live_ = 0, seated_ = 0; // see count()
+  std::set<std::uint64_t> to_seat_;                            // lowest id seated first
 };
 
 } // namespace fiber::detail

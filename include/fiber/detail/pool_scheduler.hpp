@@ -215,7 +215,7 @@ private:
     std::vector<std::string> names;
     for (unsigned i = 0; i < n; ++i) names.push_back(s_.name + "-w" + std::to_string(next_worker_index_++));
     auto ids = sup_->launch(names, s_.res);
-    for (std::size_t i = 0; i < ids.size(); ++i) roster_.workers[ids[i]].name = names[i];
+    for (std::size_t i = 0; i < ids.size(); ++i) roster_.add_worker(ids[i]).name = names[i];
   }
 
   void arm_stagger() {
@@ -260,8 +260,8 @@ private:
   }
 
   void retire(std::uint64_t id) {
-    auto& w = roster_.workers[id];
-    w.retiring = true;
+    roster_.update(id, [](pool_worker& w) { w.retiring = true; });
+    auto& w = roster_.workers.at(id);
     reseat_ = true;
     sup_->retire(id);
     if (w.held.empty()) {
@@ -276,8 +276,10 @@ private:
     auto it = roster_.workers.find(id);
     if (it == roster_.workers.end()) return l->send(frame(frame_kind::shutdown));
     auto& w = it->second;
-    w.link = l;
-    w.ready = !s_.initializer; // else once its initializer has run
+    roster_.update(id, [&](pool_worker& x) {
+      x.link = l;
+      x.ready = !s_.initializer; // else once its initializer has run
+    });
     reseat_ = true;
     connected_since_stagger_ = true;
     if (wants_workers()) {
@@ -326,7 +328,7 @@ private:
       return;
     }
     failed_inits_ = 0;
-    it->second.ready = true;
+    roster_.update(it->first, [](pool_worker& w) { w.ready = true; });
     reseat_ = true;
     dispatch();
   }
@@ -385,7 +387,7 @@ private:
     // In dispatch order: runs of small chunks share a frame; a chunk with
     // large arguments has a frame of its own, its arguments the frame's tail.
     for (auto& [id, b] : batches) {
-      auto& link = roster_.workers[id].link;
+      auto& link = roster_.workers.at(id).link;
       std::vector<const chunk_msg*> small;
       for (auto* c : b) {
         if (!c->big_args) {
@@ -436,7 +438,7 @@ private:
     auto it = roster_.workers.find(id);
     if (it == roster_.workers.end()) return;
     auto& w = it->second;
-    w.exited = true;
+    roster_.update(id, [](pool_worker& w) { w.exited = true; });
     reseat_ = true;
     w.exit_reason = ex.reason;
     if (w.exit_wait) { // its link was lost first: charge with the backend's words
@@ -475,7 +477,7 @@ private:
     if (it->second.drain_timer) it->second.drain_timer->cancel();
     if (it->second.link) it->second.link->close("job ended");
     lose(id, it->second.exit_reason.empty() ? "job ended" : "job ended: " + it->second.exit_reason);
-    roster_.workers.erase(id);
+    roster_.erase_worker(id);
     reseat_ = true;
     if (sup_->start_budget_exhausted(s_.processes)) {
       fail_all(sup_->start_failure());
