@@ -705,6 +705,9 @@ TEST_CASE("slow-starting local workers start at most a handshake window at a tim
   constexpr unsigned n = 100;
   fiber_test::require_no_children();               // every child counted below is this Pool's
   ::setenv("FIBER_TEST_SLOW_START_MS", "1500", 1); // before the Pool: no spawn runs yet
+  struct unset_env {
+    ~unset_env() { ::unsetenv("FIBER_TEST_SLOW_START_MS"); } // after the Pool and its spawns, even on a throw
+  } unset;
   std::size_t most = 0;
   {
     fiber::Pool pool{fiber::target<&getpid_task>, {.processes = n}};
@@ -716,7 +719,6 @@ TEST_CASE("slow-starting local workers start at most a handshake window at a tim
     }
     CHECK(pool.map(iota(2 * int(n))).size() == 2 * n);
   }
-  ::unsetenv("FIBER_TEST_SLOW_START_MS"); // the Pool and its spawns are gone
   CHECK(most >= 2);
   CHECK(most <= fiber::detail::max_pending_handshakes);
 }

@@ -253,17 +253,19 @@ public:
     count(id, w, +1);
     return w;
   }
-  /// Sets worker `id`'s `link`, `ready`, `retiring` or `exited` through
+  /// Sets worker `id`'s `link`, `ready`, `retiring`, `exited` or `seated` through
   /// `f(pool_worker&)`, keeping the counts below and the seating queue:
   /// those fields change only here, so that counting costs nothing per
   /// worker (a walk over 10,000 workers for each one connecting made a
   /// relayed fleet's start quadratic: docs/RATIONALE.md, "Scale").
+  /// Returns the worker.
   template <class F>
-  void update(std::uint64_t id, F&& f) {
+  pool_worker& update(std::uint64_t id, F&& f) {
     auto& w = workers.at(id);
     count(id, w, -1);
     f(w);
     count(id, w, +1);
+    return w;
   }
   /// Forgets worker `id`.
   void erase_worker(std::uint64_t id) {
@@ -285,14 +287,11 @@ public:
   void seat(unsigned processes) {
     while (seated_ < processes && !to_seat_.empty()) {
       const auto id = *to_seat_.begin();
-      auto& w = workers.at(id);
-      if (w.link->closed()) { // its end is on its way: seated never
+      if (workers.at(id).link->closed()) { // its end is on its way: seated never
         to_seat_.erase(to_seat_.begin());
         continue;
       }
-      count(id, w, -1);
-      w.seated = true;
-      count(id, w, +1);
+      update(id, [](pool_worker& w) { w.seated = true; });
       reopen(id);
     }
   }

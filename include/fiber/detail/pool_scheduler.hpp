@@ -260,8 +260,7 @@ private:
   }
 
   void retire(std::uint64_t id) {
-    roster_.update(id, [](pool_worker& w) { w.retiring = true; });
-    auto& w = roster_.workers.at(id);
+    auto& w = roster_.update(id, [](pool_worker& x) { x.retiring = true; });
     reseat_ = true;
     sup_->retire(id);
     if (w.held.empty()) {
