@@ -2,6 +2,7 @@
 #include <fiber/pool.hpp>
 #include <fiber/pipe.hpp>
 #include <fiber/queue.hpp>
+#include <fiber/stats.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -721,4 +722,92 @@ TEST_CASE("slow-starting local workers start at most a handshake window at a tim
   }
   CHECK(most >= 2);
   CHECK(most <= fiber::detail::max_pending_handshakes);
+}
+
+namespace {
+// This process's snapshot of the Pool named `name`.
+fiber::pool_stats pool_snapshot(const std::string& name) {
+  for (auto& p : fiber::stats().pools)
+    if (p.name == name) return p;
+  FAIL("no Pool named " << name << " in fiber::stats()");
+  return {};
+}
+
+std::uint64_t sum(const std::map<std::string, std::uint64_t>& m) {
+  std::uint64_t n = 0;
+  for (auto& [k, v] : m) n += v;
+  return n;
+}
+} // namespace
+
+TEST_CASE("fiber::stats counts a map's tasks through worker deaths: every task once, reruns with their cause",
+          "[pool][stats]") {
+  const auto known = std::set<std::string>{"oom_killed", "node_lost", "heartbeat_missed",
+                                           "killed",     "exited",    "link_lost"};
+  {
+    // Chunks of 3 on one worker, max_retries 0: 5 kills its worker twice
+    // (in its chunk, then alone after the split) and fails; 1 throws, which
+    // is a task done (its exception is its result).
+    fiber::Pool pool{fiber::target<&die_on_five>, {.processes = 1, .max_retries = 0, .name = "stats-deaths"}};
+    CHECK_THROWS_AS(pool.map(iota(12), 3), fiber::remote_error);
+    auto p = pool_snapshot("stats-deaths");
+    CHECK(p.backend == "local");
+    CHECK(p.processes == 1);
+    CHECK(p.tasks.submitted == 12);
+    CHECK(p.tasks.done == 11);
+    CHECK(p.tasks.failed == 1);
+    CHECK(p.tasks.queued == 0);
+    CHECK(p.tasks.running == 0);
+    CHECK(p.chunks_queued == 0);
+    CHECK(p.chunks_running == 0);
+    REQUIRE(p.tasks.failed_by_cause.size() == 1);
+    CHECK(p.tasks.failed_by_cause.begin()->first == "killed");
+    // {3 4 5} is split and sent again (3 tasks), then whatever the worker
+    // held behind 5 each time.
+    CHECK(p.tasks.rerun >= 4);
+    CHECK(sum(p.tasks.rerun_by_cause) == p.tasks.rerun);
+    for (auto& [cause, n] : p.tasks.rerun_by_cause) CHECK(known.contains(cause));
+    CHECK(p.workers_lost == 2);
+    CHECK(p.workers_started >= 3);
+    unsigned states = 0;
+    for (auto& [s, n] : p.workers_by_state) states += n;
+    CHECK(states == p.workers.size());
+    CHECK(p.workers_by_state.size() == 5);
+  }
+  // A Pool once destroyed is gone from the snapshot.
+  for (auto& p : fiber::stats().pools) CHECK(p.name != "stats-deaths");
+}
+
+TEST_CASE("fiber::stats during a map: submitted = done + failed + queued + running; workers by state and host",
+          "[pool][stats]") {
+  fiber::Pool pool{fiber::target<&sqr_pause>, {.processes = 2, .name = "stats-running"}};
+  auto results = pool.imap(iota(40), 1);
+  auto it = results.begin(); // one result in: the workers are connected and busy
+  CHECK(*it == 0);
+  auto p = pool_snapshot("stats-running");
+  CHECK(p.tasks.submitted == p.tasks.done + p.tasks.failed + p.tasks.queued + p.tasks.running);
+  CHECK(p.tasks.done >= 1);
+  CHECK(p.tasks.failed == 0);
+  CHECK(p.tasks.rerun == 0);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  unsigned connected = 0;
+  for (auto& w : p.workers)
+    if (w.state != fiber::worker_state::starting) {
+      ++connected;
+      CHECK(w.host == host);
+    }
+  CHECK(connected >= 1);
+  CHECK(p.workers_by_host[host] == connected);
+  std::uint64_t held = 0;
+  for (auto& w : p.workers) held += w.tasks_held;
+  CHECK(held == p.tasks.running);
+  int n = 1;
+  for (++it; it != results.end(); ++it) ++n;
+  CHECK(n == 40);
+  auto q = pool_snapshot("stats-running");
+  CHECK(q.tasks.done == 40);
+  CHECK(q.tasks.submitted == 40);
+  CHECK(q.tasks.running + q.tasks.queued == 0);
+  CHECK(q.workers_by_state[fiber::worker_state::busy] == 0);
 }

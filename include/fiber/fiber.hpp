@@ -24,6 +24,7 @@
 #include <fiber/process.hpp>
 #include <fiber/serialize.hpp>
 #include <fiber/sharedctypes.hpp>
+#include <fiber/stats.hpp>
 #include <fiber/synchronize.hpp>
 #include <fiber/target.hpp>
 #include <fiber/version.hpp>

@@ -442,6 +442,7 @@ std::shared_ptr<pool_scheduler> start_pool(pool_settings s) {
   rt.sync([&] {
     core = std::make_shared<pool_scheduler>(std::move(s), launcher, runtime_host::instance());
     core->start();
+    stats_sources::instance().add(core);
   });
   return core;
 }

@@ -15,6 +15,7 @@
 #include <fiber/detail/link_drain.hpp>
 #include <fiber/detail/pool_roster.hpp>
 #include <fiber/detail/pool_wire.hpp>
+#include <fiber/detail/stats_sources.hpp>
 #include <fiber/detail/supervisor.hpp>
 #include <fiber/detail/worker_host.hpp>
 
@@ -48,7 +49,7 @@ struct pool_settings {
 
 /// The scheduler of one Pool. On its host's executor (the runtime thread)
 /// unless a member says otherwise; create with std::make_shared.
-class pool_scheduler : public std::enable_shared_from_this<pool_scheduler> {
+class pool_scheduler : public std::enable_shared_from_this<pool_scheduler>, public stats_source {
 public:
   /// Workers of `host` (which outlives it: runtime_host::instance(), or a
   /// test's fake) started on launcher `l`.
@@ -72,10 +73,15 @@ public:
       auto e = failed_ ? failed_
                        : std::make_exception_ptr(error(terminated_ ? "fiber::Pool: terminated"
                                                                    : "fiber::Pool: joined; no worker is left"));
-      for (auto& c : chunks) job->on_chunk_failed(c.seq, e);
+      for (auto& c : chunks) {
+        counts_.submitted += c.msg.count;
+        count_failed(c.msg.count, failed_ ? "no_worker" : "terminated");
+        job->on_chunk_failed(c.seq, e);
+      }
       return;
     }
     for (auto& c : chunks) {
+      counts_.submitted += c.msg.count;
       roster_.pending.push_back(roster_.add(job, c.seq, std::move(c.msg), std::move(c.ends), 0, nullptr, 0));
     }
     // A closed Pool's workers may have retired already; with
@@ -105,7 +111,10 @@ public:
       stopped_.store(true, std::memory_order_relaxed);
       sup_->close();
       auto e = std::make_exception_ptr(error("fiber::Pool: terminated"));
-      for (auto& [id, c] : roster_.take_chunks()) c.fail(e);
+      for (auto& [id, c] : roster_.take_chunks()) {
+        count_failed(c.msg.count, "terminated");
+        c.fail(e);
+      }
       sup_->cancel_all(9);
     }
     maybe_finish();
@@ -155,6 +164,38 @@ public:
     for (auto& [id, w] : roster_.workers)
       if (w.link && !w.exited) p.push_back(sup_->pid(id, w.link.get()));
     return p;
+  }
+
+  /// Runtime thread. This Pool's part of fiber::stats().
+  void add_to(runtime_stats& out) const override {
+    pool_stats p;
+    p.name = s_.name;
+    p.backend = std::string(launcher_->name());
+    p.processes = s_.processes;
+    p.workers_lost = workers_lost_;
+    p.workers_started = workers_started_;
+    p.tasks = counts_;
+    for (auto& [id, c] : roster_.chunks) {
+      (c.holder ? p.tasks.running : p.tasks.queued) += c.msg.count;
+      ++(c.holder ? p.chunks_running : p.chunks_queued);
+    }
+    for (auto s :
+         {worker_state::starting, worker_state::idle, worker_state::busy, worker_state::retiring, worker_state::lost})
+      p.workers_by_state[s] = 0;
+    for (auto& [id, w] : roster_.workers) {
+      worker_stats ws{w.name, w.link ? w.link->peer().host : std::string(), worker_state::idle, w.tasks, 0};
+      for (auto cid : w.held)
+        if (auto c = roster_.chunks.find(cid); c != roster_.chunks.end() && c->second.holder == id)
+          ws.tasks_held += c->second.msg.count;
+      if (w.exited || w.exit_wait || w.drain_timer || (w.link && w.link->closed())) ws.state = worker_state::lost;
+      else if (w.retiring) ws.state = worker_state::retiring;
+      else if (!w.link) ws.state = worker_state::starting;
+      else if (!w.held.empty()) ws.state = worker_state::busy;
+      ++p.workers_by_state[ws.state];
+      if (w.link) ++p.workers_by_host[ws.host];
+      p.workers.push_back(std::move(ws));
+    }
+    out.pools.push_back(std::move(p));
   }
 
 private:
@@ -215,6 +256,7 @@ private:
     std::vector<std::string> names;
     for (unsigned i = 0; i < n; ++i) names.push_back(s_.name + "-w" + std::to_string(next_worker_index_++));
     auto ids = sup_->launch(names, s_.res);
+    workers_started_ += ids.size();
     for (std::size_t i = 0; i < ids.size(); ++i) roster_.add_worker(ids[i]).name = names[i];
   }
 
@@ -347,6 +389,7 @@ private:
       if (wit != workers.end()) wit->second.finished(it->second.dispatched, now);
       auto rec = std::move(it->second);
       chunks.erase(it);
+      counts_.done += rec.msg.count;
       rec.deliver(shared_bytes{owner, r.results});
     }
     if (wit != workers.end()) roster_.reopen(wid);
@@ -439,7 +482,9 @@ private:
     auto& w = it->second;
     roster_.update(id, [](pool_worker& w) { w.exited = true; });
     reseat_ = true;
-    w.exit_reason = ex.reason;
+    w.exit_reason = !ex.reason.empty() || ex.how != backend::job_exit::kind::signalled
+                        ? ex.reason
+                        : "killed by signal " + std::to_string(ex.code);
     if (w.exit_wait) { // its link was lost first: charge with the backend's words
       w.exit_wait.reset();
       return end_job(id);
@@ -475,6 +520,7 @@ private:
     if (it == roster_.workers.end()) return;
     if (it->second.drain_timer) it->second.drain_timer->cancel();
     if (it->second.link) it->second.link->close("job ended");
+    if (!it->second.retiring && !terminated_) ++workers_lost_;
     lose(id, it->second.exit_reason.empty() ? "job ended" : "job ended: " + it->second.exit_reason);
     roster_.erase_worker(id);
     reseat_ = true;
@@ -502,6 +548,7 @@ private:
     it->second.held.clear();
     auto& chunks = roster_.chunks;
     const auto mine = roster_.held_in_order(held, id);
+    const std::string cause = mine.empty() ? std::string() : loss_cause(reason);
     std::vector<std::uint64_t> requeue;
     for (std::size_t i = 0; i < mine.size(); ++i) {
       auto c = chunks.find(mine[i]);
@@ -514,6 +561,7 @@ private:
       } else if (i == 0 && ++c->second.deaths > s_.max_retries) {
         auto rec = std::move(c->second);
         chunks.erase(c);
+        count_failed(rec.msg.count, cause);
         const std::string why = "fiber::Pool " + s_.name + ": a task's workers died " + std::to_string(rec.deaths) +
                                 " times (max_retries " + std::to_string(s_.max_retries) + "); last: " + reason +
                                 (rec.exit_note.empty() ? "" : " (before: " + rec.exit_note + ")");
@@ -532,12 +580,25 @@ private:
         requeue.push_back(mine[i]);
       }
     }
+    for (auto cid : requeue) {
+      const auto n = roster_.chunks.at(cid).msg.count;
+      counts_.rerun += n;
+      counts_.rerun_by_cause[cause] += n;
+    }
     roster_.pending.insert(roster_.pending.begin(), requeue.begin(), requeue.end());
+  }
+
+  void count_failed(std::uint64_t tasks, const std::string& cause) {
+    counts_.failed += tasks;
+    counts_.failed_by_cause[cause] += tasks;
   }
 
   void fail_all(std::exception_ptr e) {
     failed_ = e;
-    for (auto& [id, c] : roster_.take_chunks()) c.fail(e);
+    for (auto& [id, c] : roster_.take_chunks()) {
+      count_failed(c.msg.count, "no_worker");
+      c.fail(e);
+    }
     closing_ = true;
     sup_->close();
     sup_->cancel_all(9);
@@ -591,6 +652,8 @@ private:
   std::vector<std::weak_ptr<call_sync>> feeders_;
   std::atomic<bool> released_{false};
   std::exception_ptr failed_; // why fail_all ended the pool
+  task_stats counts_;         // fiber::stats(): queued and running are counted at the snapshot
+  std::uint64_t workers_lost_ = 0, workers_started_ = 0;
   std::function<void()> on_all_exited_;
 };
 
