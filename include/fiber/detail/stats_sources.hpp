@@ -36,8 +36,8 @@ inline std::string_view to_string(worker_state s) noexcept {
 
 /// One worker of a group in a snapshot.
 struct worker_stats {
-  std::string name;            ///< e.g. "pool-1-w3"
-  std::string host;            ///< its host name as it reported it; empty while starting
+  std::string name; ///< e.g. "pool-1-w3"
+  std::string host; ///< its host name as it reported it; empty while starting
   worker_state state = worker_state::starting;
   std::uint64_t tasks_sent = 0; ///< tasks sent to it since it started
   std::uint64_t tasks_held = 0; ///< tasks it holds now (running or sent ahead)
@@ -60,12 +60,12 @@ struct task_stats {
 
 /// One Pool in a snapshot.
 struct pool_stats {
-  std::string name;                 ///< the Pool's name (pool_options::name, else "pool-N")
-  std::string backend;              ///< the backend its workers run on ("local", "slurm", ...)
-  unsigned processes = 0;           ///< the number of workers it keeps (after resize)
-  std::uint64_t chunks_queued = 0;  ///< chunks waiting for a worker (the queue depth)
-  std::uint64_t chunks_running = 0; ///< chunks held by workers
-  std::uint64_t workers_lost = 0;   ///< workers whose link or job ended while they held tasks or were needed
+  std::string name;                  ///< the Pool's name (pool_options::name, else "pool-N")
+  std::string backend;               ///< the backend its workers run on ("local", "slurm", ...)
+  unsigned processes = 0;            ///< the number of workers it keeps (after resize)
+  std::uint64_t chunks_queued = 0;   ///< chunks waiting for a worker (the queue depth)
+  std::uint64_t chunks_running = 0;  ///< chunks held by workers
+  std::uint64_t workers_lost = 0;    ///< workers whose job ended without being asked to (not retired)
   std::uint64_t workers_started = 0; ///< workers launched since the Pool was made
   task_stats tasks;
   std::map<worker_state, unsigned> workers_by_state; ///< every state, 0 included
