@@ -91,13 +91,19 @@ concept policy_with_keys = requires {
   { B::config_keys } -> std::convertible_to<std::string_view>;
 };
 
+/// The factory of backend policy `B`: its launcher, made and started.
+template <backend::policy B>
+backend_factory policy_factory() {
+  return [](const backend::launch_context& ctx) { return backend::make_launcher<B>(ctx); };
+}
+
 /// The one registration of a backend policy `B` (`name`, `make`, and
 /// `config_keys` when it has them), for an inline variable next to it:
 /// `inline const bool my_registered = fiber::detail::register_policy<my_backend>();`.
 template <backend::policy B>
 bool register_policy() {
   if constexpr (policy_with_keys<B>) register_backend_keys(B::name, "", B::config_keys);
-  return register_backend(B::name, [](const backend::launch_context& ctx) { return backend::make_launcher<B>(ctx); });
+  return register_backend(B::name, policy_factory<B>());
 }
 
 /// A launcher of type `L` made from `args` and started: what a backend's
