@@ -7,6 +7,7 @@
 //  - all N accepted, and the time until they are;
 //  - the idle master's CPU over --idle seconds (default 10), % of one core
 //    (target ≤ 5 %), and its RSS (target ≤ 1 GiB);
+//  - the time of one fiber::stats() snapshot of the idle fleet (median of 21);
 //  - unchunked dispatch: --tasks (default 200,000) apply_async of an empty
 //    task, then every get() (target ≥ 100,000 tasks/s);
 //  - --vanish V (default 1,000) workers dropped at once (links closed, no
@@ -87,6 +88,23 @@ int main(int argc, char** argv) {
                "generators: " + bench::fmt("%.1f", gen_pct) + " %", "-", "≤ 5 %", bench::verdict(master_pct <= 5));
     bench::row(design + "master RSS, idle", "MiB", bench::fmt("%.0f", rss_idle / 1024.0), "-", "-", "≤ 1024",
                bench::verdict(rss_idle <= 1024 * 1024));
+
+    // A snapshot of the runtime with every worker attached (issue 32: cheap
+    // enough to poll): median of 21.
+    {
+      std::vector<double> t;
+      std::size_t listed = 0;
+      for (int i = 0; i < 21; ++i) {
+        auto s0 = bench::clk::now();
+        const auto st = fiber::stats();
+        t.push_back(bench::seconds_since(s0));
+        listed = st.pools.empty() ? 0 : st.pools.front().workers.size();
+      }
+      std::ranges::sort(t);
+      std::printf("fiber::stats(): %zu workers listed, median %.2f ms\n", listed, 1e3 * t[t.size() / 2]);
+      bench::row(design + "fiber::stats() snapshot, idle", "ms", bench::fmt("%.2f", 1e3 * t[t.size() / 2]),
+                 std::to_string(listed) + " workers listed", "-", "-", "-");
+    }
 
     // Unchunked dispatch.
     {
