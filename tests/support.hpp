@@ -17,6 +17,7 @@
 #include <exception>
 #include <fstream>
 #include <initializer_list>
+#include <numeric>
 #include <string>
 #include <system_error>
 #include <sys/wait.h>
@@ -42,6 +43,13 @@ struct config_scope {
   config_scope(const config_scope&) = delete;
   config_scope& operator=(const config_scope&) = delete;
 };
+
+/// 0, 1, ..., n - 1: the inputs of many maps.
+inline std::vector<int> iota(int n) {
+  std::vector<int> v(std::size_t(n), 0);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
 
 inline bool process_exists(std::int64_t pid) { return ::kill(pid_t(pid), 0) == 0 || errno == EPERM; }
 

@@ -32,17 +32,17 @@
 namespace {
 
 // One entry per fiber::error subclass fiber sends as data (remote_error has its own body).
-struct kind {
+struct error_kind {
   std::function<void()> raise;
   std::type_index type;
 };
 
 template <class E>
-kind kind_of() {
+error_kind kind_of() {
   return {[] { throw E("the message"); }, typeid(E)};
 }
 
-std::vector<kind> kinds() {
+std::vector<error_kind> kinds() {
   return {
       kind_of<fiber::error>(),           kind_of<fiber::worker_lost>(),          kind_of<fiber::serialization_error>(),
       kind_of<fiber::eof_error>(),       kind_of<fiber::timeout_error>(),        kind_of<fiber::backend_error>(),

@@ -10,7 +10,7 @@ set(_faults_image "fiber-test-faults:${_faults_tree_hash}")
 # Without a daemon it builds nothing and passes: the [kube] tests still run (the [docker] ones fail, saying why).
 add_test(NAME faults_docker_image
   COMMAND bash -c "docker version >/dev/null 2>&1 || { echo 'no Docker daemon: no image'; exit 0; }; exec bash \"$0\" \"$@\""
-    ${CMAKE_CURRENT_SOURCE_DIR}/rigs/docker-image.sh ${_faults_image} --libs $<TARGET_FILE:${name}>)
+    ${CMAKE_CURRENT_SOURCE_DIR}/rigs/docker-image.sh ${_faults_image} --libs $<TARGET_FILE:${target}>)
 set_tests_properties(faults_docker_image PROPERTIES FIXTURES_SETUP faults_docker_image LABELS faults TIMEOUT 120)
 add_test(NAME faults_docker_image_remove COMMAND bash -c "docker rmi -f $0 >/dev/null 2>&1 || true" ${_faults_image})
 set_tests_properties(faults_docker_image_remove PROPERTIES FIXTURES_CLEANUP faults_docker_image LABELS faults TIMEOUT 60)

@@ -5,6 +5,6 @@
 add_executable(faults_edges_nested ${CMAKE_CURRENT_SOURCE_DIR}/faults_edges_nested.cpp)
 target_link_libraries(faults_edges_nested PRIVATE fiber::fiber fiber_dev_options)
 set_target_properties(faults_edges_nested PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
-add_dependencies(${name} faults_edges_nested)
-target_compile_definitions(${name} PRIVATE "FIBER_EDGES_NESTED=\"$<TARGET_FILE:faults_edges_nested>\"")
+add_dependencies(${target} faults_edges_nested)
+target_compile_definitions(${target} PRIVATE "FIBER_EDGES_NESTED=\"$<TARGET_FILE:faults_edges_nested>\"")
 set_tests_properties(${name} PROPERTIES REQUIRED_FILES $<TARGET_FILE:faults_edges_nested>)

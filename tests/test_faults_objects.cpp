@@ -47,8 +47,8 @@ std::array<std::uint64_t, 3> read_on_host(floats r) {
   return {fiber::detail::host_key(), std::uint64_t(sum), store.held_bytes()};
 }
 
-struct jobs_cleanup {
-  ~jobs_cleanup() {
+struct objects_jobs_cleanup {
+  ~objects_jobs_cleanup() {
     if (!fiber_test::poll_until([] { return fiber_test::slurm_jobs("fiberft-objects").empty(); }, 20s))
       fiber_test::shell("squeue -h -o '%i %j' | awk '$2 ~ /^fiberft-objects/ {print $1}' | xargs -r scancel");
   }
@@ -63,7 +63,7 @@ TEST_CASE("an object put while the master listened only on loopback TCP (local_t
           "[faults][slurm]") {
   if (!fiber_test::slurm_answers())
     FAIL("no Slurm cluster answers: start it with bash tests/rigs/slurm-up.sh --nodes 3 --netns");
-  jobs_cleanup cleanup;
+  objects_jobs_cleanup cleanup;
   fiber::set_config("local_transport", "tcp");
   // as the next case has it: the Slurm backend reads its keys once, when its first Pool starts
   fiber::set_config("slurm.extra_args", "--cpus-per-task=8");
@@ -94,7 +94,7 @@ TEST_CASE("an object put while the master listened only on loopback TCP (local_t
 TEST_CASE("objects across the Slurm rig's hosts: one copy per host, about one sent, all freed", "[faults][slurm]") {
   if (!fiber_test::slurm_answers())
     FAIL("no Slurm cluster answers: start it with bash tests/rigs/slurm-up.sh --nodes 3 --netns");
-  jobs_cleanup cleanup;
+  objects_jobs_cleanup cleanup;
   std::vector<float> v(8 << 20); // 32 MiB: 4 pieces
   std::iota(v.begin(), v.end(), 0.0f);
   const auto want = std::uint64_t(std::accumulate(v.begin(), v.end(), 0.0));

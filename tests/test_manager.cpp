@@ -31,12 +31,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-std::vector<int> iota(int n) {
-  std::vector<int> v(std::size_t(n), 0);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
-
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
@@ -102,13 +96,13 @@ bool ordered_from_task(fiber::Remote<Recorder> r, int base) {
   std::vector<int> mine;
   for (int x : r.call<&Recorder::seen>())
     if (x >= base && x < base + 20) mine.push_back(x - base);
-  return mine == iota(20);
+  return mine == fiber_test::iota(20);
 }
 
 using Dict = fiber::shared::dict<int, int>;
 using List = fiber::shared::list<std::string>;
 
-int put_square(fiber::Remote<Dict> d, int x) {
+int put_square_in_dict(fiber::Remote<Dict> d, int x) {
   d.call<&Dict::set>(x, x * x);
   return int(::getpid());
 }
@@ -148,7 +142,7 @@ TEST_CASE("50 async calls on one object run in the order they were made", "[mana
   std::vector<fiber::remote_result<void>> hs;
   for (int i = 0; i < 50; ++i) hs.push_back(r.call_async<&Recorder::push>(i));
   for (auto& h : hs) h.get();
-  CHECK(r.call<&Recorder::seen>() == iota(50));
+  CHECK(r.call<&Recorder::seen>() == fiber_test::iota(50));
 
   // Two threads calling one object: each thread's calls keep their order.
   r.call<&Recorder::reset>();
@@ -162,9 +156,9 @@ TEST_CASE("50 async calls on one object run in the order they were made", "[mana
   REQUIRE(seen.size() == 100);
   std::vector<int> from_a, from_b;
   for (int x : seen) (x < 1000 ? from_a : from_b).push_back(x);
-  CHECK(from_a == iota(50));
+  CHECK(from_a == fiber_test::iota(50));
   for (auto& x : from_b) x -= 1000;
-  CHECK(from_b == iota(50));
+  CHECK(from_b == fiber_test::iota(50));
 }
 
 TEST_CASE("calls on different objects overlap; calls on one object do not", "[manager]") {
@@ -289,7 +283,7 @@ TEST_CASE("a handle passed into a Pool task calls the same object from there", "
   }
   auto seen = r.call<&Recorder::seen>();
   std::sort(seen.begin(), seen.end());
-  CHECK(seen == iota(20));
+  CHECK(seen == fiber_test::iota(20));
 
   CHECK(pool.apply(r, 99) != ::getpid());
   CHECK(r.call<&Recorder::seen>().back() == 99);
@@ -328,7 +322,7 @@ TEST_CASE("a SIGKILLed manager process fails pending and later calls with worker
 TEST_CASE("shared::dict and shared::list across a Pool", "[manager]") {
   fiber::RemoteManager<Dict> dm;
   auto d = dm.make();
-  fiber::Pool pool{fiber::target<&put_square>, {.processes = 3}};
+  fiber::Pool pool{fiber::target<&put_square_in_dict>, {.processes = 3}};
   std::vector<std::tuple<fiber::Remote<Dict>, int>> args;
   for (int i = 0; i < 30; ++i) args.emplace_back(d, i);
   auto pids = pool.starmap(args);
@@ -353,7 +347,7 @@ TEST_CASE("shared::dict and shared::list across a Pool", "[manager]") {
   CHECK(d.call<&Dict::at>(100) == 1);
   CHECK(d.call<&Dict::pop>(100) == std::optional<int>(1));
   CHECK(d.call<&Dict::setdefault>(5, 0) == 25);
-  CHECK(d.call<&Dict::keys>() == iota(30));
+  CHECK(d.call<&Dict::keys>() == fiber_test::iota(30));
   CHECK(d.call<&Dict::values>().size() == 30);
 
   fiber::RemoteManager<List> lm;

@@ -112,17 +112,11 @@ std::string temp_dir() {
   return t;
 }
 
-std::vector<int> iota(int n) {
-  std::vector<int> v(std::size_t(n), 0);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
-
 } // namespace
 
 TEST_CASE("map keeps input order for chunksizes 1, 7, 1000 and automatic", "[pool]") {
   fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
-  auto in = iota(2000);
+  auto in = fiber_test::iota(2000);
   std::vector<int> want;
   for (int x : in) want.push_back(x * x);
   CHECK(pool.map(in) == want);
@@ -157,7 +151,7 @@ TEST_CASE("get(timeout) throws timeout_error when not ready", "[pool]") {
 TEST_CASE("a task that throws reaches the caller as remote_error; the worker survives", "[pool]") {
   fiber::Pool pool{fiber::target<&fail_on_three>, {.processes = 2}};
   try {
-    pool.map(iota(6));
+    pool.map(fiber_test::iota(6));
     FAIL("map should throw");
   } catch (const fiber::remote_error& e) {
     CHECK(e.type_name() == "std::invalid_argument");
@@ -168,7 +162,7 @@ TEST_CASE("a task that throws reaches the caller as remote_error; the worker sur
   // imap_unordered: the other results still arrive
   std::multiset<int> got;
   int errors = 0;
-  auto it = pool.imap_unordered(iota(6));
+  auto it = pool.imap_unordered(fiber_test::iota(6));
   for (auto i = it.begin();;) {
     try {
       if (i == it.end()) break;
@@ -226,9 +220,9 @@ TEST_CASE("imap is lazy and ordered; imap_unordered yields everything", "[pool]"
     CHECK(rest == std::vector<int>{25, 36, 49, 64, 81});
   }
   std::multiset<int> un;
-  for (int v : pool.imap_unordered(iota(50), 3)) un.insert(v);
+  for (int v : pool.imap_unordered(fiber_test::iota(50), 3)) un.insert(v);
   std::multiset<int> want;
-  for (int x : iota(50)) want.insert(x * x);
+  for (int x : fiber_test::iota(50)) want.insert(x * x);
   CHECK(un == want);
 }
 
@@ -252,14 +246,14 @@ void count_start(std::string file) {
 TEST_CASE("an initializer runs once in every worker before its first task, also in replacements",
           "[pool][initializer]") {
   fiber::Pool pool{fiber::target<&tag_of_worker>, {.processes = 2}, fiber::target<&set_tag>, std::string("ab"), 2};
-  auto tags = pool.map(iota(20));
+  auto tags = pool.map(fiber_test::iota(20));
   CHECK(std::all_of(tags.begin(), tags.end(), [](auto& t) { return t == "abab"; }));
   // A replacement of a killed worker, and a worker added by resize, run it too.
   auto pids = pool.worker_pids();
   REQUIRE(!pids.empty());
   ::kill(pid_t(pids.front()), SIGKILL);
   pool.resize(3);
-  auto again = pool.map(iota(60), 1);
+  auto again = pool.map(fiber_test::iota(60), 1);
   CHECK(std::all_of(again.begin(), again.end(), [](auto& t) { return t == "abab"; }));
   CHECK(g_init_tag.empty()); // never in the master
 }
@@ -268,7 +262,7 @@ TEST_CASE("an initializer that always throws fails the Pool's calls with worker_
           "[pool][initializer]") {
   fiber::Pool pool{fiber::target<&square>, {.processes = 1}, fiber::target<&failing_setup>, 0};
   try {
-    (void)pool.map(iota(4));
+    (void)pool.map(fiber_test::iota(4));
     FAIL("map returned although no worker can initialize");
   } catch (const fiber::worker_lost& e) {
     CHECK_THAT(e.what(), Catch::Contains("cannot open the environment"));
@@ -284,7 +278,7 @@ TEST_CASE("maxtasksperchild = 1: every task in a fresh worker, no task lost", "[
   {
     fiber::Pool pool{
         fiber::target<&getpid_task>, {.processes = 4, .maxtasksperchild = 1}, fiber::target<&count_start>, starts};
-    auto pids = pool.map(iota(n));
+    auto pids = pool.map(fiber_test::iota(n));
     CHECK(pids.size() == std::size_t(n));
     // A worker never runs a second task: every task's pid is one start.
     std::ifstream in(starts);
@@ -416,7 +410,7 @@ TEST_CASE("random SIGKILL of workers during a 10,000-task map", "[pool][resilien
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
-  auto in = iota(10000);
+  auto in = fiber_test::iota(10000);
   auto r = pool.map(in);
   done = true;
   killer.join();
@@ -439,7 +433,7 @@ TEST_CASE("a chunk whose worker dies is rerun task by task: only the task that k
   // With max_retries 0 the chunk {3 4 5} is split, not failed: 3 and 4 deliver.
   SECTION("imap: the iteration goes on after each failure, every result in its place") {
     std::vector<std::string> got;
-    auto results = pool.imap(iota(12), 3);
+    auto results = pool.imap(fiber_test::iota(12), 3);
     auto it = results.begin(); // 0: its chunk holds 1, which throws later
     got.push_back(std::to_string(*it));
     for (;;) {
@@ -459,7 +453,7 @@ TEST_CASE("a chunk whose worker dies is rerun task by task: only the task that k
   SECTION("imap_unordered: every task is accounted for once") {
     std::multiset<int> values;
     int lost = 0, threw = 0;
-    auto results = pool.imap_unordered(iota(12), 3);
+    auto results = pool.imap_unordered(fiber_test::iota(12), 3);
     decltype(results.begin()) it; // begin() may itself throw: it reads the first result
     for (bool started = false;;) {
       try {
@@ -482,8 +476,8 @@ TEST_CASE("a chunk whose worker dies is rerun task by task: only the task that k
     CHECK(values == std::multiset<int>{0, 4, 9, 16, 36, 49, 64, 81, 100, 121});
   }
   SECTION("map raises the first failure in input order: the remote_error of 1, not the lost chunk") {
-    CHECK_THROWS_AS(pool.map(iota(12), 3), fiber::remote_error);
-    auto later = iota(12);
+    CHECK_THROWS_AS(pool.map(fiber_test::iota(12), 3), fiber::remote_error);
+    auto later = fiber_test::iota(12);
     later.erase(later.begin() + 1); // without 1: the lost chunk is the first failure
     CHECK_THROWS_AS(pool.map(later, 3), fiber::worker_lost);
   }
@@ -523,7 +517,7 @@ TEST_CASE("a static member function is a target; current_process() in a worker n
 
 TEST_CASE("resize up and down while a map runs", "[pool]") {
   fiber::Pool pool{fiber::target<&slow_square>, {.processes = 1, .chunksize = 5}};
-  auto fut = std::async(std::launch::async, [&] { return pool.map(iota(1500)); });
+  auto fut = std::async(std::launch::async, [&] { return pool.map(fiber_test::iota(1500)); });
   pool.resize(3);
   CHECK(pool.processes() == 3);
   pool.resize(1);
@@ -531,14 +525,14 @@ TEST_CASE("resize up and down while a map runs", "[pool]") {
   REQUIRE(r.size() == 1500);
   CHECK(r[1499] == 1499 * 1499);
   pool.resize(2);
-  CHECK(pool.map(iota(10)).size() == 10);
+  CHECK(pool.map(fiber_test::iota(10)).size() == 10);
 }
 
 TEST_CASE("submit after close is a logic_error; join waits for workers", "[pool]") {
   fiber::Pool pool{fiber::target<&square>, {.processes = 2}};
   CHECK(pool.apply(3) == 9);
   pool.close();
-  CHECK_THROWS_AS(pool.map(iota(3)), std::logic_error);
+  CHECK_THROWS_AS(pool.map(fiber_test::iota(3)), std::logic_error);
   CHECK_THROWS_AS(pool.apply(1), std::logic_error);
   pool.join();
   fiber_test::require_no_children();
@@ -557,8 +551,8 @@ TEST_CASE("close + join right after construction delivers every task (apply_asyn
   const int window = int(processes) * 4 + 2, n_imap = 2 * window + 3;
   std::vector<fiber::async_result<int>> applied;
   for (int i = 0; i < 6; ++i) applied.push_back(pool.apply_async(i));
-  auto mapped = pool.map_async(iota(6));
-  auto lazy = pool.imap(iota(n_imap));
+  auto mapped = pool.map_async(fiber_test::iota(6));
+  auto lazy = pool.imap(fiber_test::iota(n_imap));
   pool.close();
   pool.join();
   for (int i = 0; i < 6; ++i) {
@@ -634,7 +628,7 @@ TEST_CASE("async_apply and async_map take completion tokens", "[pool][asio]") {
       ctx,
       [&]() -> asio::awaitable<void> {
         got = co_await pool.async_apply(9, asio::use_awaitable);
-        all = co_await pool.async_map(iota(5), asio::use_awaitable);
+        all = co_await pool.async_map(fiber_test::iota(5), asio::use_awaitable);
       },
       asio::detached);
   ctx.run();
@@ -656,12 +650,12 @@ TEST_CASE("progress callback sees every item", "[pool]") {
                       last = d;
                       total = t;
                     }}};
-  pool.map(iota(100));
+  pool.map(fiber_test::iota(100));
   CHECK(last.load() == 100);
   CHECK(total.load() == 100);
   // imap submits chunk by chunk: each chunk's items are counted once
   std::size_t seen = 0;
-  for ([[maybe_unused]] auto& v : pool.imap(iota(50), 5)) ++seen;
+  for ([[maybe_unused]] auto& v : pool.imap(fiber_test::iota(50), 5)) ++seen;
   CHECK(seen == 50);
   CHECK(last.load() == 50);
 }
@@ -669,7 +663,7 @@ TEST_CASE("progress callback sees every item", "[pool]") {
 TEST_CASE("work starts with the first worker; the pool default is cpu_count", "[pool]") {
   fiber::Pool pool{fiber::target<&getpid_task>};
   CHECK(pool.processes() == fiber::cpu_count());
-  auto pids = pool.map(iota(20));
+  auto pids = pool.map(fiber_test::iota(20));
   std::set<int> distinct(pids.begin(), pids.end());
   CHECK_FALSE(distinct.count(::getpid()));
   CHECK(distinct.size() >= 1);
@@ -688,11 +682,11 @@ TEST_CASE("an idle worker keeps to the master's stretched heartbeat period", "[p
   } put_back;
   {
     fiber::Pool pool{fiber::target<&getpid_task>, {.processes = 1}};
-    auto before = pool.map(iota(4));
+    auto before = pool.map(fiber_test::iota(4));
     // Idle across several of the master's periods: the time is the subject
     // here, not a wait for something to happen.
     std::this_thread::sleep_for(std::chrono::seconds(3));
-    auto after = pool.map(iota(4));
+    auto after = pool.map(fiber_test::iota(4));
     CHECK(std::set<int>(after.begin(), after.end()) == std::set<int>(before.begin(), before.end()));
   }
 }
@@ -718,7 +712,7 @@ TEST_CASE("slow-starting local workers start at most a handshake window at a tim
       if (pool.live_workers() == 0) most = std::max(most, alive); // none connected: all are starting
       std::this_thread::sleep_for(std::chrono::milliseconds(5));  // sampling interval
     }
-    CHECK(pool.map(iota(2 * int(n))).size() == 2 * n);
+    CHECK(pool.map(fiber_test::iota(2 * int(n))).size() == 2 * n);
   }
   CHECK(most >= 2);
   CHECK(most <= fiber::detail::max_pending_handshakes);
@@ -749,7 +743,7 @@ TEST_CASE("fiber::stats counts a map's tasks through worker deaths: every task o
     // (in its chunk, then alone after the split) and fails; 1 throws, which
     // is a task done (its exception is its result).
     fiber::Pool pool{fiber::target<&die_on_five>, {.processes = 1, .max_retries = 0, .name = "stats-deaths"}};
-    CHECK_THROWS_AS(pool.map(iota(12), 3), fiber::remote_error);
+    CHECK_THROWS_AS(pool.map(fiber_test::iota(12), 3), fiber::remote_error);
     auto p = pool_snapshot("stats-deaths");
     CHECK(p.backend == "local");
     CHECK(p.processes == 1);
@@ -781,7 +775,7 @@ TEST_CASE("fiber::stats counts a map's tasks through worker deaths: every task o
 TEST_CASE("fiber::stats during a map: submitted = done + failed + queued + running; workers by state and host",
           "[pool][stats]") {
   fiber::Pool pool{fiber::target<&sqr_pause>, {.processes = 2, .name = "stats-running"}};
-  auto results = pool.imap(iota(40), 1);
+  auto results = pool.imap(fiber_test::iota(40), 1);
   auto it = results.begin(); // one result in: the workers are connected and busy
   CHECK(*it == 0);
   auto p = pool_snapshot("stats-running");

@@ -441,7 +441,7 @@ TEST_CASE("when the creating process exits, users get worker_lost", "[queue][pro
   fiber_test::require_no_children();
 }
 
-TEST_CASE("a blocking call on the runtime thread is a logic_error, not a deadlock", "[queue][async]") {
+TEST_CASE("a blocking Queue call on the runtime thread is a logic_error, not a deadlock", "[queue][async]") {
   fiber::Queue<int> q;
   std::promise<bool> threw;
   q.async_get([&](std::exception_ptr, int) {

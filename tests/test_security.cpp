@@ -42,7 +42,7 @@ namespace {
 
 // ---------------------------------------------------------------- helpers
 
-std::string temp_dir() {
+std::string make_temp_dir() {
   std::string t = "/tmp/fiber-sec-XXXXXX";
   REQUIRE(::mkdtemp(t.data()));
   return t;
@@ -424,7 +424,7 @@ void fd_limited_pool(std::tuple<std::string, int, int, unsigned> in) {
 
 TEST_CASE("rogue peers on every listener: refused, the map completes, no task runs for them", "[security][rogue]") {
   auto& rt = fd::runtime::instance();
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   const auto calls = dir + "/calls";
   fiber::Pool pool{fiber::target<&slow_record_square>, {.processes = 2, .chunksize = 1}};
   // All workers up and working before the attack.
@@ -660,7 +660,7 @@ TEST_CASE("run dir 0700, the secret in a memfd; the secret is in no worker's com
 TEST_CASE("a SIGSTOPped worker is declared dead by missed heartbeats; its tasks rerun exactly once",
           "[security][faults]") {
   config_guard cfg{{"heartbeat_interval_ms", "200"}, {"heartbeat_timeout_ms", "1000"}};
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   const auto calls = dir + "/calls";
   fiber::Pool pool{fiber::target<&slow_record_square>, {.processes = 2, .chunksize = 1}};
   std::vector<std::tuple<std::string, int, int>> in;
@@ -789,7 +789,7 @@ TEST_CASE("too many workers for RLIMIT_NOFILE: soft limit raised, else backend_e
   // About descriptors, not heartbeats: a child master starting 12 workers
   // on a loaded CI machine must not be declared dead meanwhile.
   config_guard patient{{"heartbeat_timeout_ms", "30000"}};
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   rlimit lim{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
   SECTION("hard limit too low: a clear backend_error, no worker started") {
@@ -830,7 +830,7 @@ TEST_CASE("TLS end to end: a Pool whose workers dial back over tls+tcp with a se
     WARN("openssl not found: TLS test skipped");
     return;
   }
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   // Issued to the address workers dial (OpenSSL checks the URL host against it);
   // the same certificate is the CA, so both sides verify each other.
   REQUIRE(self_signed(dir, "127.0.0.1"));
@@ -869,7 +869,7 @@ TEST_CASE("TLS end to end: a Pool whose workers dial back over tls+tcp with a se
 }
 
 TEST_CASE("tls name (child): a worker checks the master certificate's name", "[.][tls-name-child]") {
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   // Trusted (it is its own CA), but issued to another name than 127.0.0.1,
   // the address local workers dial: another service's certificate.
   REQUIRE(self_signed(dir, "fiber-elsewhere"));
@@ -905,7 +905,7 @@ TEST_CASE("with tls_ca a worker checks the master certificate's name: the URL's 
   }
   // In a process of its own: a master's TLS listener keeps the certificate
   // it was made with, here an earlier test's.
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   const auto cmd = std::filesystem::read_symlink("/proc/self/exe").string() + " '[tls-name-child]' >" + dir +
                    "/child.log 2>&1";
   const int status = std::system(cmd.c_str());
@@ -1015,7 +1015,7 @@ TEST_CASE("a TLS relay with its own certificate reads nothing; a worker that pin
     WARN("openssl or python3 not found: TLS relay test skipped");
     return;
   }
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   std::filesystem::create_directory(dir + "/relay");
   REQUIRE(self_signed(dir, "fiber-pinned"));
   REQUIRE(self_signed(dir + "/relay", "fiber-pinned")); // same name, another key
@@ -1054,7 +1054,7 @@ TEST_CASE("a relay that terminates TLS on both sides and passes fiber's frames o
     WARN("openssl not found: TLS test skipped");
     return;
   }
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   std::filesystem::create_directory(dir + "/relay");
   REQUIRE(self_signed(dir, "fiber-master"));
   REQUIRE(self_signed(dir + "/relay", "fiber-master"));
@@ -1186,7 +1186,7 @@ TEST_CASE(
     WARN("python3 not found: relay test skipped");
     return;
   }
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   const auto url = fd::runtime::instance().listen_url("tcp://127.0.0.1:0"); // the listener relayed_launcher's jobs dial
   relay_process relay(dir, "flip_relay.py", url.substr(std::string("tcp://").size()) + " " + dir + "/relay.log");
   route() = {.relayed = "tcp://127.0.0.1:" + relay.port()};
@@ -1249,7 +1249,7 @@ bool ca_issued(const std::string& dir, const std::string& sub, const std::string
 TEST_CASE("netns: TLS relays placed by DNAT before the master: a worker that verifies refuses them",
           "[.][netns][security][tls]") {
   if (!netns_rig()) FAIL("needs root and the rig's hosts: bash tests/rigs/netns-up.sh 3");
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   REQUIRE(ca_issued(dir, "master", rig_master));           // the name a worker checks: the URL's host
   REQUIRE(ca_issued(dir, "other", "fiber-other-service")); // the right CA, another name
   std::filesystem::create_directory(dir + "/own");
@@ -1293,7 +1293,7 @@ TEST_CASE("netns: TLS relays placed by DNAT before the master: a worker that ver
 TEST_CASE("netns: a relay placed by DNAT flips a bit of a task: the link closes, the task reruns, the answer is right",
           "[.][netns][security][mac]") {
   if (!netns_rig()) FAIL("needs root and the rig's hosts: bash tests/rigs/netns-up.sh 3");
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   const std::string listen = std::string("tcp://") + rig_master + ":0";
   const auto master = fd::runtime::instance().listen_url(listen).substr(std::string("tcp://").size());
   relay_process relay(dir, "flip_relay.py", master + " " + dir + "/relay.log", rig_master);
@@ -1383,7 +1383,7 @@ TEST_CASE("a client dropped because the pending handshakes are full dials again 
 }
 
 TEST_CASE("master SIGKILLed: its pool workers and its Process all exit within 5 s", "[security][lifetime]") {
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   auto pid_file = dir + "/pids";
   fiber::Process master{fiber::target<&nested_master_many>, pid_file};
   master.start();
@@ -1414,7 +1414,7 @@ TEST_CASE("secret (child): a master that made its run directory reports where it
 // Issue 28: a SIGKILLed master used to leave its secret in a file of its run
 // directory in $TMPDIR; now it is a memfd of the master, gone with it.
 TEST_CASE("master SIGKILLed: no copy of its secret is left behind", "[security][lifetime]") {
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   const auto start = "FIBER_TEST_REPORT=" + dir + "/secret-path " +
                      std::filesystem::read_symlink("/proc/self/exe").string() + " '[secret-child]' >" + dir +
                      "/child.log 2>&1 & echo $! >" + dir + "/child.pid";
@@ -1471,7 +1471,7 @@ TEST_CASE("a proof made for one identity admits no other: pid, host, name and in
 TEST_CASE("a refused frame from a server not yet authenticated: one short line, no terminal escapes",
           "[security][handshake]") {
   auto& rt = fd::runtime::instance();
-  auto dir = temp_dir();
+  auto dir = make_temp_dir();
   asio::io_context io;
   const std::string url = "ipc://" + dir + "/fake-master.sock";
   fd::listener l(io.get_executor(), url);

@@ -708,7 +708,7 @@ TEST_CASE("cancelling an async acquire withdraws it: no permit is lost", "[sync]
   }
 }
 
-TEST_CASE("a blocking call on the runtime thread is a logic_error, not a deadlock", "[sync][async]") {
+TEST_CASE("a blocking Event call on the runtime thread is a logic_error, not a deadlock", "[sync][async]") {
   fiber::Event ev;
   std::promise<std::string> what;
   ev.async_wait([&](std::exception_ptr) { what.set_value(logic_error_of([&] { (void)ev.is_set(); })); });
