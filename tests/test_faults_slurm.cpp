@@ -114,10 +114,10 @@ struct slow_tool {
 
 /// Log records that pass through fiber's sink while this lives (and are
 /// then written as the default sink would).
-struct log_capture {
+struct slurm_log_capture {
   std::mutex m;
   std::vector<std::string> records;
-  log_capture() {
+  slurm_log_capture() {
     fiber::set_log_sink([this](const fiber::log_record& r) {
       std::lock_guard lk(m);
       records.emplace_back(r.message);
@@ -125,7 +125,7 @@ struct log_capture {
                    r.message.data());
     });
   }
-  ~log_capture() { fiber::set_log_sink(nullptr); }
+  ~slurm_log_capture() { fiber::set_log_sink(nullptr); }
   std::size_t count(const std::string& what) {
     std::lock_guard lk(m);
     return std::size_t(std::count_if(records.begin(), records.end(),
@@ -189,7 +189,7 @@ TEST_CASE("slurm faults: a 5 s sbatch while maxtasksperchild replaces workers", 
   require_rig();
   jobs_cleanup cleanup;
   fiber::set_config("slurm.poll_interval_ms", "200");
-  log_capture log;
+  slurm_log_capture log;
   double took = 0;
   {
     slow_tool slow("sbatch", 5);
@@ -224,7 +224,7 @@ TEST_CASE("slurm faults: a 5 s sbatch while maxtasksperchild replaces workers", 
 
 TEST_CASE("slurm faults child: a Slurm Pool starts while a local Pool works", "[.faults-child-start]") {
   fiber::set_config("listen_address", ""); // looked up: DNS, then `scontrol show config`
-  log_capture log;
+  slurm_log_capture log;
   LocalPool local{fiber::target<&pid_after>, [] {
                     fiber::pool_options o;
                     o.processes = 2;

@@ -46,7 +46,7 @@ BOOST_DESCRIBE_STRUCT(Blob, (), (make, take, pid))
 
 std::uint64_t size_of(std::string s) { return s.size(); }
 std::string make_string(std::uint64_t n) { return std::string(n, 'r'); }
-int square(int x) { return x * x; }
+int transport_square(int x) { return x * x; }
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -254,7 +254,7 @@ TEST_CASE("64 silent sockets on the master's port during Pool start: the map com
   }
   REQUIRE(fiber_test::eventually([] { return fiber::detail::runtime::instance().pending_handshakes() >= 64; },
                                  std::chrono::seconds(10)));
-  fiber::Pool pool{fiber::target<&square>, {.processes = 4}};
+  fiber::Pool pool{fiber::target<&transport_square>, {.processes = 4}};
   std::vector<int> in(100);
   for (int i = 0; i < 100; ++i) in[std::size_t(i)] = i;
   auto out = pool.map(in);
@@ -266,7 +266,7 @@ TEST_CASE("64 silent sockets on the master's port during Pool start: the map com
 
 namespace {
 
-std::string run(const std::string& cmd) {
+std::string shell_output(const std::string& cmd) {
   std::string out;
   if (FILE* p = ::popen(cmd.c_str(), "r")) {
     char buf[4096];
@@ -294,13 +294,15 @@ struct shaped_links {
   std::vector<std::string> devs;
 };
 
-bool no_faults_jobs() { return run("squeue -h -o %j 2>/dev/null").find("fiberit-faults") == std::string::npos; }
+bool no_faults_jobs() {
+  return shell_output("squeue -h -o %j 2>/dev/null").find("fiberit-faults") == std::string::npos;
+}
 
 } // namespace
 
 TEST_CASE("netns: a 512 MiB argument and result over links shaped to 800 Mbit/s, heartbeat_timeout_ms=150",
           "[.][netns][faults][transport][large]") {
-  if (run("sinfo -h -N -o %N 2>/dev/null").empty() || !std::filesystem::exists("/run/netns/righost3"))
+  if (shell_output("sinfo -h -N -o %N 2>/dev/null").empty() || !std::filesystem::exists("/run/netns/righost3"))
     FAIL("needs root and the three-host rig: bash tests/rigs/slurm-up.sh --nodes 3 --netns");
   config_scope cfg{{"heartbeat_interval_ms", "40"}, {"heartbeat_timeout_ms", "150"}, {"slurm.poll_interval_ms", "200"}};
   constexpr std::uint64_t big = 512ull << 20;

@@ -38,7 +38,7 @@ struct particle {
   int id = 0;
 };
 
-struct point { // no padding: a vector of them is a zero-copy view
+struct flat_point { // no padding: a vector of them is a zero-copy view
   float x = 0, y = 0;
 };
 
@@ -293,8 +293,8 @@ TEST_CASE("put and get in the owner: scalars, strings, vectors, aggregates", "[o
   CHECK(fv.size_bytes() == v.size() * sizeof(float));
   auto ps = fiber::put(std::vector<particle>{{1, 2, 3}, {4, 5, 6}});
   CHECK(ps.get()[1].id == 6);
-  auto pts = fiber::put(std::vector<point>{{1, 2}, {3, 4}});
-  static_assert(std::is_same_v<decltype(pts.get()), std::span<const point>>);
+  auto pts = fiber::put(std::vector<flat_point>{{1, 2}, {3, 4}});
+  static_assert(std::is_same_v<decltype(pts.get()), std::span<const flat_point>>);
   CHECK(pts.get()[1].y == 4);
   auto c = fiber::put(config{"cfg", {{"a", 1}, {"b", 2}}, {{0, 0, 7}, {1, 1, 8}}});
   CHECK(config_name(c) == "cfg:2:8");
