@@ -35,10 +35,13 @@ class FiberConan(ConanFile):
     options = {
         "with_tomlplusplus": [True, False],  # fiber.toml configuration files
         "with_http": [True, False],          # the docker and kubernetes backends (libcurl + nlohmann-json)
+        "with_metrics": [True, False],       # fiber/metrics.hpp (prometheus-cpp + civetweb; needs with_http)
     }
     default_options = {
         "with_tomlplusplus": True,
         "with_http": True,
+        # Opt-in, as the CMake target fiber::metrics: every worker loads what the program links.
+        "with_metrics": False,
         # Only Boost's headers are used (PFR, Describe): don't build its libraries.
         "boost/*:header_only": True,
     }
@@ -59,6 +62,9 @@ class FiberConan(ConanFile):
             # libcurl is loaded with dlopen at run time; its headers are needed.
             self.requires("libcurl/[>=7.80 <9]")
             self.requires("nlohmann_json/[>=3.11 <4]")
+        if self.options.with_metrics:
+            self.requires("prometheus-cpp/[>=1.0 <2]")
+            self.requires("civetweb/[>=1.15 <2]")
 
     def package_id(self):
         # Same headers for every configuration: one package.
@@ -89,5 +95,9 @@ class FiberConan(ConanFile):
         if self.options.with_http:
             self.cpp_info.requires += ["libcurl::curl", "nlohmann_json::nlohmann_json"]
             self.cpp_info.defines += ["FIBER_HAS_CURL=1", "FIBER_HAS_JSON=1"]
+        if self.options.with_metrics:
+            # Here fiber::fiber itself carries them (CMake: the target fiber::metrics).
+            self.cpp_info.requires += ["prometheus-cpp::core", "civetweb::civetweb-cpp"]
+            self.cpp_info.defines.append("FIBER_HAS_METRICS=1")
         if self.settings.os in ("Linux", "FreeBSD"):
             self.cpp_info.system_libs = ["pthread"]

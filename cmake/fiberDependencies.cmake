@@ -24,6 +24,11 @@
 #   fiber::json            nlohmann-json (Debian: nlohmann-json3-dev) and
 #                          FIBER_HAS_JSON=1 when found; an empty target otherwise
 #   The docker backend is compiled only with both (FIBER_HAS_DOCKER ON).
+#   fiber::metrics_deps    prometheus-cpp's core and civetweb's C++ library
+#                          (Debian: prometheus-cpp-dev, libcivetweb-dev) with
+#                          nlohmann-json and FIBER_HAS_METRICS=1, when all are
+#                          found (FIBER_HAS_METRICS ON); an empty target
+#                          otherwise. fiber::metrics (fiber/metrics.hpp) links it.
 #
 # It never stops the configure step itself. On the first missing dependency it
 # sets fiber_DEPENDENCY_ERROR to a message naming the Debian package to install
@@ -215,13 +220,16 @@ if(NOT TARGET fiber::tomlplusplus)
   endif()
 endif()
 
-get_target_property(_fiber_toml_defs fiber::tomlplusplus INTERFACE_COMPILE_DEFINITIONS)
-if(_fiber_toml_defs MATCHES "FIBER_HAS_TOMLPLUSPLUS")
-  set(FIBER_HAS_TOMLPLUSPLUS ON)
-else()
-  set(FIBER_HAS_TOMLPLUSPLUS OFF)
-endif()
-unset(_fiber_toml_defs)
+# Sets ${var} to ON when the imported target ${target} defines ${definition}, else OFF.
+function(_fiber_defines target definition var)
+  get_target_property(_defs ${target} INTERFACE_COMPILE_DEFINITIONS)
+  if(_defs MATCHES "${definition}")
+    set(${var} ON PARENT_SCOPE)
+  else()
+    set(${var} OFF PARENT_SCOPE)
+  endif()
+endfunction()
+_fiber_defines(fiber::tomlplusplus FIBER_HAS_TOMLPLUSPLUS FIBER_HAS_TOMLPLUSPLUS)
 unset(_fiber_toml_found)
 
 # --- libcurl headers + nlohmann-json (optional: the docker backend) --------------
@@ -260,6 +268,20 @@ else()
   set(FIBER_HAS_DOCKER OFF)
 endif()
 unset(_fiber_curl_defs)
+
+# --- prometheus-cpp + civetweb (optional: fiber::metrics, fiber/metrics.hpp) ---
+# conan: prometheus-cpp civetweb
+if(NOT TARGET fiber::metrics_deps)
+  add_library(fiber::metrics_deps INTERFACE IMPORTED)
+  find_package(prometheus-cpp CONFIG QUIET)
+  find_package(civetweb CONFIG QUIET)
+  if(TARGET prometheus-cpp::core AND TARGET civetweb::civetweb-cpp AND _fiber_json_defs MATCHES "FIBER_HAS_JSON")
+    set_target_properties(fiber::metrics_deps PROPERTIES
+      INTERFACE_LINK_LIBRARIES "prometheus-cpp::core;civetweb::civetweb-cpp;fiber::json"
+      INTERFACE_COMPILE_DEFINITIONS FIBER_HAS_METRICS=1)
+  endif()
+endif()
+_fiber_defines(fiber::metrics_deps FIBER_HAS_METRICS FIBER_HAS_METRICS)
 unset(_fiber_json_defs)
 
 unset(_fiber_asio_line)

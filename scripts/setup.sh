@@ -12,6 +12,8 @@ set -euo pipefail
 
 # libasio-dev recommends libboost-dev (1.74, no PFR/Describe) which conflicts
 # with libboost1.81-dev: never install recommends, and name 1.81 explicitly.
+# prometheus-cpp-dev and libcivetweb-dev: fiber::metrics (fiber/metrics.hpp);
+# prometheus and chromium: its tests scrape a master and open its status page.
 packages=(
   build-essential cmake ninja-build pkg-config git
   libnng-dev libasio-dev libboost1.81-dev
@@ -20,6 +22,7 @@ packages=(
   libmujoco-dev libmujoco-samples gnuplot-nox
   clang libclang-rt-14-dev clang-format doxygen
   python3 procps iproute2
+  prometheus-cpp-dev libcivetweb-dev prometheus chromium
 )
 # kubectl (the Kubernetes backend's tests): Debian's kubernetes-client, unless
 # a kubectl is already on PATH (another package's kubectl conflicts with it).

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -241,7 +242,8 @@ inline void print_evaluation(const evaluation& e, const char* what) {
 /// bytes and `decode(bytes)` → saved_policy are the policy file's codec.
 template <es_pool Pool, class Encode, class Decode>
 int run_app(const app_options& o, Pool& pool, unsigned workers, Encode&& encode, Decode&& decode,
-            std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now()) {
+            std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(),
+            const std::function<void(const generation_report&)>& on_generation = {}) {
   namespace fs = std::filesystem;
   if (!o.load.empty()) {
     const saved_policy p = decode(read_file(o.load));
@@ -289,6 +291,7 @@ int run_app(const app_options& o, Pool& pool, unsigned workers, Encode&& encode,
     std::puts(format_line(r).c_str());
     std::fflush(stdout);
     log << csv_row(r, elapsed, s.episodes) << std::flush;
+    if (on_generation) on_generation(r);
     if (s.generation % 10 == 0) save();
     if (o.target_return && r.mean_return >= *o.target_return) {
       char why[96];

@@ -9,9 +9,14 @@
 ///
 /// FIBER_BACKEND=slurm runs the same binary with one worker per Slurm task.
 #include <fiber/fiber.hpp>
+#if defined(FIBER_HAS_METRICS) // linked with fiber::metrics: the status page plots the learning curve
+#include <fiber/metrics.hpp>
+#include <prometheus/gauge.h>
+#endif
 
 #include <cstdio>
 #include <exception>
+#include <functional>
 
 #include "app.hpp"
 
@@ -44,16 +49,35 @@ int main(int argc, char** argv) {
       throw;
     }
   };
+  std::function<void(const es::generation_report&)> publish;
+#if defined(FIBER_HAS_METRICS)
+  // FIBER_METRICS_ADDRESS=auto: /metrics and the status page show these (docs/observability.md).
+  auto& mean_return = prometheus::BuildGauge()
+                          .Name("es_mean_return")
+                          .Help("Mean episode return of the last generation")
+                          .Register(fiber::metrics_registry())
+                          .Add({});
+  auto& mean_length = prometheus::BuildGauge()
+                          .Name("es_mean_episode_length")
+                          .Help("Mean episode length of the last generation (steps)")
+                          .Register(fiber::metrics_registry())
+                          .Add({});
+  publish = [&](const es::generation_report& r) {
+    mean_return.Set(r.mean_return);
+    mean_length.Set(r.mean_length);
+  };
+  if (auto url = fiber::metrics_url(); !url.empty()) std::printf("es: status page %s/\n", url.c_str());
+#endif
   try {
     if (o.threads) { // shared-memory baseline: same program, rollouts on threads of this process
       es::thread_pool<&es::evaluate_batch> pool{workers};
-      return es::run_app(o, pool, workers, encode, decode, start);
+      return es::run_app(o, pool, workers, encode, decode, start, publish);
     }
     fiber::pool_options options{};
     options.processes = workers;
     options.name = "es-rollouts";
     fiber::Pool pool{fiber::target<&es::evaluate_batch>, options};
-    return es::run_app(o, pool, workers, encode, decode, start);
+    return es::run_app(o, pool, workers, encode, decode, start, publish);
   } catch (const CLI::Error& e) {
     return cli.exit(e);
   } catch (const std::exception& e) {

@@ -5,6 +5,7 @@
 /// parent_process.
 
 #include <fiber/detail/host_name.hpp>
+#include <fiber/detail/metrics_hook.hpp>
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/worker.hpp>
 
@@ -30,8 +31,10 @@ namespace fiber {
 /// background thread that owns every socket) and returns.
 /// fiber's own FIBER_INTERNAL_* variables are gone from the environment
 /// before any code of the program runs (programs a worker starts do not see
-/// them). Throws fiber::config_error on a bad configuration (an unknown key,
-/// a value outside its range).
+/// them). With the key metrics_address set it starts the metrics endpoint
+/// (fiber/metrics.hpp). Throws fiber::config_error on a bad configuration
+/// (an unknown key, a value outside its range, metrics_address in a program
+/// without fiber/metrics.hpp).
 inline void init(int argc, char** argv) {
   if (detail::worker_environment().is_worker()) detail::run_worker();
   detail::check_config(); // surface configuration errors now, in main
@@ -40,6 +43,7 @@ inline void init(int argc, char** argv) {
   a.assign(argv, argv + argc);
   if (a.empty()) a.emplace_back("fiber");
   (void)detail::config_get("backend");
+  detail::start_metrics_if_configured();
 }
 
 /// Number of CPUs this process may run on (its affinity mask), at least 1.

@@ -56,6 +56,11 @@ frame_mac [true] after the handshake every frame on a tcp:// link carries a ChaC
 io_threads_batch [true] fiber's and nng's I/O threads run as SCHED_BATCH (Linux), so an arriving message does not
     preempt a running task
 progress [false] draw a progress line for long Pool maps on a terminal
+metrics_address [] the master serves Prometheus metrics (/metrics), a live status page (/) and its data (/status.json)
+    on HOST:PORT; auto: 127.0.0.1 on a free port (fiber::metrics_url()). Needs <fiber/metrics.hpp> and the CMake target
+    fiber::metrics
+metrics_public [false] let metrics_address bind an address other than loopback (what is served: names, hosts and
+    counts; no secret, no task data)
 )";
 
 /// One row of a key table.
