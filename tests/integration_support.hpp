@@ -181,15 +181,18 @@ inline long parent_of(long pid) {
   return ppid;
 }
 
-/// Processes running this executable, except this one and its ancestors (a
-/// test that re-runs this binary): workers, in containers, pods or jobs or
-/// not. Zombies count as gone.
+/// Processes running this executable with this process's arguments, except
+/// this one and its ancestors (a test that re-runs this binary): workers, in
+/// containers, pods or jobs or not. Zombies count as gone.
 inline std::vector<int> stray_workers() {
   namespace fs = std::filesystem;
   std::vector<int> v;
   std::set<long> ancestors;
   for (long p = parent_of(::getpid()); p > 1; p = parent_of(p)) ancestors.insert(p);
   const auto self = fs::read_symlink("/proc/self/exe");
+  // Workers run with their master's argv. Another test of the same group
+  // executable (ctest -j) runs with another Catch filter: not ours.
+  const auto own_cmdline = read_file("/proc/self/cmdline");
   for (auto& e : fs::directory_iterator("/proc")) {
     const auto name = e.path().filename().string();
     if (!std::all_of(name.begin(), name.end(), ::isdigit)) continue;
@@ -197,6 +200,7 @@ inline std::vector<int> stray_workers() {
     if (pid == ::getpid() || ancestors.count(pid)) continue;
     std::error_code ec;
     if (fs::read_symlink(e.path() / "exe", ec) != self || ec) continue;
+    if (read_file((e.path() / "cmdline").string()) != own_cmdline) continue;
     const auto stat = read_file((e.path() / "stat").string());
     const auto rp = stat.rfind(')');
     if (rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] == 'Z') continue;
