@@ -12,6 +12,7 @@
 #include <fiber/detail/status_json.hpp>
 #include <fiber/detail/status_page.hpp>
 #include <fiber/error.hpp>
+#include <fiber/stats.hpp>
 
 #include <CivetServer.h>
 #include <prometheus/registry.h>
@@ -126,7 +127,7 @@ private:
     std::lock_guard lk(mutex_);
     auto now = std::chrono::steady_clock::now();
     if (!taken_ || now - taken_at_ >= std::chrono::milliseconds(200)) {
-      last_ = runtime::instance().sync([] { return stats_sources::instance().collect(); });
+      last_ = fiber::stats();
       taken_at_ = now;
       taken_ = true;
       last_ms_ =
