@@ -84,11 +84,27 @@ using wire_result = std::conditional_t<std::is_void_v<R>, std::monostate, std::r
 /// Throws whatever the target throws, or serialization_error on bad bytes.
 using invoker_fn = void (*)(reader& in, writer& out);
 
+/// Two different entities (functions or types with internal linkage, from
+/// two source files) spell the same name, so their ids are equal and a
+/// worker cannot tell them apart: says so on stderr and aborts (static
+/// initialization, before main).
+[[noreturn]] inline void abort_name_clash(std::string_view what, std::string_view name, std::string_view more,
+                                          std::string_view signature) {
+  std::fprintf(stderr,
+               "fiber: %.*s%.*s%.*s%.*s names two different entities: each has internal linkage (an anonymous "
+               "namespace or `static`) in its own source file, and they spell the same name, so a worker cannot "
+               "tell them apart. Fix: rename one, or move it into a named namespace.\n",
+               int(what.size()), what.data(), int(name.size()), name.data(), int(more.size()), more.data(),
+               int(signature.size()), signature.data());
+  std::abort();
+}
+
 struct target_info {
   std::uint64_t id;
   std::string_view name;
   std::string_view signature;
   invoker_fn invoke;
+  void (*function)(); ///< the target's address (as another function pointer type): tells apart equal names
 };
 
 class registry {
@@ -100,11 +116,14 @@ public:
   void add(const target_info& t) {
     std::lock_guard lk(mutex_);
     auto [it, fresh] = targets_.emplace(t.id, t);
-    if (!fresh && (it->second.name != t.name || it->second.signature != t.signature)) {
+    if (fresh) return;
+    const target_info& held = it->second;
+    if (held.name != t.name || held.signature != t.signature) {
       std::fprintf(stderr, "fiber: target id collision between %.*s and %.*s\n", int(t.name.size()), t.name.data(),
-                   int(it->second.name.size()), it->second.name.data());
+                   int(held.name.size()), held.name.data());
       std::abort();
     }
+    if (held.function != t.function) abort_name_clash("fiber::target<&", t.name, "> with signature ", t.signature);
   }
   const target_info* find(std::uint64_t id) {
     std::lock_guard lk(mutex_);
@@ -168,7 +187,7 @@ namespace detail {
 template <auto F>
 bool register_target() {
   using T = target_t<F>;
-  registry::instance().add({T::id, T::name(), T::signature(), &invoke_target<F>});
+  registry::instance().add({T::id, T::name(), T::signature(), &invoke_target<F>, reinterpret_cast<void (*)()>(F)});
   return true;
 }
 } // namespace detail

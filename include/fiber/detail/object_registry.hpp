@@ -20,6 +20,7 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -49,11 +50,13 @@ struct ctor_entry {
   std::uint64_t type_id = 0;
   std::string_view name;
   construct_fn construct = nullptr;
+  const std::type_info* type = nullptr; ///< tells apart equal names of types with internal linkage
 };
 struct method_entry {
   std::uint64_t type_id = 0;
   std::string_view name;
   method_fn invoke = nullptr;
+  const std::type_info* type = nullptr;
 };
 
 /// Constructors and methods Remote objects may run, by id. Any thread.
@@ -63,13 +66,16 @@ public:
     static object_registry r;
     return r;
   }
+  /// Aborts (abort_name_clash) when `id` is held by another type's entry.
   void add_ctor(std::uint64_t id, const ctor_entry& e) {
     std::lock_guard lk(m_);
-    ctors_.emplace(id, e);
+    auto [it, fresh] = ctors_.emplace(id, e);
+    if (!fresh && *it->second.type != *e.type) abort_name_clash("fiber::RemoteManager<", e.name, ">::make", "");
   }
   void add_method(std::uint64_t id, const method_entry& e) {
     std::lock_guard lk(m_);
-    methods_.emplace(id, e);
+    auto [it, fresh] = methods_.emplace(id, e);
+    if (!fresh && *it->second.type != *e.type) abort_name_clash("fiber::Remote<T>::call<&", e.name, ">", "");
   }
   std::optional<ctor_entry> find_ctor(std::uint64_t id) {
     std::lock_guard lk(m_);
@@ -126,15 +132,15 @@ void invoke_method(void* self, reader& in, writer& out) {
 
 template <class T, class... W>
 bool register_ctor() {
-  object_registry::instance().add_ctor(ctor_id<T, W...>(),
-                                       {object_type_id<T>(), pretty_type_name<T>(), &construct_object<T, W...>});
+  object_registry::instance().add_ctor(ctor_id<T, W...>(), {object_type_id<T>(), pretty_type_name<T>(),
+                                                            &construct_object<T, W...>, &typeid(T)});
   return true;
 }
 
 template <class T, auto M>
 bool register_method() {
-  object_registry::instance().add_method(method_id<T, M>(),
-                                         {object_type_id<T>(), pretty_value_name<M>(), &invoke_method<T, M>});
+  object_registry::instance().add_method(method_id<T, M>(), {object_type_id<T>(), pretty_value_name<M>(),
+                                                             &invoke_method<T, M>, &typeid(T)});
   return true;
 }
 
