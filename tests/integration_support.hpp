@@ -4,6 +4,8 @@
 // fake, Slurm): shell commands for inspection, bounded polling of external
 // state, and the worker processes a test may have left behind.
 
+#include <fiber/stats.hpp>
+
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -38,6 +40,13 @@ namespace fiber_test {
 /// The first IPv4 address of an up, non-loopback interface of this network
 /// namespace ("" if none): in the Slurm rig's --netns mode, the host's eth0
 /// address.
+/// fiber::stats(): the jobs of `backend` in `state` (the backend's own word).
+inline unsigned backend_jobs(const std::string& backend, const std::string& state) {
+  for (auto& b : fiber::stats().backends)
+    if (b.name == backend && b.jobs_by_state.contains(state)) return b.jobs_by_state.at(state);
+  return 0;
+}
+
 inline std::string host_address() {
   ifaddrs* ifs = nullptr;
   if (::getifaddrs(&ifs) != 0) return {};

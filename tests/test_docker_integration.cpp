@@ -337,6 +337,8 @@ TEST_CASE("docker: Pool map over 4 containers; their settings", "[docker][pool]"
       workers.insert(out[i].worker);
     }
     CHECK(workers.size() == 4);
+    // fiber::stats(): the launcher's phase of each container.
+    CHECK(poll_until([] { return fiber_test::backend_jobs("docker", "running") == 4; }, 30s));
     // The containers, as Docker sees them.
     const auto run = run_id_of<fiber::backend::from_env>();
     REQUIRE_FALSE(run.empty());

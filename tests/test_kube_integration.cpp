@@ -379,6 +379,8 @@ TEST_CASE("kubernetes: Pool map over 4 pods, over TLS by default", "[kube][pool]
       pods.insert(out[i].pod);
     }
     CHECK(pods.size() == 4);
+    // fiber::stats(): each pod's phase as the launcher last saw it.
+    CHECK(poll_until([] { return fiber_test::backend_jobs("kubernetes", "Running") == 4; }, 30s));
     auto urls = fiber::detail::runtime::instance().listener_urls();
     CHECK(std::any_of(urls.begin(), urls.end(), [](auto& u) { return u.rfind("tls+tcp://", 0) == 0; }));
     // The ephemeral certificate reaches the pods through the run's Secret.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <fiber/manager.hpp>
 #include <fiber/pool.hpp>
+#include <fiber/stats.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -317,6 +318,64 @@ TEST_CASE("a SIGKILLed manager process fails pending and later calls with worker
   auto pid2 = fresh.call<&Recorder::pid>();
   CHECK(pid2 != pid);
   CHECK_THROWS_AS(r.call<&Recorder::pid>(), fiber::worker_lost);
+}
+
+namespace {
+// This process's snapshot of the RemoteManager named `name`.
+fiber::manager_stats manager_snapshot(const std::string& name) {
+  for (auto& m : fiber::stats().managers)
+    if (m.name == name) return m;
+  FAIL("no RemoteManager named " << name << " in fiber::stats()");
+  return {};
+}
+} // namespace
+
+TEST_CASE("fiber::stats: a RemoteManager's objects, calls and processes, and a process lost with its cause",
+          "[manager][stats]") {
+  {
+    fiber::RemoteManager<Recorder> m{{.processes = 2, .name = "stats-envs"}};
+    auto a = m.make();
+    auto b = m.make();
+    auto c = m.make();
+    a.call<&Recorder::push>(1);
+    const auto b_pid = b.call<&Recorder::pid>();
+    auto pending = b.call_async<&Recorder::slow>(60.0);
+    auto s = manager_snapshot("stats-envs");
+    CHECK(s.backend == "local");
+    CHECK(s.processes == 2);
+    CHECK(s.objects == 3);
+    CHECK(s.calls == 6); // three constructions, three calls
+    CHECK(s.calls_waiting == 1);
+    CHECK(s.workers_started == 2);
+    CHECK(s.workers_lost == 0);
+    REQUIRE(s.workers.size() == 2);
+    std::uint64_t objects = 0;
+    for (auto& w : s.workers) {
+      objects += w.objects;
+      CHECK(w.bytes_sent > 0);
+      CHECK(w.bytes_received > 0);
+    }
+    CHECK(objects == 3);
+    CHECK(s.workers_by_state[fiber::worker_state::busy] == 1); // b's process, in slow()
+    CHECK(s.workers_by_state[fiber::worker_state::idle] == 1);
+    CHECK(s.workers_by_state.size() == 6);
+    // b's process dies: the loss as the manager saw it, with the objects it held.
+    const auto b_objects = [&] {
+      for (auto& w : s.workers)
+        if (w.state == fiber::worker_state::busy) return w.objects;
+      return std::uint64_t(0);
+    }();
+    REQUIRE(::kill(pid_t(b_pid), SIGKILL) == 0);
+    CHECK_THROWS_AS(pending.get(), fiber::worker_lost);
+    s = manager_snapshot("stats-envs");
+    CHECK(s.workers_lost == 1);
+    CHECK(s.calls_waiting == 0);
+    REQUIRE(s.recent_losses.size() == 1);
+    CHECK(s.recent_losses[0].tasks == b_objects);
+    CHECK(s.recent_losses[0].cause != "");
+    CHECK(s.recent_losses[0].worker.starts_with("stats-envs-m"));
+  }
+  for (auto& m : fiber::stats().managers) CHECK(m.name != "stats-envs");
 }
 
 TEST_CASE("shared::dict and shared::list across a Pool", "[manager]") {

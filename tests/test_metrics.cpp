@@ -6,6 +6,8 @@
 #include <fiber/fiber.hpp>
 #include <fiber/metrics.hpp>
 
+#include <boost/describe/class.hpp>
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <prometheus/counter.h>
@@ -41,6 +43,18 @@ int metrics_slow_square(int x) {
   std::this_thread::sleep_for(5ms);
   return x * x;
 }
+
+int metrics_die_on_seven(int x) {
+  if (x == 7) ::kill(::getpid(), SIGKILL);
+  return x;
+}
+
+/// A remote object for the page's RemoteManager section.
+struct metrics_counter {
+  int add(int x) { return total += x; }
+  int total = 0;
+};
+BOOST_DESCRIBE_STRUCT(metrics_counter, (), (add))
 
 /// GET `path` from `url` ("http://127.0.0.1:PORT"): the body of a 200
 /// reply. Throws std::runtime_error otherwise.
@@ -173,6 +187,60 @@ TEST_CASE("metrics: a snapshot as Prometheus families, with their names and labe
   CHECK(sample(text, R"(fiber_workers_lost_total{pool="es"})") == 2);
   CHECK(text.find("# TYPE fiber_tasks_total counter") != std::string::npos);
   CHECK(text.find("# TYPE fiber_workers gauge") != std::string::npos);
+}
+
+TEST_CASE("metrics: chunk sizes, link traffic, managers, processes, services and the object store as families",
+          "[metrics]") {
+  fiber::runtime_stats s;
+  auto& p = s.pools.emplace_back();
+  p.name = "es";
+  p.tasks.submitted = 13;
+  p.chunk_sizes = {{1, 1}, {4, 3}}; // a chunk of 1, three of 3 or 4 tasks
+  p.bytes_sent = 1000;
+  p.bytes_received = 2000;
+  for (double rtt : {0.004, 0.001, 0.002, 0.0}) // the last: none measured yet, not counted
+    p.workers.emplace_back().round_trip_seconds = rtt;
+  auto& m = s.managers.emplace_back();
+  m.name = "envs";
+  m.objects = 8;
+  m.calls = 100;
+  m.calls_waiting = 2;
+  m.workers_lost = 1;
+  m.bytes_sent = 5;
+  m.workers_by_state = {{fiber::worker_state::busy, 2}};
+  for (auto state : {fiber::worker_state::exited, fiber::worker_state::busy})
+    s.processes.emplace_back().worker.state = state;
+  s.services.push_back({"queue", "queue-3", 7});
+  s.object_store = {2, 4096, 1 << 20, 512};
+  s.backends.push_back({"slurm", {{"PENDING", 3}, {"RUNNING", 5}}});
+  std::ostringstream out;
+  prometheus::TextSerializer{}.Serialize(out, fiber::detail::metrics_families(s));
+  auto text = out.str();
+  CHECK(text.find("# TYPE fiber_chunk_size_tasks histogram") != std::string::npos);
+  CHECK(sample(text, R"(fiber_chunk_size_tasks_bucket{pool="es",le="1"})") == 1);
+  CHECK(sample(text, R"(fiber_chunk_size_tasks_bucket{pool="es",le="4"})") == 4);
+  CHECK(sample(text, R"(fiber_chunk_size_tasks_bucket{pool="es",le="+Inf"})") == 4);
+  CHECK(sample(text, R"(fiber_chunk_size_tasks_count{pool="es"})") == 4);
+  CHECK(sample(text, R"(fiber_chunk_size_tasks_sum{pool="es"})") == 13);
+  CHECK(sample(text, R"(fiber_link_bytes_total{group="es",kind="pool",direction="sent"})") == 1000);
+  CHECK(sample(text, R"(fiber_link_bytes_total{group="es",kind="pool",direction="received"})") == 2000);
+  CHECK(sample(text, R"(fiber_link_round_trip_seconds{group="es",kind="pool",stat="median"})") == 0.002);
+  CHECK(sample(text, R"(fiber_link_round_trip_seconds{group="es",kind="pool",stat="max"})") == 0.004);
+  CHECK(sample(text, R"(fiber_manager_objects{manager="envs"})") == 8);
+  CHECK(sample(text, R"(fiber_manager_calls_total{manager="envs"})") == 100);
+  CHECK(sample(text, R"(fiber_manager_calls_waiting{manager="envs"})") == 2);
+  CHECK(sample(text, R"(fiber_manager_processes{manager="envs",state="busy"})") == 2);
+  CHECK(sample(text, R"(fiber_manager_processes_lost_total{manager="envs"})") == 1);
+  CHECK(sample(text, R"(fiber_link_bytes_total{group="envs",kind="manager",direction="sent"})") == 5);
+  CHECK(sample(text, R"(fiber_processes{state="exited"})") == 1);
+  CHECK(sample(text, R"(fiber_processes{state="busy"})") == 1);
+  CHECK(sample(text, R"(fiber_service_depth{kind="queue",service="queue-3"})") == 7);
+  CHECK(sample(text, R"(fiber_backend_jobs{backend="slurm",state="PENDING"})") == 3);
+  CHECK(sample(text, R"(fiber_backend_jobs{backend="slurm",state="RUNNING"})") == 5);
+  CHECK(sample(text, "fiber_object_store_objects") == 2);
+  CHECK(sample(text, "fiber_object_store_bytes") == 4096);
+  CHECK(sample(text, "fiber_object_store_bound_bytes") == 1 << 20);
+  CHECK(sample(text, "fiber_object_store_fetched_bytes_total") == 512);
 
   // No Pool: every family is still announced.
   std::ostringstream none;
@@ -224,6 +292,14 @@ TEST_CASE("metrics: /metrics, /status.json and the page of a master running a ma
   CHECK(mine->at("tasks").at("done") == 40);
   CHECK(mine->at("workers").size() == 2);
   CHECK(j.at("process").at("host") == fiber::detail::host_name());
+  CHECK(mine->at("bytes_sent").get<std::uint64_t>() > 0);
+  CHECK(mine->at("bytes_received").get<std::uint64_t>() > 0);
+  std::uint64_t chunks = 0;
+  for (const auto& [bound, n] : mine->at("chunk_sizes").items()) chunks += n.get<std::uint64_t>();
+  CHECK(chunks >= 1);
+  CHECK(mine->at("recent_losses").empty());
+  for (const char* key : {"managers", "processes", "services", "backends"}) CHECK(j.at(key).is_array());
+  CHECK(j.at("object_store").at("bound_bytes").is_number());
   bool series = false;
   for (const auto& x : j.at("series"))
     series = series || (x.at("name") == "test_metrics_mean_return" && x.at("value") == 412.5);
@@ -283,10 +359,10 @@ TEST_CASE("metrics: the status page in headless Chromium shows the workers and a
                              profile.path.string() + " --virtual-time-budget=4000 " + extra + " " + url +
                              "/ 2>/dev/null");
   };
-  const auto value = [](const std::string& dom, const std::string& cls) {
+  const auto value = [](const std::string& dom, const std::string& cls, const std::string& section = "data-pool") {
     std::smatch m;
-    std::regex re("data-pool=\"page-map\"[\\s\\S]*?class=\"" + cls + "\">([0-9.]+)<");
-    return std::regex_search(dom, m, re) ? std::stod(m[1]) : -1.0;
+    std::regex re(section + "=\"page-(map|envs)\"[\\s\\S]*?class=\"" + cls + "\">([0-9.]+)<");
+    return std::regex_search(dom, m, re) ? std::stod(m[2]) : -1.0;
   };
   fiber::Pool pool{fiber::target<&metrics_slow_square>, {.processes = 2, .name = "page-map"}};
   run_tasks(pool, 20);
@@ -294,10 +370,34 @@ TEST_CASE("metrics: the status page in headless Chromium shows the workers and a
   CHECK(value(first, "workers-up") == 2);
   CHECK(value(first, "tasks-done") == 20);
   run_tasks(pool, 20);
-  auto second = browse("--dump-dom");
-  CHECK(value(second, "tasks-done") == 40);
-  CHECK(value(second, "workers-up") == 2);
-  CHECK(second.find(">ok<") != std::string::npos);
+  // A RemoteManager with two objects and three calls; a Pool whose worker dies.
+  fiber::RemoteManager<metrics_counter> envs({.processes = 1, .name = "page-envs"});
+  auto a = envs.make();
+  auto b = envs.make();
+  a.call<&metrics_counter::add>(1);
+  b.call<&metrics_counter::add>(2);
+  CHECK(a.call<&metrics_counter::add>(3) == 4);
+  {
+    fiber::Pool deaths{fiber::target<&metrics_die_on_seven>, {.processes = 1, .max_retries = 0, .name = "page-deaths"}};
+    CHECK_THROWS_AS(deaths.map(fiber_test::iota(10), 1), fiber::worker_lost);
+    REQUIRE(fiber_test::eventually( // the task fails at the link's loss; the loss is recorded at the job's end
+        [] {
+          for (const auto& p : fiber::stats().pools)
+            if (p.name == "page-deaths") return !p.recent_losses.empty();
+          return false;
+        },
+        30s));
+    auto second = browse("--dump-dom");
+    CHECK(value(second, "tasks-done") == 40);
+    CHECK(value(second, "workers-up") == 2);
+    CHECK(second.find(">ok<") != std::string::npos);
+    CHECK(value(second, "objects", "data-manager") == 2);
+    CHECK(value(second, "calls", "data-manager") == 5); // two constructions, three calls
+    // The loss, as the master saw it: its group, its cause.
+    std::smatch loss;
+    CHECK(std::regex_search(
+        second, loss, std::regex("<td>page-deaths</td><td>page-deaths-w[0-9]+</td><td>[^<]+</td><td>killed</td>")));
+  }
 
   // The screenshot, kept in the build tree (CI's artifact; docs/observability.md's figure).
   std::filesystem::remove("metrics_status_page.png");

@@ -7,6 +7,7 @@
 #include <fiber/pool.hpp>
 #include <fiber/process.hpp>
 #include <fiber/queue.hpp>
+#include <fiber/stats.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -304,6 +305,17 @@ TEST_CASE("put and get in the owner: scalars, strings, vectors, aggregates", "[o
   auto back = fiber::deserialize<floats>(fiber::serialize(fv));
   CHECK(back.get().data() == fv.get().data());
   CHECK_THROWS_AS(fiber::deserialize<fiber::object_ref<int>>(fiber::serialize(fv)), fiber::serialization_error);
+  // fiber::stats(): what the store holds here, against its bound.
+  auto use = fiber::stats().object_store;
+  CHECK(use.objects >= 6);
+  CHECK(use.bytes >= fv.size_bytes());
+  CHECK(use.bound_bytes == std::uint64_t(fiber::detail::config_int("object_store_mb")) << 20);
+  const auto before = use.objects;
+  {
+    auto more = fiber::put(std::vector<float>(1000));
+    CHECK(fiber::stats().object_store.objects == before + 1);
+  }
+  CHECK(fiber::stats().object_store.objects == before);
 }
 
 TEST_CASE("Pool workers on the owner's host map the owner's one copy", "[object_store]") {

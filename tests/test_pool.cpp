@@ -766,7 +766,25 @@ TEST_CASE("fiber::stats counts a map's tasks through worker deaths: every task o
     unsigned states = 0;
     for (auto& [s, n] : p.workers_by_state) states += n;
     CHECK(states == p.workers.size());
-    CHECK(p.workers_by_state.size() == 5);
+    CHECK(p.workers_by_state.size() == 6);
+    // Four chunks of 3 were submitted (the splits after a death are not submissions).
+    CHECK(p.chunk_sizes == std::map<std::uint64_t, std::uint64_t>{{4, 4}});
+    // Each loss as the Pool saw it, oldest first.
+    REQUIRE(fiber_test::eventually([&] { return pool_snapshot("stats-deaths").recent_losses.size() == 2; }, 30s));
+    p = pool_snapshot("stats-deaths");
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    for (const auto& l : p.recent_losses) {
+      CHECK(l.cause == "killed");
+      CHECK(l.host == host);
+      CHECK(l.worker.starts_with("stats-deaths-w"));
+      CHECK(l.tasks >= 1);
+      CHECK(l.reason.find("signal 9") != std::string::npos);
+    }
+    CHECK(p.recent_losses[0].time <= p.recent_losses[1].time);
+    CHECK(p.recent_losses[0].worker != p.recent_losses[1].worker);
+    CHECK(p.bytes_sent > 0); // the links of workers gone still count
+    CHECK(p.bytes_received > 0);
   }
   // A Pool once destroyed is gone from the snapshot.
   for (auto& p : fiber::stats().pools) CHECK(p.name != "stats-deaths");
@@ -796,12 +814,32 @@ TEST_CASE("fiber::stats during a map: submitted = done + failed + queued + runni
   std::uint64_t held = 0;
   for (auto& w : p.workers) held += w.tasks_held;
   CHECK(held == p.tasks.running);
+  // The local backend's jobs: at least this Pool's connected workers run.
+  unsigned running = 0;
+  for (auto& b : fiber::stats().backends)
+    if (b.name == "local" && b.jobs_by_state.contains("running")) running = b.jobs_by_state.at("running");
+  CHECK(running >= connected);
   int n = 1;
   for (++it; it != results.end(); ++it) ++n;
   CHECK(n == 40);
   auto q = pool_snapshot("stats-running");
+  CHECK(q.chunk_sizes == std::map<std::uint64_t, std::uint64_t>{{1, 40}});
+  for (auto& w : q.workers) {
+    CHECK(w.bytes_sent > 0); // 40 tasks went out and their results came back
+    CHECK(w.bytes_received > 0);
+  }
+  CHECK(q.bytes_sent >= q.workers[0].bytes_sent + q.workers[1].bytes_sent);
   CHECK(q.tasks.done == 40);
   CHECK(q.tasks.submitted == 40);
   CHECK(q.tasks.running + q.tasks.queued == 0);
   CHECK(q.workers_by_state[fiber::worker_state::busy] == 0);
+  // The master pings each worker link in a heartbeat at its first tick, then
+  // every 16 periods; the echo comes in the worker's next heartbeat.
+  CHECK(fiber_test::eventually(
+      [] {
+        auto r = pool_snapshot("stats-running");
+        return std::ranges::all_of(r.workers,
+                                   [](auto& w) { return w.round_trip_seconds > 0 && w.round_trip_seconds < 1; });
+      },
+      10s));
 }

@@ -4,6 +4,7 @@
 
 #include <fiber/pipe.hpp>
 #include <fiber/wait.hpp>
+#include <fiber/stats.hpp>
 
 #include <fiber/backend/local.hpp>
 #include <fiber/backend/slurm.hpp>
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 #include <unistd.h>
 
@@ -207,6 +209,39 @@ TEST_CASE("join with a timeout, is_alive, terminate, kill, pid, name", "[process
   k.join();
   CHECK(k.exitcode() == -SIGKILL);
   CHECK(fiber_test::process_gone(*k.pid()));
+}
+
+TEST_CASE("fiber::stats lists a Process: starting or running, then exited with its code", "[process][stats]") {
+  const auto snapshot = [](const std::string& name) -> std::optional<fiber::process_stats> {
+    for (auto& p : fiber::stats().processes)
+      if (p.worker.name == name) return p;
+    return std::nullopt;
+  };
+  std::string name;
+  {
+    fiber::Process p{fiber::target<&sleep_ms>, 60000};
+    name = p.name();
+    CHECK_FALSE(snapshot(name)); // not started
+    p.start();
+    REQUIRE(fiber_test::eventually([&] {
+      auto s = snapshot(name);
+      return s && s->worker.state == fiber::worker_state::busy;
+    }));
+    auto s = *snapshot(name);
+    CHECK(s.backend == "local");
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    CHECK(s.worker.host == host);
+    CHECK(s.worker.bytes_sent > 0); // its run frame
+    CHECK_FALSE(s.exitcode);
+    p.terminate();
+    p.join();
+    s = *snapshot(name);
+    CHECK(s.worker.state == fiber::worker_state::exited);
+    CHECK(s.exitcode == -SIGTERM);
+    CHECK(s.worker.bytes_sent > 0); // the link's counts outlive the link
+  }
+  CHECK_FALSE(snapshot(name)); // its handle is gone
 }
 
 TEST_CASE("destroying a started, unjoined Process terminates and reaps it", "[process]") {

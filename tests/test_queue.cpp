@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <fiber/process.hpp>
 #include <fiber/queue.hpp>
+#include <fiber/stats.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -126,6 +127,23 @@ TEST_CASE("a queue is FIFO; get(timeout) returns nullopt when nothing comes", "[
   q.put(9);
   CHECK(q.get(50ms) == 9);
   CHECK(q.empty());
+}
+
+TEST_CASE("fiber::stats lists the queues this process serves with their depth", "[queue][stats]") {
+  fiber::Queue<int> q;
+  const auto depths = [] {
+    std::vector<std::uint64_t> d;
+    for (auto& s : fiber::stats().services)
+      if (s.kind == "queue") d.push_back(s.depth);
+    return d;
+  };
+  const auto before = depths();
+  for (int i = 0; i < 3; ++i) q.put(i);
+  auto after = depths();
+  REQUIRE(after.size() == before.size() + 1);
+  CHECK(std::ranges::count(after, 3u) >= 1);
+  CHECK(q.get() == 0);
+  CHECK(std::ranges::count(depths(), 2u) >= 1);
 }
 
 TEST_CASE("a bounded queue refuses puts while full", "[queue]") {

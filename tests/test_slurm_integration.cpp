@@ -374,6 +374,8 @@ TEST_CASE("slurm: Pool map over 8 Slurm workers", "[slurm][pool]") {
       INFO("job " << j);
       CHECK(std::find(listed.begin(), listed.end(), j) != listed.end());
     }
+    // fiber::stats(): Slurm's own states of the 8 jobs, as of its last poll.
+    CHECK(poll_until([] { return fiber_test::backend_jobs("slurm", "RUNNING") == 8; }, 60s));
   }
   check_clean();
 }

@@ -8,6 +8,7 @@
 #define ASIO_HAS_STD_COROUTINE 1
 #endif
 #include <fiber/detail/frame_check.hpp>
+#include <fiber/detail/heartbeat_wire.hpp>
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/transport.hpp>
 
@@ -82,6 +83,24 @@ void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return track
 namespace {
 
 // A private temp directory, removed at scope exit.
+/// Sets the heartbeat keys for a test case; restores them after.
+struct heartbeat_config {
+  heartbeat_config(const char* interval_ms, const char* timeout_ms)
+      : interval_(fd::config_string("heartbeat_interval_ms")), timeout_(fd::config_string("heartbeat_timeout_ms")) {
+    fiber::set_config("heartbeat_timeout_ms", timeout_ms);
+    fiber::set_config("heartbeat_interval_ms", interval_ms);
+  }
+  ~heartbeat_config() {
+    fiber::set_config("heartbeat_interval_ms", interval_);
+    fiber::set_config("heartbeat_timeout_ms", timeout_);
+  }
+  heartbeat_config(const heartbeat_config&) = delete;
+  heartbeat_config& operator=(const heartbeat_config&) = delete;
+
+private:
+  std::string interval_, timeout_;
+};
+
 struct temp_dir {
   std::filesystem::path path;
   temp_dir() {
@@ -193,6 +212,64 @@ asio::awaitable<void> check_direct_frame(fd::stream& from, fd::stream& to) {
 const fd::transport_options no_options;
 
 } // namespace
+
+TEST_CASE("heartbeat frames: the period alone in 4 bytes; a ping or an echo in 28; anything else refused",
+          "[transport]") {
+  namespace fd = fiber::detail;
+  const auto body = [](const std::vector<std::byte>& f) { return std::span<const std::byte>(f).subspan(1); };
+  auto period = fd::heartbeat_frame({500});
+  CHECK(period.size() == 1 + 4);
+  CHECK_FALSE(fd::heartbeat_has_ping(body(period)));
+  CHECK(fd::decode_heartbeat(body(period)).period_ms == 500);
+  auto ping = fd::heartbeat_frame({500, 77, 0, 0});
+  CHECK(ping.size() == 1 + 28);
+  CHECK(fd::heartbeat_has_ping(body(ping)));
+  auto h = fd::decode_heartbeat(body(fd::heartbeat_frame({250, 0, 77, 9})));
+  CHECK((h.period_ms == 250 && h.ping == 0 && h.echo == 77 && h.held_ns == 9));
+  CHECK(fd::decode_heartbeat({}).period_ms == 0); // an empty body: what older frames of this kind carried
+  for (std::size_t cut : {1u, 5u, 27u})
+    CHECK_THROWS_AS(fd::decode_heartbeat(body(ping).first(cut)), fiber::serialization_error);
+  ping.push_back(std::byte{0});
+  CHECK_THROWS_AS(fd::decode_heartbeat(body(ping)), fiber::serialization_error);
+}
+
+TEST_CASE("peer_link: the master's side measures its worker link's round trip on the heartbeats; bytes both ways",
+          "[transport][heartbeat]") {
+  heartbeat_config hb("20", "2000");
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), dir.ipc("rtt.ipc"));
+  std::shared_ptr<fd::peer_link> master, worker; // master: accepted, its peer a worker; worker: dialled
+  const auto start = [](std::shared_ptr<fd::peer_link>& link, fd::stream s, fd::peer_identity peer) {
+    link = std::make_shared<fd::peer_link>(std::move(s), std::move(peer));
+    link->start([](fd::frame_kind, std::span<const std::byte>, message&) {}, [](const std::string&) {});
+  };
+  l.async_accept([&](std::error_code ec, fd::stream s) {
+    REQUIRE_FALSE(ec);
+    fd::peer_identity worker_peer;
+    worker_peer.r = fd::role::worker;
+    start(master, std::move(s), worker_peer);
+  });
+  fd::async_connect(ctx.get_executor(), l.url(), {}, [&](std::error_code ec, fd::stream s) {
+    REQUIRE_FALSE(ec);
+    start(worker, std::move(s), fd::peer_identity{});
+  });
+  // The master pings at its first tick; the worker echoes at its next.
+  const auto t0 = std::chrono::steady_clock::now();
+  while ((!master || master->traffic().round_trip.count() == 0) && std::chrono::steady_clock::now() - t0 < 10s)
+    ctx.run_for(10ms);
+  REQUIRE(master);
+  const auto m = master->traffic();
+  CHECK(m.round_trip > 0ns);
+  CHECK(m.round_trip < 2s);
+  CHECK(m.bytes_sent > 0);
+  CHECK(m.bytes_received > 0);
+  CHECK(worker->traffic().round_trip == 0ns); // a worker's side does not ping
+  CHECK(worker->traffic().bytes_received > 0);
+  master->close("done");
+  worker->close("done");
+  ctx.run_for(50ms);
+}
 
 TEST_CASE("transport: error mapping", "[transport]") {
   CHECK(fd::make_nng_error(0) == std::error_code());
@@ -1407,10 +1484,7 @@ TEST_CASE("transport: a link takes the longer heartbeat period its peer announce
   // its workers must not take that silence for its death.
   CHECK(fd::heartbeat_period(10000, 500ms) == 10s);
   CHECK(fd::heartbeat_period(3, 500ms) == 500ms);
-  const auto old_interval = fd::config_string("heartbeat_interval_ms");
-  const auto old_timeout = fd::config_string("heartbeat_timeout_ms");
-  fiber::set_config("heartbeat_timeout_ms", "80");
-  fiber::set_config("heartbeat_interval_ms", "20");
+  heartbeat_config hb("20", "80");
   temp_dir dir;
   asio::io_context ctx;
   fd::listener l(ctx.get_executor(), dir.ipc("hb.ipc"));
@@ -1447,6 +1521,4 @@ TEST_CASE("transport: a link takes the longer heartbeat period its peer announce
   const auto t0 = std::chrono::steady_clock::now();
   while (closed.empty() && std::chrono::steady_clock::now() - t0 < 10s) ctx.run_for(50ms);
   CHECK(closed == "heartbeat missed");
-  fiber::set_config("heartbeat_interval_ms", old_interval);
-  fiber::set_config("heartbeat_timeout_ms", old_timeout);
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file stats.hpp
-/// fiber::stats(): a snapshot of this process's runtime — each Pool's
-/// workers by state and host, its tasks submitted, done, failed and rerun
-/// (with their causes), its queue depth. The types are in
+/// fiber::stats(): a snapshot of this process's runtime — each Pool's and
+/// RemoteManager's workers by state and host, tasks (calls) and their
+/// failures by cause, bytes and round trips of their links, each Process,
+/// the services' depths, the object store's use. The types are in
 /// detail/stats_sources.hpp; docs/reference/stats.md is the reference.
 
 #include <fiber/detail/runtime.hpp>
@@ -11,11 +12,12 @@
 
 namespace fiber {
 
-/// A snapshot of this process's runtime: every live Pool made in this
-/// process, oldest first (a Pool is live from its construction until it is
-/// destroyed). The counters are kept on paths the runtime takes anyway, on
-/// its thread; the snapshot is taken there (one round trip to the runtime
-/// thread, O(workers + chunks) of the Pools). Thread-safety: any thread,
+/// A snapshot of this process's runtime: every live Pool and RemoteManager
+/// made in this process, oldest first (live from construction until
+/// destroyed), the Processes started here whose handle lives, the services
+/// and the object store. The counters are kept on paths the runtime takes
+/// anyway, on its thread; the snapshot is taken there (one round trip to
+/// the runtime thread, O(workers + chunks) of the groups). Thread-safety: any thread,
 /// also the runtime's (a handler). Throws nothing but std::bad_alloc.
 ///
 /// Example:
@@ -25,7 +27,8 @@ namespace fiber {
 ///               (unsigned long long)p.tasks.done, (unsigned long long)p.tasks.submitted);
 /// @endcode
 inline runtime_stats stats() {
-  return detail::runtime::instance().sync([] { return detail::stats_sources::instance().collect(); });
+  auto& rt = detail::runtime::instance();
+  return rt.sync([&rt] { return rt.snapshot(); });
 }
 
 } // namespace fiber

@@ -6,12 +6,14 @@
 //   - decode_auth_frame: the server's only read of an unauthenticated peer
 //     (bounded to max_auth_frame, kind auth, auth_msg);
 //   - decode_frame<Msg> for the message type of the frame's kind (and, for
-//     every other type, with that type's kind: a mismatch must be refused).
+//     every other type, with that type's kind: a mismatch must be refused);
+//   - decode_heartbeat for a heartbeat's body.
 // Only fiber::serialization_error may escape; a frame that decodes must
 // re-encode to the same bytes (one encoding per value).
 //
 //   tests/fuzz/run.sh fuzz_frame 60
 // Seeds: tests/fuzz/corpus/frame/ (made by make_corpus_frame.cpp).
+#include <fiber/detail/heartbeat_wire.hpp>
 #include <fiber/detail/protocol.hpp>
 
 #include <cstddef>
@@ -138,6 +140,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         [&] { return fd::decode_tasks_view(body); }, "tasks");
   agree([&] { return fiber::deserialize<std::vector<fd::chunk_result_msg>>(body); },
         [&] { return fd::decode_results_view(body); }, "results");
-  (void)k;
+  // Heartbeats: decode_heartbeat takes any body or throws serialization_error;
+  // a body it takes (other than an empty one) re-encodes to the same bytes.
+  if (k == K::heartbeat) {
+    try {
+      const auto h = fd::decode_heartbeat(body);
+      if (!body.empty()) same_bytes(in, fd::heartbeat_frame(h), "heartbeat");
+    } catch (const fiber::serialization_error&) {
+    }
+  }
   return 0;
 }

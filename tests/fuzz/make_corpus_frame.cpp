@@ -4,6 +4,7 @@
 // argv[1]. The committed files in corpus/frame/ were made with:
 //   clang++ -std=c++20 -I include tests/fuzz/make_corpus_frame.cpp -o /tmp/mcf
 //   /tmp/mcf tests/fuzz/corpus/frame
+#include <fiber/detail/heartbeat_wire.hpp>
 #include <fiber/detail/protocol.hpp>
 
 #include <cstdio>
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
                      {{"heartbeat_interval_ms", "500"}, {"log_level", "warning"}, {"max_message_size_mb", "1024"}}}));
   seed(dir, "refused", fd::frame(K::refused, fd::refused_msg{"fiber: handshake refused: other build"}));
   seed(dir, "heartbeat", fd::frame(K::heartbeat));
+  seed(dir, "heartbeat-period", fd::heartbeat_frame({500}));
+  seed(dir, "heartbeat-ping", fd::heartbeat_frame({500, 123456789, 0, 0}));
+  seed(dir, "heartbeat-echo", fd::heartbeat_frame({500, 0, 123456789, 2500000}));
   seed(dir, "shutdown", fd::frame(K::shutdown));
   seed(dir, "run", fd::frame(K::run, fd::run_msg{77, bytes({42, 0, 0, 0, 5, 'h', 'e', 'l', 'l', 'o'})}));
   seed(dir, "tasks",

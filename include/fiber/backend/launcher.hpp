@@ -147,6 +147,11 @@ public:
   /// workers pin); nullopt (the default): the tls_cert/tls_key files. The
   /// runtime reads it once, right after make().
   virtual std::optional<tls_identity> listener_identity() const { return std::nullopt; }
+  /// Its jobs whose end has not been reported yet, counted by state in the
+  /// backend's own words (slurm: "PENDING", "RUNNING", ...; kubernetes: the
+  /// pod's phase; docker: "creating", "starting", "running"; local:
+  /// "running"), for fiber::stats(). Runtime thread. Default: none.
+  virtual std::map<std::string, unsigned> job_states() const { return {}; }
 };
 
 } // namespace backend

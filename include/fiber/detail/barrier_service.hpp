@@ -54,6 +54,8 @@ public:
     }
   }
 
+  std::string_view kind() const noexcept override { return "barrier"; }
+  std::uint64_t depth() const noexcept override { return waiters_.size(); }
   void peer_gone(std::uint64_t peer) override {
     if (drop_waiters(waiters_, peer) > 0)
       break_it("a waiting process ended: " + runtime::instance().peer_description(peer));

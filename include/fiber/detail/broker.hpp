@@ -322,6 +322,9 @@ public:
   queue_broker(asio::any_io_executor ex, std::size_t maxsize)
       : ch_(std::make_shared<channel>(std::move(ex), maxsize)) {}
 
+  std::string_view kind() const noexcept override { return "queue"; }
+  std::uint64_t depth() const noexcept override { return ch_->size(); }
+
   void handle(std::uint64_t peer, std::uint32_t op, std::span<const std::byte> payload, reply_fn reply) override {
     reader r(payload);
     if (op == queue_op::size) {
@@ -369,6 +372,9 @@ public:
     ends_[0].holders[0] = 1;
     ends_[1].holders[0] = 1;
   }
+
+  std::string_view kind() const noexcept override { return "pipe"; }
+  std::uint64_t depth() const noexcept override { return ch_[0]->size() + ch_[1]->size(); }
 
   void set_id(std::uint64_t id) { id_ = id; }
 

@@ -54,6 +54,8 @@ public:
     }
   }
 
+  std::string_view kind() const noexcept override { return "event"; }
+  std::uint64_t depth() const noexcept override { return waiters_.size(); }
   void peer_gone(std::uint64_t peer) override { drop_waiters(waiters_, peer); }
 
   void shutdown(const std::string& why) override {

@@ -12,6 +12,7 @@
 #include <fiber/detail/protocol.hpp>
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/service.hpp>
+#include <fiber/detail/stats_sources.hpp>
 #include <fiber/detail/supervisor.hpp>
 #include <fiber/error.hpp>
 #include <fiber/serialize.hpp>
@@ -49,7 +50,7 @@ struct manager_settings {
 /// missed, job ended) fails the calls waiting on it and every later call on
 /// its objects with worker_lost; a replacement process is started so that
 /// later make() calls still have `processes` processes to spread over.
-class manager_relay : public service, public std::enable_shared_from_this<manager_relay> {
+class manager_relay : public service, public stats_source, public std::enable_shared_from_this<manager_relay> {
 public:
   using make_done = std::function<void(std::exception_ptr, std::uint64_t object_id)>;
 
@@ -60,6 +61,43 @@ public:
     sup_ = std::make_shared<supervisor>(runtime_host::instance(), launcher_, "fiber::RemoteManager " + s_.name,
                                         "manager processes", supervisor::forward_to(shared_from_this()));
     grow();
+    stats_sources::instance().add(std::static_pointer_cast<const stats_source>(shared_from_this()));
+  }
+
+  /// Runtime thread. This RemoteManager's part of fiber::stats().
+  void add_to(runtime_stats& out) const override {
+    manager_stats m;
+    m.name = s_.name;
+    m.backend = std::string(launcher_->name());
+    m.processes = s_.processes;
+    m.objects = objects_.size();
+    m.calls = calls_sent_;
+    m.calls_waiting = calls_.size() + makes_.size();
+    m.workers_lost = workers_lost_;
+    m.workers_started = workers_started_;
+    m.bytes_sent = ended_traffic_.bytes_sent;
+    m.bytes_received = ended_traffic_.bytes_received;
+    m.recent_losses = losses_.events();
+    m.workers_by_state = no_workers_by_state();
+    std::map<std::uint64_t, std::uint64_t> waiting; // process → calls waiting
+    for (auto& [cid, c] : calls_) ++waiting[c.proc];
+    for (auto& [cid, c] : makes_) ++waiting[c.proc];
+    for (auto& [wid, p] : procs_) {
+      worker_stats w{p.name,   p.link ? p.link->peer().host : std::string(), worker_state::idle, p.calls, waiting[wid],
+                     p.objects};
+      if (p.link) {
+        add_link_traffic(w, p.link->traffic());
+        m.bytes_sent += w.bytes_sent;
+        m.bytes_received += w.bytes_received;
+        ++m.workers_by_host[w.host];
+      }
+      if (p.dead || p.exited) w.state = worker_state::lost;
+      else if (!p.link) w.state = worker_state::starting;
+      else if (w.tasks_held) w.state = worker_state::busy;
+      ++m.workers_by_state[w.state];
+      m.workers.push_back(std::move(w));
+    }
+    out.managers.push_back(std::move(m));
   }
 
   /// Construct an object (ctor `ctor`, serialized `args`) in the process
@@ -87,6 +125,8 @@ public:
     auto cid = next_call_++;
     objects_[obj] = object_rec{best_id, false, {}};
     ++best->objects;
+    ++best->calls;
+    ++calls_sent_;
     object_msg m{object_op::make, cid, obj, ctor, std::move(args)};
     auto f = frame(frame_kind::object, m);
     makes_[cid] = make_rec{std::move(done), best_id, std::move(m)};
@@ -115,6 +155,8 @@ public:
     auto cid = next_call_++;
     auto rest = r.read_span(r.remaining());
     calls_[cid] = call_rec{std::move(reply), it->second.proc};
+    ++pit->second.calls;
+    ++calls_sent_;
     send(pit->second, frame(frame_kind::object, object_msg{object_op::call, cid, obj, fn, {rest.begin(), rest.end()}}));
   }
 
@@ -164,8 +206,9 @@ private:
     std::shared_ptr<worker_link> link;
     std::vector<std::vector<std::byte>> queued; // frames sent before it connected
     std::size_t objects = 0;
-    bool dead = false;   // lost: takes no new objects
-    bool exited = false; // its job ended
+    std::uint64_t calls = 0; // calls and constructions sent to it (fiber::stats())
+    bool dead = false;       // lost: takes no new objects
+    bool exited = false;     // its job ended
   };
   struct object_rec {
     std::uint64_t proc = 0;
@@ -196,6 +239,7 @@ private:
     sup_->reserve(names.size());
     auto ids = sup_->launch(names, s_.res);
     for (std::size_t i = 0; i < ids.size(); ++i) procs_[ids[i]].name = names[i];
+    workers_started_ += ids.size();
   }
 
   void on_refused(const std::string& reason) { fail_fatal(std::make_exception_ptr(handshake_error(reason)), reason); }
@@ -285,7 +329,12 @@ private:
     auto& p = it->second;
     p.exited = true;
     bool never_connected = !p.link;
-    if (p.link) p.link->close("job ended");
+    if (p.link) {
+      p.link->close("job ended");
+      const auto t = p.link->traffic();
+      ended_traffic_.bytes_sent += t.bytes_sent;
+      ended_traffic_.bytes_received += t.bytes_received;
+    }
     lose(wid, "exited with code " + std::to_string(ex.exitcode()));
     // Objects made on a process that never connected were never constructed:
     // make them again elsewhere.
@@ -316,6 +365,10 @@ private:
     bool connected = p.link != nullptr;
     if (p.dead) return;
     p.dead = true;
+    if (!shut_) {
+      ++workers_lost_;
+      losses_.add(p.name, connected ? p.link->peer().host : std::string(), reason, p.objects);
+    }
     if (!connected) return; // makes queued on it are redone by on_exit
     auto pid = sup_->pid(wid, p.link.get());
     auto why = "fiber::RemoteManager " + s_.name + ": manager process " + p.name + " (pid " + std::to_string(pid) +
@@ -381,6 +434,9 @@ private:
   std::unordered_map<std::uint64_t, call_rec> calls_;
   std::unordered_map<std::uint64_t, make_rec> makes_;
   std::uint64_t next_object_ = 1, next_call_ = 1;
+  std::uint64_t calls_sent_ = 0, workers_started_ = 0, workers_lost_ = 0; // fiber::stats()
+  link_traffic ended_traffic_;                                            // bytes of processes gone
+  loss_log losses_;
   unsigned next_index_ = 1;
   std::exception_ptr fatal_;
   bool shut_ = false;

@@ -16,6 +16,7 @@
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/service_state.hpp>
 #include <fiber/detail/shared_segment.hpp>
+#include <fiber/detail/stats_sources.hpp>
 #include <fiber/error.hpp>
 #include <fiber/serialize.hpp>
 #include <fiber/target.hpp>
@@ -84,8 +85,17 @@ class object_store {
 public:
   static object_store& instance() {
     static object_store s;
+    static const bool probed = (object_store_probe().store(&usage_of_instance), true);
+    (void)probed;
     return s;
   }
+
+  /// This process's use of the store (fiber::stats()). Any thread.
+  object_store_stats usage() const {
+    std::lock_guard lk(m_);
+    return {entries_.size(), held_, bound(), fetched().load()};
+  }
+  static object_store_stats usage_of_instance() { return instance().usage(); }
 
   /// The name of this run's segments' memfds: "fiber-object-" and a tag
   /// derived from the run's secret (which it does not reveal).

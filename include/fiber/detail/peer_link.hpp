@@ -10,6 +10,7 @@
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/handshake_session.hpp>
 #include <fiber/detail/heartbeat_period.hpp>
+#include <fiber/detail/heartbeat_wire.hpp>
 #include <fiber/detail/stream.hpp>
 #include <fiber/detail/worker_link.hpp>
 #include <fiber/log.hpp>
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -42,7 +44,11 @@ class peer_link final : public worker_link, public std::enable_shared_from_this<
 public:
 
   peer_link(stream s, peer_identity peer)
-      : stream_(std::move(s)), timer_(stream_.get_executor()), peer_(std::move(peer)), id_(next_link_id()) {}
+      : stream_(std::move(s)),
+        timer_(stream_.get_executor()),
+        peer_(std::move(peer)),
+        id_(next_link_id()),
+        pings_(peer_.r == role::worker || peer_.r == role::relay) {}
 
   void start(message_handler on_message, close_handler on_close) override {
     on_message_ = std::move(on_message);
@@ -118,6 +124,10 @@ public:
   /// applied. On the link's executor, before start().
   void set_max_message_size(std::size_t n) noexcept { stream_.set_max_message_size(n); }
   const peer_identity& peer() const noexcept override { return peer_; }
+  link_traffic traffic() const override {
+    const auto st = stream_.stats();
+    return {st.bytes_sent, st.bytes_received, rtt_};
+  }
   std::uint64_t id() const noexcept override { return id_; }
   asio::any_io_executor get_executor() { return stream_.get_executor(); }
 
@@ -137,7 +147,14 @@ private:
       if (k != frame_kind::heartbeat) {
         if (on_message_) on_message_(k, body, m);
       } else if (!body.empty()) {
-        peer_period_ = std::chrono::milliseconds(deserialize<std::uint32_t>(body));
+        const auto h = decode_heartbeat(body);
+        peer_period_ = std::chrono::milliseconds(h.period_ms);
+        if (h.ping) echo_ = {h.ping, clock::now()};
+        if (h.echo && h.echo == ping_sent_) { // ours: the round trip, less the time it waited at the peer
+          const auto back = nanoseconds_of(clock::now());
+          if (back > h.echo + h.held_ns) rtt_ = std::chrono::nanoseconds(back - h.echo - h.held_ns);
+          ping_sent_ = 0;
+        }
       }
     } catch (const std::exception& e) {
       log(log_level::warning, "dropping malformed frame from ", peer_.name, ": ", e.what());
@@ -173,13 +190,31 @@ private:
       const auto timeout = now < self->grace_.first ? std::max(self->timeout_, self->grace_.second) : self->timeout_;
       if (now - std::max(self->silent_since_, self->stream_.last_received()) > timeout)
         return self->close("heartbeat missed");
-      if (changed || now - self->last_send_ >= self->interval_ / 2) {
+      const bool ping = self->pings_ && now - self->last_ping_ >= ping_every * self->interval_;
+      if (changed || ping || self->echo_ || now - self->last_send_ >= self->interval_ / 2) {
         note_announced_period(own);
-        self->send(frame(frame_kind::heartbeat, std::uint32_t(own.count())));
+        heartbeat_msg h{std::uint32_t(own.count())};
+        if (ping) {
+          h.ping = self->ping_sent_ = nanoseconds_of(now);
+          self->last_ping_ = now;
+        }
+        if (self->echo_) {
+          h.echo = self->echo_->first;
+          h.held_ns = nanoseconds_of(now) - nanoseconds_of(self->echo_->second);
+          self->echo_.reset();
+        }
+        self->send(heartbeat_frame(h));
       }
       self->tick();
     });
   }
+
+  static std::uint64_t nanoseconds_of(clock::time_point t) noexcept {
+    return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+  }
+  // The master's side of a link to a worker or a relay pings in one heartbeat
+  // of this many periods; the peer echoes it in its next heartbeat.
+  static constexpr int ping_every = 16;
 
   stream stream_;
   asio::steady_timer timer_;
@@ -194,6 +229,11 @@ private:
   bool counted_ = false;                                       // in open_links()
   clock::time_point silent_since_;                             // silence is counted from here at the earliest
   clock::time_point last_send_;
+  bool pings_ = false;                                              // measures round trips (see ping_every)
+  clock::time_point last_ping_{};                                   // when it last pinged
+  std::uint64_t ping_sent_ = 0;                                     // the ping awaiting its echo; 0: none
+  std::optional<std::pair<std::uint64_t, clock::time_point>> echo_; // a peer's ping to echo, and when it came
+  std::chrono::nanoseconds rtt_{0};                                 // the last round trip measured
   bool closed_ = false;
 };
 

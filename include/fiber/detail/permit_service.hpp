@@ -115,6 +115,17 @@ public:
     conds_.clear();
   }
 
+  std::string_view kind() const noexcept override {
+    switch (kind_) {
+    case permit_kind::lock: return "lock";
+    case permit_kind::rlock: return "rlock";
+    case permit_kind::semaphore: return "semaphore";
+    case permit_kind::bounded: return "bounded_semaphore";
+    }
+    return "lock";
+  }
+  std::uint64_t depth() const noexcept override { return acquirers_.size(); }
+
 private:
   // waiter::state
   enum : std::uint8_t { acquiring, in_cond, reacquire_done, reacquire_timeout, reacquire_cancelled };

@@ -111,7 +111,8 @@ struct pool_worker {
   std::unique_ptr<asio::steady_timer> exit_wait;   ///< link lost, waiting for the job's end (see on_link_lost)
   std::string lost_reason;                         ///< why the link was lost, while exit_wait runs
   std::string exit_reason;                         ///< the backend's words on the job's end
-  std::uint64_t charged = 0; ///< the chunk charged with its death (its exit report may come after)
+  std::uint64_t charged = 0;    ///< the chunk charged with its death (its exit report may come after)
+  std::uint64_t tasks_lost = 0; ///< tasks it held when lost (handed back or failed): fiber::stats()
 
   /// Whether it has been sent its `maxtasksperchild` tasks (0: unlimited).
   bool spent(unsigned maxtasksperchild) const { return maxtasksperchild && tasks >= maxtasksperchild; }

@@ -20,6 +20,8 @@
 #include <fiber/detail/worker_host.hpp>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -75,6 +77,7 @@ public:
                                                                    : "fiber::Pool: joined; no worker is left"));
       for (auto& c : chunks) {
         counts_.submitted += c.msg.count;
+        ++chunk_sizes_[std::countr_zero(chunk_size_bucket(c.msg.count))];
         count_failed(c.msg.count, failed_ ? "no_worker" : "terminated");
         job->on_chunk_failed(c.seq, e);
       }
@@ -82,6 +85,7 @@ public:
     }
     for (auto& c : chunks) {
       counts_.submitted += c.msg.count;
+      ++chunk_sizes_[std::countr_zero(chunk_size_bucket(c.msg.count))];
       roster_.pending.push_back(roster_.add(job, c.seq, std::move(c.msg), std::move(c.ends), 0, nullptr, 0));
     }
     // A closed Pool's workers may have retired already; with
@@ -174,16 +178,24 @@ public:
     p.processes = s_.processes;
     p.workers_lost = workers_lost_;
     p.workers_started = workers_started_;
+    p.bytes_sent = ended_traffic_.bytes_sent;
+    p.bytes_received = ended_traffic_.bytes_received;
     p.tasks = counts_;
+    for (unsigned i = 0; i < chunk_sizes_.size(); ++i)
+      if (chunk_sizes_[i]) p.chunk_sizes[std::uint64_t(1) << i] = chunk_sizes_[i];
+    p.recent_losses = losses_.events();
     for (auto& [id, c] : roster_.chunks) {
       (c.holder ? p.tasks.running : p.tasks.queued) += c.msg.count;
       ++(c.holder ? p.chunks_running : p.chunks_queued);
     }
-    for (auto s :
-         {worker_state::starting, worker_state::idle, worker_state::busy, worker_state::retiring, worker_state::lost})
-      p.workers_by_state[s] = 0;
+    p.workers_by_state = no_workers_by_state();
     for (auto& [id, w] : roster_.workers) {
-      worker_stats ws{w.name, w.link ? w.link->peer().host : std::string(), worker_state::idle, w.tasks, 0};
+      worker_stats ws{w.name, w.link ? w.link->peer().host : std::string(), worker_state::idle, w.tasks};
+      if (w.link) {
+        add_link_traffic(ws, w.link->traffic());
+        p.bytes_sent += ws.bytes_sent;
+        p.bytes_received += ws.bytes_received;
+      }
       for (auto cid : w.held)
         if (auto c = roster_.chunks.find(cid); c != roster_.chunks.end() && c->second.holder == id)
           ws.tasks_held += c->second.msg.count;
@@ -520,8 +532,19 @@ private:
     if (it == roster_.workers.end()) return;
     if (it->second.drain_timer) it->second.drain_timer->cancel();
     if (it->second.link) it->second.link->close("job ended");
-    if (!it->second.retiring && !terminated_) ++workers_lost_;
-    lose(id, it->second.exit_reason.empty() ? "job ended" : "job ended: " + it->second.exit_reason);
+    const std::string reason = it->second.exit_reason.empty() ? "job ended" : "job ended: " + it->second.exit_reason;
+    lose(id, reason);
+    auto& w = it->second;
+    if (!w.retiring && !terminated_) {
+      ++workers_lost_;
+      losses_.add(w.name, w.link ? w.link->peer().host : std::string(),
+                  w.lost_reason.empty() ? reason : reason + " (link: " + w.lost_reason + ")", w.tasks_lost);
+    }
+    if (w.link) {
+      const auto t = w.link->traffic();
+      ended_traffic_.bytes_sent += t.bytes_sent;
+      ended_traffic_.bytes_received += t.bytes_received;
+    }
     roster_.erase_worker(id);
     reseat_ = true;
     if (sup_->start_budget_exhausted(s_.processes)) {
@@ -549,6 +572,7 @@ private:
     auto& chunks = roster_.chunks;
     const auto mine = roster_.held_in_order(held, id);
     const std::string cause = mine.empty() ? std::string() : loss_cause(reason);
+    for (auto cid : mine) it->second.tasks_lost += chunks.at(cid).msg.count;
     std::vector<std::uint64_t> requeue;
     for (std::size_t i = 0; i < mine.size(); ++i) {
       auto c = chunks.find(mine[i]);
@@ -654,6 +678,9 @@ private:
   std::exception_ptr failed_; // why fail_all ended the pool
   task_stats counts_;         // fiber::stats(): queued and running are counted at the snapshot
   std::uint64_t workers_lost_ = 0, workers_started_ = 0;
+  std::array<std::uint64_t, 64> chunk_sizes_{}; // fiber::stats(): chunks of at most 2^i tasks, by i
+  loss_log losses_;                             // fiber::stats(): pool_stats::recent_losses
+  link_traffic ended_traffic_;                  // bytes of the links of workers gone
   std::function<void()> on_all_exited_;
 };
 

@@ -11,6 +11,7 @@
 #include <fiber/detail/pool_wire.hpp>
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/runtime_host.hpp>
+#include <fiber/detail/stats_sources.hpp>
 #include <fiber/detail/supervisor.hpp>
 #include <fiber/detail/worker.hpp>
 #include <fiber/log.hpp>
@@ -34,8 +35,8 @@ namespace fiber::detail {
 
 /// One Process's state, shared by its handle, the runtime thread (the job's
 /// events) and the registry of children. Fields under `m` unless noted.
-struct process_state : std::enable_shared_from_this<process_state> {
-  std::mutex m;
+struct process_state : stats_source, std::enable_shared_from_this<process_state> {
+  mutable std::mutex m;
   std::condition_variable cv;
   std::string name;
   bool daemon = false; // terminated, not joined, when the program exits
@@ -50,6 +51,8 @@ struct process_state : std::enable_shared_from_this<process_state> {
   std::uint64_t worker_id = 0;
   std::shared_ptr<supervisor> sup;   // runtime thread only
   std::shared_ptr<worker_link> link; // runtime thread only
+  std::string host;                  // runtime thread only: its host, once connected
+  link_traffic traffic;              // runtime thread only: its link's, once ended
   // Runtime thread only: the status the worker said it exits with, and a
   // "killed by signal" report held until the link ends (see on_exit).
   std::optional<std::int32_t> reported_exit;
@@ -83,8 +86,22 @@ struct process_state : std::enable_shared_from_this<process_state> {
                                        supervisor::forward_to(shared_from_this()));
     sup->reserve(1);
     worker_id = sup->launch({name}, res).at(0);
+    stats_sources::instance().add(std::static_pointer_cast<const stats_source>(shared_from_this()));
     std::lock_guard lk(m);
     job = *sup->job(worker_id);
+  }
+
+  /// Runtime thread. This Process's part of fiber::stats().
+  void add_to(runtime_stats& out) const override {
+    process_stats p;
+    p.backend = std::string(sup->launcher().name());
+    p.worker.name = name;
+    p.worker.host = host;
+    add_link_traffic(p.worker, link ? link->traffic() : traffic);
+    std::lock_guard lk(m);
+    p.exitcode = code;
+    p.worker.state = ended ? worker_state::exited : link ? worker_state::busy : worker_state::starting;
+    out.processes.push_back(std::move(p));
   }
 
   void on_refused(const std::string& reason) {
@@ -94,6 +111,7 @@ struct process_state : std::enable_shared_from_this<process_state> {
 
   void on_connect(std::uint64_t, std::shared_ptr<detail::worker_link> l) {
     link = l;
+    host = l->peer().host;
     {
       std::lock_guard lk(m);
       peer_pid = l->peer().pid;
@@ -147,7 +165,10 @@ struct process_state : std::enable_shared_from_this<process_state> {
     hold_timer.reset();
     if (ex.how == backend::job_exit::kind::signalled && reported_exit && *reported_exit == 128 + ex.code)
       ex = {backend::job_exit::kind::exited, *reported_exit, ex.reason};
-    if (link) link->close("exited");
+    if (link) {
+      link->close("exited");
+      traffic = link->traffic();
+    }
     link.reset();
     std::map<std::uint64_t, std::function<void()>> to_call;
     {

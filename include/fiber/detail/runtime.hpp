@@ -32,6 +32,7 @@
 #include <fiber/detail/service.hpp>
 #include <fiber/detail/service_client.hpp>
 #include <fiber/detail/service_host.hpp>
+#include <fiber/detail/stats_sources.hpp>
 #include <fiber/detail/transport.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
@@ -401,6 +402,15 @@ public:
   /// (service::handle, service::peer_gone): "name (pid N on host)"; "this
   /// process" for 0. Runtime thread only.
   std::string peer_description(std::uint64_t peer) const { return host_.peer_description(peer); }
+  /// Runtime thread. A snapshot of this process's runtime: fiber::stats().
+  runtime_stats snapshot() const {
+    auto out = stats_sources::instance().collect();
+    host_.add_to(out);
+    if (auto probe = object_store_probe().load()) out.object_store = probe();
+    for (auto& [type, l] : launchers_) out.backends.push_back({std::string(l->name()), l->job_states()});
+    std::sort(out.backends.begin(), out.backends.end(), [](auto& a, auto& b) { return a.name < b.name; });
+    return out;
+  }
 
   /// The process behind client link `peer` as services see it (0: this
   /// process): the same number for every link that process opens here, so

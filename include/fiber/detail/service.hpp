@@ -12,6 +12,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fiber::detail {
@@ -33,6 +34,10 @@ public:
   /// The owner dropped its last handle (service_state.hpp): answer every
   /// waiting request with worker_lost(`why`), and every later one too.
   virtual void shutdown(const std::string& /*why*/) {}
+  /// What it is in fiber::stats() ("queue", "lock", ...); empty: not listed there.
+  virtual std::string_view kind() const noexcept { return {}; }
+  /// What waits in it: items (a queue, a pipe) or callers (a lock, a barrier, an event).
+  virtual std::uint64_t depth() const noexcept { return 0; }
 };
 
 /// Names a service (a Queue's or Pipe's broker, a Lock's, an Event's, an

@@ -10,12 +10,14 @@
 #include <fiber/detail/worker_link.hpp>
 #include <fiber/detail/protocol.hpp>
 #include <fiber/detail/service.hpp>
+#include <fiber/detail/stats_sources.hpp>
 #include <fiber/error.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/post.hpp>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -49,6 +51,15 @@ public:
   }
   /// Removes service `id`; requests for it fail from now on.
   void remove(std::uint64_t id) { services_.erase(id); }
+
+  /// The services with a kind (service::kind), by id: fiber::stats()'s list.
+  void add_to(runtime_stats& out) const {
+    std::map<std::uint64_t, const service*> listed; // services_ is unordered: list them by id
+    for (auto& [id, s] : services_)
+      if (!s->kind().empty()) listed[id] = s.get();
+    for (auto [id, s] : listed)
+      out.services.push_back({std::string(s->kind()), std::string(s->kind()) + "-" + std::to_string(id), s->depth()});
+  }
 
   /// Serves the requests that arrive on client link `l` until it closes;
   /// then every service is told (service::peer_gone).

@@ -10,6 +10,7 @@
 #include <prometheus/metric_family.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,42 @@ struct status_origin {
   std::int64_t pid = 0;
 };
 
+/// A group's workers as the page reads them.
+inline nlohmann::json workers_json(const std::vector<worker_stats>& ws) {
+  auto out = nlohmann::json::array();
+  for (const auto& w : ws)
+    out.push_back({{"name", w.name},
+                   {"host", w.host},
+                   {"state", std::string(to_string(w.state))},
+                   {"tasks_sent", w.tasks_sent},
+                   {"tasks_held", w.tasks_held},
+                   {"objects", w.objects},
+                   {"bytes_sent", w.bytes_sent},
+                   {"bytes_received", w.bytes_received},
+                   {"round_trip_seconds", w.round_trip_seconds}});
+  return out;
+}
+
+/// A group's recent losses as the page reads them.
+inline nlohmann::json losses_json(const std::vector<loss_event>& ls) {
+  auto out = nlohmann::json::array();
+  for (const auto& l : ls)
+    out.push_back({{"time", l.time},
+                   {"worker", l.worker},
+                   {"host", l.host},
+                   {"cause", l.cause},
+                   {"reason", l.reason},
+                   {"tasks", l.tasks}});
+  return out;
+}
+
+/// A workers_by_state map with the states' names.
+inline nlohmann::json states_json(const std::map<worker_state, unsigned>& m) {
+  auto out = nlohmann::json::object();
+  for (const auto& [state, n] : m) out[std::string(to_string(state))] = n;
+  return out;
+}
+
 /// `s` and `user` (the user's registry, collected) as the page reads them;
 /// `time_ms` is the snapshot's wall-clock time (ms since the epoch).
 inline nlohmann::json status_json(const runtime_stats& s, const std::vector<prometheus::MetricFamily>& user,
@@ -29,15 +66,8 @@ inline nlohmann::json status_json(const runtime_stats& s, const std::vector<prom
   using nlohmann::json;
   json pools = json::array();
   for (const auto& p : s.pools) {
-    json by_state = json::object();
-    for (const auto& [state, n] : p.workers_by_state) by_state[std::string(to_string(state))] = n;
-    json workers = json::array();
-    for (const auto& w : p.workers)
-      workers.push_back({{"name", w.name},
-                         {"host", w.host},
-                         {"state", std::string(to_string(w.state))},
-                         {"tasks_sent", w.tasks_sent},
-                         {"tasks_held", w.tasks_held}});
+    json sizes = json::object();
+    for (const auto& [bound, n] : p.chunk_sizes) sizes[std::to_string(bound)] = n;
     pools.push_back({{"name", p.name},
                      {"backend", p.backend},
                      {"processes", p.processes},
@@ -45,6 +75,10 @@ inline nlohmann::json status_json(const runtime_stats& s, const std::vector<prom
                      {"chunks_running", p.chunks_running},
                      {"workers_started", p.workers_started},
                      {"workers_lost", p.workers_lost},
+                     {"bytes_sent", p.bytes_sent},
+                     {"bytes_received", p.bytes_received},
+                     {"chunk_sizes", sizes},
+                     {"recent_losses", losses_json(p.recent_losses)},
                      {"tasks",
                       {{"submitted", p.tasks.submitted},
                        {"done", p.tasks.done},
@@ -54,10 +88,37 @@ inline nlohmann::json status_json(const runtime_stats& s, const std::vector<prom
                        {"rerun", p.tasks.rerun},
                        {"rerun_by_cause", p.tasks.rerun_by_cause},
                        {"failed_by_cause", p.tasks.failed_by_cause}}},
-                     {"workers_by_state", by_state},
+                     {"workers_by_state", states_json(p.workers_by_state)},
                      {"workers_by_host", p.workers_by_host},
-                     {"workers", workers}});
+                     {"workers", workers_json(p.workers)}});
   }
+  json managers = json::array();
+  for (const auto& m : s.managers)
+    managers.push_back({{"name", m.name},
+                        {"backend", m.backend},
+                        {"processes", m.processes},
+                        {"objects", m.objects},
+                        {"calls", m.calls},
+                        {"calls_waiting", m.calls_waiting},
+                        {"workers_started", m.workers_started},
+                        {"workers_lost", m.workers_lost},
+                        {"bytes_sent", m.bytes_sent},
+                        {"bytes_received", m.bytes_received},
+                        {"recent_losses", losses_json(m.recent_losses)},
+                        {"workers_by_state", states_json(m.workers_by_state)},
+                        {"workers_by_host", m.workers_by_host},
+                        {"workers", workers_json(m.workers)}});
+  json processes = json::array();
+  for (const auto& p : s.processes) {
+    auto w = workers_json({p.worker})[0];
+    w["backend"] = p.backend;
+    w["exitcode"] = p.exitcode ? json(*p.exitcode) : json(nullptr);
+    processes.push_back(std::move(w));
+  }
+  json backends = json::array();
+  for (const auto& b : s.backends) backends.push_back({{"name", b.name}, {"jobs_by_state", b.jobs_by_state}});
+  json services = json::array();
+  for (const auto& v : s.services) services.push_back({{"kind", v.kind}, {"name", v.name}, {"depth", v.depth}});
   json series = json::array();
   for (const auto& f : user) {
     for (const auto& m : f.metric) {
@@ -81,6 +142,15 @@ inline nlohmann::json status_json(const runtime_stats& s, const std::vector<prom
   return {{"process", {{"name", origin.name}, {"host", origin.host}, {"pid", origin.pid}}},
           {"time_ms", time_ms},
           {"pools", pools},
+          {"managers", managers},
+          {"processes", processes},
+          {"services", services},
+          {"backends", backends},
+          {"object_store",
+           {{"objects", s.object_store.objects},
+            {"bytes", s.object_store.bytes},
+            {"bound_bytes", s.object_store.bound_bytes},
+            {"fetched_bytes", s.object_store.fetched_bytes}}},
           {"series", series}};
 }
 

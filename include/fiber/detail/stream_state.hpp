@@ -47,6 +47,8 @@ struct stream_stats {
   std::uint64_t write_calls = 0;       ///< byte stream writes (batches + continuations)
   std::uint64_t messages_received = 0; ///< messages delivered to async_recv
   std::uint64_t read_calls = 0;        ///< byte stream reads
+  std::uint64_t bytes_sent = 0;        ///< bytes written to the byte stream (frame headers and tags included)
+  std::uint64_t bytes_received = 0;    ///< bytes read from the byte stream
 };
 
 /// A stream's state. Shared so that completions of its byte stream (which
@@ -142,6 +144,7 @@ public:
       std::lock_guard lk(wire_mu_);
       direct_busy_ = false;
       direct_write_calls_ += calls;
+      direct_bytes_ += written;
       if (!ec) ++direct_sent_;
       else wire_dead_ = true; // maybe a partial frame on the wire
       kick = exec_busy_;
@@ -220,8 +223,10 @@ public:
     std::lock_guard lk(wire_mu_);
     s.messages_sent += direct_sent_;
     s.write_calls += direct_write_calls_;
+    s.bytes_sent += direct_bytes_;
     std::lock_guard lk2(lend_mu_);
     s.messages_received += lent_received_;
+    s.bytes_received += lent_bytes_;
     return s;
   }
 
@@ -396,6 +401,7 @@ private:
   void on_send(std::error_code ec, std::size_t n, via v = via::dispatch) {
     writing_ = false;
     if (!ec) {
+      stats_.bytes_sent += n;
       if (batch_.advance(n)) { // whole batch written (else: part of it, go on)
         auto done = batch_.take();
         stats_.messages_sent += done.size();
@@ -477,6 +483,7 @@ private:
   void on_recv(std::error_code ec, std::size_t n) {
     reading_ = false;
     if (!ec && n > 0) {
+      stats_.bytes_received += n;
       rbuf_.commit(n);
       check_.follow(rbuf_);
       note_progress();
@@ -523,6 +530,7 @@ public:
       lend_state_ = lend_state::lent_reading;
     }
     std::error_code ec;
+    std::uint64_t read = 0;
     if (tampered_) ec = make_error_code(frame_mac_errc::bad_tag);
     while (!ec) {
       auto p = rbuf_.parse(m, max_ + check_.tag_size(), false);
@@ -541,11 +549,13 @@ public:
         break;
       }
       rbuf_.commit(n);
+      read += n;
       check_.follow(rbuf_);
       note_progress();
     }
     std::lock_guard lk(lend_mu_);
     lend_state_ = lend_state::lent_idle;
+    lent_bytes_ += read;
     if (!ec) ++lent_received_;
     return ec;
   }
@@ -606,7 +616,7 @@ private:
   // write side. Only one of exec_busy_ / direct_busy_ is set when a write starts.
   mutable std::mutex wire_mu_;
   bool exec_busy_ = false, direct_busy_ = false, wire_dead_ = false;
-  std::uint64_t direct_sent_ = 0, direct_write_calls_ = 0;
+  std::uint64_t direct_sent_ = 0, direct_write_calls_ = 0, direct_bytes_ = 0;
   std::error_code dead_;
   bool closed_ = false;
   std::uint64_t next_id_ = 0;
@@ -628,7 +638,7 @@ private:
   bool lent_ = false;             // executor's view: the borrower owns the read side
   mutable std::mutex lend_mu_;
   lend_state lend_state_ = lend_state::home;
-  std::uint64_t lent_received_ = 0;
+  std::uint64_t lent_received_ = 0, lent_bytes_ = 0;
 };
 
 /// Writes whole frames on a stream from any thread, synchronously, while

@@ -10,6 +10,7 @@
 
 #include <fiber/backend/detail/net_address.hpp>
 #include <fiber/detail/blocking_result.hpp>
+#include <fiber/detail/heartbeat_wire.hpp>
 #include <fiber/detail/libcrypto_loader.hpp>
 #include <fiber/detail/libssl_loader.hpp>
 #include <fiber/detail/log_writer.hpp>
@@ -265,9 +266,10 @@ public:
   /// from the first of them on.
   void on_frame(frame_kind k, std::span<const std::byte> body, message& raw, const lent_reader* reader) {
     switch (k) {
-    case frame_kind::heartbeat: // its period, for the link (runtime thread), when it changed
-      if (reader && !body.empty() && !std::ranges::equal(body, delivered_period_)) {
-        delivered_period_.assign(body.begin(), body.end());
+    case frame_kind::heartbeat: // for the link (runtime thread): a ping, or its period when it changed
+      if (reader && body.size() >= sizeof(std::uint32_t) &&
+          (heartbeat_has_ping(body) || !std::ranges::equal(body.first(sizeof(std::uint32_t)), delivered_period_))) {
+        delivered_period_.assign(body.begin(), body.begin() + sizeof(std::uint32_t));
         if (auto l = link_.lock()) l->deliver(std::move(raw));
       } else if (reader) {
         buffer_cache::instance().give(std::move(raw));

@@ -29,6 +29,13 @@ inline std::uint64_t next_link_id() noexcept {
   return next++;
 }
 
+/// What a link moved and how long its round trip takes (fiber::stats()).
+struct link_traffic {
+  std::uint64_t bytes_sent = 0;           ///< written to its connection, framing included
+  std::uint64_t bytes_received = 0;       ///< read from its connection
+  std::chrono::nanoseconds round_trip{0}; ///< the last heartbeat round trip measured; 0: none yet
+};
+
 /// A link to one worker. Used on its executor only (the runtime thread).
 class worker_link {
 public:
@@ -52,6 +59,8 @@ public:
   /// This link's number, unique in this process (services name their
   /// clients by it: service::handle's `peer`).
   virtual std::uint64_t id() const noexcept = 0;
+  /// Its counters; a link that keeps none (a worker behind a relay, a fake) reports zeros.
+  virtual link_traffic traffic() const { return {}; }
 
   /// Queues frame `f`.
   void send(std::vector<std::byte> f) { send(std::move(f), shared_bytes{}, {}); }

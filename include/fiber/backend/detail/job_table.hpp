@@ -118,6 +118,16 @@ public:
   /// Records held (reported ones included until forgotten).
   std::size_t size() const noexcept { return jobs_.size(); }
 
+  /// The jobs not yet reported ended, counted by `state_of(record)`
+  /// (launcher::job_states).
+  template <class StateOf>
+  std::map<std::string, unsigned> states(StateOf state_of) const {
+    std::map<std::string, unsigned> out;
+    for (auto& [id, r] : jobs_)
+      if (!r.reported) ++out[std::string(state_of(r))];
+    return out;
+  }
+
   /// Ids of the records `pred` holds for: a snapshot to act on while records come and go.
   template <class Pred>
   std::vector<std::string> ids(Pred pred) const {

@@ -168,6 +168,20 @@ public:
   const docker::api& api() const noexcept { return api_; }
   const docker_options& options() const noexcept { return opts_; }
 
+  /// Each container's phase: "creating" (created, attached, waiting for the
+  /// event stream), "starting", "running"; "failed" until reported.
+  std::map<std::string, unsigned> job_states() const override {
+    return jobs_.states([](const record& r) {
+      switch (r.ph) {
+      case phase::starting: return "starting";
+      case phase::running: return "running";
+      case phase::ended: return "ended";
+      case phase::failed: return "failed";
+      default: return "creating";
+      }
+    });
+  }
+
 private:
   enum class phase { creating, attaching, waiting_events, starting, running, ended, failed };
 

@@ -216,6 +216,15 @@ public:
   std::size_t live_jobs() const noexcept { return jobs_.live(); }
   const kube::api& api() const noexcept { return api_; }
   const kube_options& options() const noexcept { return opts_; }
+
+  /// Each pod's phase as last seen ("Pending", "Running", ...); "Creating"
+  /// before the API server confirmed it.
+  std::map<std::string, unsigned> job_states() const override {
+    return jobs_.states([](const record& r) {
+      auto p = r.created ? kube::wire_impl::text(kube::wire_impl::field(r.last, "status"), "phase") : std::string();
+      return p.empty() ? std::string(r.created ? "Pending" : "Creating") : p;
+    });
+  }
   /// Lists of the run's pods made so far (1 + one per watch that had to be re-listed).
   unsigned lists() const noexcept { return watch_.lists(); }
 

@@ -113,6 +113,13 @@ private:
     std::shared_ptr<child_watch> watch;
   };
 
+public:
+  std::map<std::string, unsigned> job_states() const override {
+    return jobs_.states([](const record&) { return "running"; });
+  }
+
+private:
+
   asio::any_io_executor ex_;
   job_table<record> jobs_; // by pid
 };

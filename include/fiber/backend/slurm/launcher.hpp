@@ -184,6 +184,15 @@ public:
 
   const slurm_options& options() const noexcept { return opts_; }
 
+  /// Slurm's state of each job as of the last poll; "SUBMITTING" before
+  /// sbatch answered, "SUBMITTED" before a poll listed it.
+  std::map<std::string, unsigned> job_states() const override {
+    return jobs_.states([](const record& r) -> std::string {
+      if (!r.state.empty()) return r.state;
+      return r.slurm_id.empty() && r.submitting ? "SUBMITTING" : "SUBMITTED";
+    });
+  }
+
 private:
   struct record : job_record {
     std::string slurm_id;               // batch jobs: "" until sbatch answered
