@@ -397,13 +397,13 @@ TEST_CASE("metrics: the status page in headless Chromium shows the workers and a
     std::smatch loss;
     CHECK(std::regex_search(
         second, loss, std::regex("<td>page-deaths</td><td>page-deaths-w[0-9]+</td><td>[^<]+</td><td>killed</td>")));
+    // The screenshot, kept in the build tree (CI's artifact; docs/observability.md's figure).
+    std::filesystem::remove("metrics_status_page.png");
+    browse("--window-size=1280,900 --screenshot=" +
+           (std::filesystem::current_path() / "metrics_status_page.png").string());
+    CHECK(std::filesystem::exists("metrics_status_page.png"));
   }
 
-  // The screenshot, kept in the build tree (CI's artifact; docs/observability.md's figure).
-  std::filesystem::remove("metrics_status_page.png");
-  browse("--window-size=1280,900 --screenshot=" +
-         (std::filesystem::current_path() / "metrics_status_page.png").string());
-  CHECK(std::filesystem::exists("metrics_status_page.png"));
   // Nothing of Chromium's is left (its profile directory names every process of it).
   auto pattern = "[/]" + profile.path.string().substr(1); // does not match pgrep's own shell
   CHECK(fiber_test::trim(fiber_test::shell("pgrep -f '" + pattern + "' || true")).empty());

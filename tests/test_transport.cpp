@@ -231,6 +231,10 @@ TEST_CASE("heartbeat frames: the period alone in 4 bytes; a ping or an echo in 2
     CHECK_THROWS_AS(fd::decode_heartbeat(body(ping).first(cut)), fiber::serialization_error);
   ping.push_back(std::byte{0});
   CHECK_THROWS_AS(fd::decode_heartbeat(body(ping)), fiber::serialization_error);
+  // A long body with neither a ping nor an echo would re-encode to 4 bytes (found by fuzz_frame).
+  auto empty_long = fd::heartbeat_frame({500, 1, 0, 0});
+  std::fill(empty_long.begin() + 5, empty_long.begin() + 13, std::byte{0});
+  CHECK_THROWS_AS(fd::decode_heartbeat(body(empty_long)), fiber::serialization_error);
 }
 
 TEST_CASE("peer_link: the master's side measures its worker link's round trip on the heartbeats; bytes both ways",

@@ -42,7 +42,8 @@ inline std::vector<std::byte> heartbeat_frame(const heartbeat_msg& h) {
 inline bool heartbeat_has_ping(std::span<const std::byte> body) noexcept { return body.size() > sizeof(std::uint32_t); }
 
 /// Decodes a heartbeat body (an empty one is period 0); throws
-/// serialization_error for any other length than 0, 4 or 28 bytes.
+/// serialization_error for any other length than 0, 4 or 28 bytes, and for
+/// 28 bytes with neither a ping nor an echo (one encoding per value).
 inline heartbeat_msg decode_heartbeat(std::span<const std::byte> body) {
   heartbeat_msg h;
   if (body.empty()) return h;
@@ -52,6 +53,8 @@ inline heartbeat_msg decode_heartbeat(std::span<const std::byte> body) {
     h.ping = r.read<std::uint64_t>();
     h.echo = r.read<std::uint64_t>();
     h.held_ns = r.read<std::uint64_t>();
+    if (!h.ping && !h.echo) // one encoding per value: that is the period alone
+      throw serialization_error("fiber: heartbeat: a long body with neither a ping nor an echo");
   }
   if (r.remaining() != 0) throw serialization_error("fiber: heartbeat: unexpected bytes after its body");
   return h;

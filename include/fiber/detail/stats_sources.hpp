@@ -246,7 +246,14 @@ public:
     return s;
   }
 
-  void add(std::weak_ptr<const stats_source> s) { sources_.push_back(std::move(s)); }
+  /// Adds `s`. Sources gone are dropped whenever the list would grow, so a
+  /// program that starts many Processes and never takes a snapshot keeps
+  /// at most about twice its live sources (a weak reference keeps the
+  /// memory of a std::make_shared object).
+  void add(std::weak_ptr<const stats_source> s) {
+    if (sources_.size() == sources_.capacity()) std::erase_if(sources_, [](const auto& w) { return w.expired(); });
+    sources_.push_back(std::move(s));
+  }
 
   /// Every live source's part, in the order they were added.
   runtime_stats collect() {

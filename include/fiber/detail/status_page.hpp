@@ -44,6 +44,7 @@ const kv = (label, value, cls) => el("div", {}, el("span", {className: cls || ""
 const row = (cells, th) => el("tr", {}, ...cells.map(c => c instanceof Node ? c : el(th ? "th" : "td", {textContent: c})));
 const bytes = n => n < 1024 ? `${n} B` : n < 1048576 ? `${(n / 1024).toFixed(1)} KiB` : n < 1073741824 ?
   `${(n / 1048576).toFixed(1)} MiB` : `${(n / 1073741824).toFixed(2)} GiB`;
+const count = (n, one, many) => `${n} ${n === 1 ? one : many || one + "s"}`;
 const ms = s => s > 0 ? `${(s * 1000).toFixed(2)} ms` : "–";
 const causes = m => Object.entries(m).map(([c, n]) => `${c} ${n}`).join(", ") || "none";
 function rtt(ws) {
@@ -73,7 +74,7 @@ function workers(sec, ws, cols, cells) {
       el("td", {className: "st-" + w.state, textContent: w.state}), ...cells(w).map(c => el("td", {textContent: c})),
       el("td", {textContent: bytes(w.bytes_sent)}), el("td", {textContent: bytes(w.bytes_received)}),
       el("td", {textContent: ms(w.round_trip_seconds)})));
-  sec.append(t, el("details", {}, el("summary", {textContent: `${ws.length} workers`}), list));
+  sec.append(t, el("details", {}, el("summary", {textContent: count(ws.length, "worker")}), list));
 }
 function render(s) {
   document.getElementById("origin").textContent = `${s.process.name} on ${s.process.host}, pid ${s.process.pid}`;
@@ -85,7 +86,7 @@ function render(s) {
     const span = (h[h.length - 1].t - h[0].t) / 1000;
     const rate = span > 0 ? (h[h.length - 1].done - h[0].done) / span : 0;
     const up = p.workers.filter(w => w.state !== "starting" && w.state !== "lost").length;
-    const sec = el("section", {}, el("h2", {textContent: `${p.name} (${p.backend}, ${p.processes} processes)`}));
+    const sec = el("section", {}, el("h2", {textContent: `${p.name} (${p.backend}, ${count(p.processes, "process", "processes")})`}));
     sec.dataset.pool = p.name;
     sec.append(el("div", {className: "kv"},
       kv("workers up", up, "workers-up"), kv("tasks done", p.tasks.done, "tasks-done"),
@@ -106,7 +107,7 @@ function render(s) {
   const managers = document.getElementById("managers");
   managers.replaceChildren();
   for (const m of s.managers) {
-    const sec = el("section", {}, el("h2", {textContent: `${m.name} (RemoteManager, ${m.backend}, ${m.processes} processes)`}));
+    const sec = el("section", {}, el("h2", {textContent: `${m.name} (RemoteManager, ${m.backend}, ${count(m.processes, "process", "processes")})`}));
     sec.dataset.manager = m.name;
     sec.append(el("div", {className: "kv"}, kv("processes up", m.workers.filter(w => w.state === "idle" || w.state === "busy").length, "workers-up"),
       kv("objects", m.objects, "objects"), kv("calls", m.calls, "calls"), kv("calls waiting", m.calls_waiting),
