@@ -10,6 +10,8 @@
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/stats_sources.hpp>
 
+#include <algorithm>
+
 namespace fiber {
 
 /// A snapshot of this process's runtime: every live Pool and RemoteManager
@@ -28,7 +30,13 @@ namespace fiber {
 /// @endcode
 inline runtime_stats stats() {
   auto& rt = detail::runtime::instance();
-  return rt.sync([&rt] { return rt.snapshot(); });
+  return rt.sync([&rt] {
+    auto out = detail::stats_sources::instance().collect();
+    rt.add_to(out);
+    if (auto probe = detail::object_store_probe().load()) out.object_store = probe();
+    std::sort(out.backends.begin(), out.backends.end(), [](auto& a, auto& b) { return a.name < b.name; });
+    return out;
+  });
 }
 
 } // namespace fiber

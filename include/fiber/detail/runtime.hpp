@@ -402,14 +402,10 @@ public:
   /// (service::handle, service::peer_gone): "name (pid N on host)"; "this
   /// process" for 0. Runtime thread only.
   std::string peer_description(std::uint64_t peer) const { return host_.peer_description(peer); }
-  /// Runtime thread. A snapshot of this process's runtime: fiber::stats().
-  runtime_stats snapshot() const {
-    auto out = stats_sources::instance().collect();
+  /// Runtime thread. Its services and its launchers' jobs, for fiber::stats().
+  void add_to(runtime_stats& out) const {
     host_.add_to(out);
-    if (auto probe = object_store_probe().load()) out.object_store = probe();
     for (auto& [type, l] : launchers_) out.backends.push_back({std::string(l->name()), l->job_states()});
-    std::sort(out.backends.begin(), out.backends.end(), [](auto& a, auto& b) { return a.name < b.name; });
-    return out;
   }
 
   /// The process behind client link `peer` as services see it (0: this
