@@ -8,13 +8,17 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
+#include <cstdio>
+#include <mutex>
 #include <map>
 #include <future>
 #include <numeric>
@@ -22,7 +26,10 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -55,13 +62,28 @@ struct Recorder {
   int alive_now() const { return alive.load(); } // Recorders alive in this process
   void reset() { seen_.clear(); }                // void result
   int policy() const { return ::sched_getscheduler(0); }
+  // Arrives, then waits at most `s` seconds until `n` calls of meet have
+  // arrived in this process; true if they did.
+  bool meet(int n, double s) {
+    std::unique_lock lk(meet_m);
+    ++arrived;
+    meet_cv.notify_all();
+    return meet_cv.wait_for(lk, std::chrono::duration<double>(s), [&] { return arrived >= n; });
+  }
+  // Writes one byte into the FIFO at `path` (the test reads it).
+  void touch(std::string path) {
+    if (auto* f = std::fopen(path.c_str(), "w")) std::fputc('x', f), std::fclose(f);
+  }
 
   static inline std::atomic<int> alive{0};
+  static inline std::mutex meet_m;
+  static inline std::condition_variable meet_cv;
+  static inline int arrived = 0;
 
   std::string name_;
   std::vector<int> seen_;
 };
-BOOST_DESCRIBE_STRUCT(Recorder, (), (push, seen, name, pid, slow, fail, alive_now, reset, policy))
+BOOST_DESCRIBE_STRUCT(Recorder, (), (push, seen, name, pid, slow, fail, alive_now, reset, policy, meet, touch))
 
 /// Throws from its constructor when asked to.
 struct Fragile {
@@ -181,6 +203,55 @@ TEST_CASE("calls on different objects overlap; calls on one object do not", "[ma
   h1.get();
   h2.get();
   CHECK(seconds_since(t0) >= 0.4);
+}
+
+TEST_CASE("manager_options::threads: at most that many of a process's objects run at once", "[manager]") {
+  SECTION("threads = 1: the second object's call waits for the first's to end") {
+    fiber::RemoteManager<Recorder> m{{.processes = 1, .threads = 1}};
+    auto a = m.make();
+    auto b = m.make();
+    auto first = a.call_async<&Recorder::meet>(2, 0.5); // b's call cannot run meanwhile: it never meets
+    auto second = b.call_async<&Recorder::meet>(2, 30.0);
+    CHECK_FALSE(first.get());
+    CHECK(second.get());
+  }
+  SECTION("threads = 0 (the default): both run at once") {
+    fiber::RemoteManager<Recorder> m{{.processes = 1}};
+    auto a = m.make();
+    auto b = m.make();
+    auto first = a.call_async<&Recorder::meet>(2, 30.0);
+    auto second = b.call_async<&Recorder::meet>(2, 30.0);
+    CHECK(first.get());
+    CHECK(second.get());
+  }
+}
+
+TEST_CASE("a call from a user thread reaches its object while fiber's runtime thread is busy", "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1}};
+  auto r = m.make();
+  r.call<&Recorder::pid>();
+  char dir[] = "/tmp/fiber-test-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string fifo = std::string(dir) + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK); // the method's open then does not wait
+  REQUIRE(fd >= 0);
+  // Hold the runtime thread: the call must leave from this thread.
+  std::promise<void> holding, release;
+  asio::post(fiber::detail::runtime::instance().executor(), [&, held = release.get_future()] {
+    holding.set_value();
+    held.wait();
+  });
+  holding.get_future().wait();
+  auto done = r.call_async<&Recorder::touch>(fifo);
+  pollfd p{fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, 10000); // the byte the method writes
+  release.set_value();
+  done.get();
+  ::close(fd);
+  ::unlink(fifo.c_str());
+  ::rmdir(dir);
+  CHECK(ready == 1);
 }
 
 TEST_CASE("a method that throws gives remote_error and the object survives", "[manager]") {

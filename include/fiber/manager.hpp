@@ -89,7 +89,13 @@ namespace fiber {
 
 /// RemoteManager options (an aggregate: use designated initializers).
 struct manager_options {
-  unsigned processes = 1;       ///< manager processes; 0 = fiber::cpu_count()
+  unsigned processes = 1; ///< manager processes; 0 = fiber::cpu_count()
+  /// At most this many of a process's objects run a method (or constructor,
+  /// or destructor) at once; the others' calls wait, in arrival order. 0
+  /// (the default): no limit, so objects never wait for each other. For
+  /// objects that compute (simulators), the cores a process has: one
+  /// thread a core, as EnvPool runs its environments.
+  unsigned threads = 0;
   fiber::resources resources{}; ///< per process, asked of the backend
   std::string name{};           ///< prefix of process names; default "manager-N"
   /// How long shutdown waits for objects' pending calls and destructors
@@ -200,7 +206,7 @@ public:
     if constexpr (detail::check_call<T, M, A...>()) {
       using result_type = remote_result<detail::call_result_t<M>>;
       auto st = std::make_shared<typename result_type::state>();
-      detail::send_call(ref(), payload<M>(std::forward<A>(args)...),
+      detail::send_call(state(), payload<M>(std::forward<A>(args)...),
                         [st](std::exception_ptr e, std::vector<std::byte> bytes) {
                           if (!e) return st->set_value({detail::wire_status::ok, std::move(bytes)});
                           std::pair<detail::wire_status, std::vector<std::byte>> failure;
@@ -248,7 +254,7 @@ public:
           auto&& token = std::get<sizeof...(A) - 1>(tup);
           if constexpr (detail::check_call<T, M, std::tuple_element_t<I, std::tuple<A...>>...>()) {
             auto bytes = payload<M>(std::get<I>(std::move(tup))...);
-            return asio::async_initiate<decltype(token), signature>(initiation<R>{}, token, ref(), std::move(bytes));
+            return asio::async_initiate<decltype(token), signature>(initiation<R>{}, token, st_, std::move(bytes));
           } else { // check_call has failed to compile; keep the caller's code well-typed
             return asio::async_initiate<decltype(token), signature>([](auto&&...) {}, token);
           }
@@ -307,10 +313,11 @@ private:
 
   explicit Remote(std::shared_ptr<const detail::remote_state> st) : st_(std::move(st)) {}
 
-  const detail::remote_ref& ref() const {
+  const detail::remote_state& state() const {
     if (!st_) throw std::logic_error("fiber::Remote: empty handle (default-constructed or moved from)");
-    return st_->ref;
+    return *st_;
   }
+  const detail::remote_ref& ref() const { return state().ref; }
 
   template <auto M, class... A>
   std::vector<std::byte> payload(A&&... args) const {
@@ -330,10 +337,11 @@ private:
   template <class R>
   struct initiation {
     template <class Handler>
-    void operator()(Handler&& handler, detail::remote_ref ref, std::vector<std::byte> bytes) const {
+    void operator()(Handler&& handler, const std::shared_ptr<const detail::remote_state>& st,
+                    std::vector<std::byte> bytes) const {
       auto op = std::make_shared<detail::async_op<std::decay_t<Handler>>>(std::forward<Handler>(handler),
                                                                           detail::runtime::instance().executor());
-      detail::send_call(ref, std::move(bytes), [op](std::exception_ptr e, std::vector<std::byte> bytes) {
+      detail::send_call(*st, std::move(bytes), [op](std::exception_ptr e, std::vector<std::byte> bytes) {
         if constexpr (std::is_void_v<R>) {
           if (!e) {
             try {
@@ -387,8 +395,9 @@ public:
     auto& rt = detail::runtime::instance();
     auto launcher = rt.template prepared_launcher<Backend>();
     rt.sync([&] {
-      core_ = std::make_shared<detail::manager_relay>(
-          detail::manager_settings{opt_.name, opt_.processes, opt_.resources, opt_.shutdown_grace}, launcher);
+      core_ = std::make_shared<detail::manager_relay>(detail::manager_settings{opt_.name, opt_.processes, opt_.threads,
+                                                                               opt_.resources, opt_.shutdown_grace},
+                                                      launcher);
       service_ = rt.add_service(core_);
       // Handles elsewhere reach the relay where this backend's jobs dial in
       // (local: the ipc socket; Slurm: a TCP port on this host).
@@ -428,6 +437,7 @@ public:
       });
       auto id = made->take();
       auto owner = std::make_shared<detail::object_owner>(detail::remote_ref{url_, service_, id});
+      owner->calls = core_->direct_calls();
       detail::local_objects::instance().add(owner);
       auto ref = owner->ref;
       return Remote<T>(std::make_shared<const detail::remote_state>(detail::remote_state{std::move(ref),

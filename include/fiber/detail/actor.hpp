@@ -29,9 +29,10 @@ class actor;
 /// Threads that run actors. A thread is added whenever an actor becomes
 /// runnable and no thread is idle, so objects never wait for each other (a
 /// method that blocks holds one thread, not the pool), up to
-/// max_actor_threads: past it, runnable actors wait for a thread. Threads
-/// idle for 30 s retire. Used only in manager processes, which end with
-/// _Exit: threads are detached.
+/// max_actor_threads, or the limit the RemoteManager set
+/// (manager_options::threads): past it, runnable actors wait for a thread,
+/// in the order they became runnable. Threads idle for 30 s retire. Used
+/// only in manager processes, which end with _Exit: threads are detached.
 class actor_pool {
 public:
   static constexpr std::size_t max_actor_threads = 512;
@@ -39,6 +40,13 @@ public:
   static actor_pool& instance() {
     static auto* p = new actor_pool; // never destroyed: detached threads may still use it
     return *p;
+  }
+
+  /// At most `n` threads from now on (0: max_actor_threads). Threads above
+  /// it finish what they run and retire.
+  void limit(std::size_t n) {
+    std::lock_guard lk(m_);
+    limit_ = n == 0 ? max_actor_threads : std::min(n, max_actor_threads);
   }
 
   /// Makes `a` runnable. Throws fiber::error, with `a` not queued, when no
@@ -51,8 +59,8 @@ public:
       cv_.notify_one();
       return;
     }
-    if (threads_ >= max_actor_threads) {
-      if (!std::exchange(warned_cap_, true))
+    if (threads_ >= limit_) {
+      if (limit_ == max_actor_threads && !std::exchange(warned_cap_, true))
         log(log_level::warning, "remote objects: all ", max_actor_threads, " threads are busy; calls wait for one");
       return;
     }
@@ -76,7 +84,7 @@ private:
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<actor>> ready_;
-  std::size_t idle_ = 0, threads_ = 0;
+  std::size_t idle_ = 0, threads_ = 0, limit_ = max_actor_threads;
   bool warned_cap_ = false;
 };
 
@@ -142,6 +150,10 @@ inline void actor_pool::run() {
   use_user_policy(); // started from the runtime thread; methods are user code
   std::unique_lock lk(m_);
   for (;;) {
+    if (threads_ > limit_) { // the limit was lowered
+      --threads_;
+      return;
+    }
     if (ready_.empty()) {
       ++idle_;
       bool got = cv_.wait_for(lk, std::chrono::seconds(30), [&] { return !ready_.empty(); });

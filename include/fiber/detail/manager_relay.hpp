@@ -5,6 +5,7 @@
 /// and is the relay service every Remote handle sends its calls to.
 
 #include <fiber/backend/launcher.hpp>
+#include <fiber/detail/call_table.hpp>
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/object_wire.hpp>
 #include <fiber/detail/peer_link.hpp>
@@ -41,6 +42,7 @@ namespace fiber::detail {
 struct manager_settings {
   std::string name;
   unsigned processes = 1;
+  unsigned threads = 0; // manager_options::threads
   fiber::resources res;
   std::chrono::milliseconds shutdown_grace{5000};
 };
@@ -71,19 +73,23 @@ public:
     m.backend = std::string(launcher_->name());
     m.processes = s_.processes;
     m.objects = objects_.size();
-    m.calls = calls_sent_;
-    m.calls_waiting = calls_.size() + makes_.size();
+    m.calls = calls_sent_ + calls_->sent_directly();
+    auto waiting = calls_->waiting(); // process → calls waiting
+    for (auto& [wid, n] : waiting) m.calls_waiting += n;
+    m.calls_waiting += makes_.size();
     m.workers_lost = workers_lost_;
     m.workers_started = workers_started_;
     m.bytes_sent = ended_traffic_.bytes_sent;
     m.bytes_received = ended_traffic_.bytes_received;
     m.recent_losses = losses_.events();
     m.workers_by_state = no_workers_by_state();
-    std::map<std::uint64_t, std::uint64_t> waiting; // process → calls waiting
-    for (auto& [cid, c] : calls_) ++waiting[c.proc];
     for (auto& [cid, c] : makes_) ++waiting[c.proc];
     for (auto& [wid, p] : procs_) {
-      worker_stats w{p.name,   p.link ? p.link->peer().host : std::string(), worker_state::idle, p.calls, waiting[wid],
+      worker_stats w{p.name,
+                     p.link ? p.link->peer().host : std::string(),
+                     worker_state::idle,
+                     p.calls + calls_->sent_directly(wid),
+                     waiting[wid],
                      p.objects};
       if (p.link) {
         add_link_traffic(w, p.link->traffic());
@@ -122,7 +128,7 @@ public:
           std::make_exception_ptr(worker_lost("fiber::RemoteManager " + s_.name + ": no manager process is running")),
           0);
     auto obj = next_object_++;
-    auto cid = next_call_++;
+    auto cid = calls_->next_id();
     objects_[obj] = object_rec{best_id, false, {}};
     ++best->objects;
     ++best->calls;
@@ -152,9 +158,9 @@ public:
     auto pit = procs_.find(it->second.proc);
     if (pit == procs_.end())
       return reply(wire_status::worker_lost, failure_payload("fiber::Remote: manager process gone"));
-    auto cid = next_call_++;
+    auto cid = calls_->next_id();
     auto rest = r.read_span(r.remaining());
-    calls_[cid] = call_rec{std::move(reply), it->second.proc};
+    calls_->add(cid, {std::move(reply), it->second.proc});
     ++pit->second.calls;
     ++calls_sent_;
     send(pit->second, frame(frame_kind::object, object_msg{object_op::call, cid, obj, fn, {rest.begin(), rest.end()}}));
@@ -171,7 +177,7 @@ public:
       sup_->close();
       auto why = "fiber::RemoteManager " + s_.name + ": shut down";
       objects_.clear();
-      for (auto& [cid, c] : std::exchange(calls_, {})) c.reply(wire_status::error, failure_payload(why));
+      for (auto& c : calls_->take_all()) c.reply(wire_status::error, failure_payload(why));
       for (auto& [cid, m] : std::exchange(makes_, {})) m.done(std::make_exception_ptr(error(why)), 0);
       for (auto& [wid, p] : procs_) {
         if (p.link && !p.dead) p.link->send(frame(frame_kind::object, object_msg{object_op::quit, 0, 0, 0, {}}));
@@ -199,6 +205,10 @@ public:
 
   std::size_t object_count() const { return objects_.size(); }
 
+  /// Its calls and routes: handles in this process send through it
+  /// (call_table::try_call). Any thread.
+  const std::shared_ptr<call_table>& direct_calls() const noexcept { return calls_; }
+
 private:
   friend class supervisor; // supervisor::forward_to calls on_connect, on_exit, on_refused
   struct proc {
@@ -214,10 +224,6 @@ private:
     std::uint64_t proc = 0;
     bool lost = false;
     std::string why;
-  };
-  struct call_rec {
-    reply_fn reply;
-    std::uint64_t proc = 0;
   };
   struct make_rec {
     make_done done;
@@ -261,27 +267,29 @@ private:
       l->send(frame(frame_kind::object, object_msg{object_op::quit, 0, 0, 0, {}}));
       return;
     }
+    if (s_.threads) l->send(frame(frame_kind::object, object_msg{object_op::threads, 0, 0, s_.threads, {}}));
     for (auto& f : p.queued) l->send(std::move(f));
     p.queued.clear();
   }
 
   void on_reply(std::span<const std::byte> body) {
     auto r = deserialize<reply_msg>(body);
-    if (auto it = calls_.find(r.request_id); it != calls_.end()) {
-      auto c = std::move(it->second);
-      calls_.erase(it);
-      return c.reply(r.status, std::move(r.payload));
-    }
+    if (auto c = calls_->take(r.request_id)) return c->reply(r.status, std::move(r.payload));
     if (auto it = makes_.find(r.request_id); it != makes_.end()) {
       auto m = std::move(it->second);
       makes_.erase(it);
-      if (r.status == wire_status::ok) return m.done(nullptr, m.msg.object_id);
+      if (r.status == wire_status::ok) {
+        if (auto p = procs_.find(m.proc); p != procs_.end() && p->second.link && !p->second.dead)
+          calls_->route(m.msg.object_id, m.proc, p->second.link);
+        return m.done(nullptr, m.msg.object_id);
+      }
       forget_object(m.msg.object_id);
       m.done(failure_of(r.status, r.payload), 0);
     }
   }
 
   void forget_object(std::uint64_t obj) {
+    calls_->unroute(obj);
     auto it = objects_.find(obj);
     if (it == objects_.end()) return;
     if (auto p = procs_.find(it->second.proc); p != procs_.end() && !it->second.lost && p->second.objects > 0)
@@ -373,15 +381,8 @@ private:
     auto pid = sup_->pid(wid, p.link.get());
     auto why = "fiber::RemoteManager " + s_.name + ": manager process " + p.name + " (pid " + std::to_string(pid) +
                ") was lost (" + reason + "); the objects it held are gone";
-    for (auto c = calls_.begin(); c != calls_.end();) {
-      if (c->second.proc == wid) {
-        auto rec = std::move(c->second);
-        c = calls_.erase(c);
-        rec.reply(wire_status::worker_lost, failure_payload(why));
-      } else {
-        ++c;
-      }
-    }
+    calls_->unroute_proc(wid); // before the calls it holds are taken: none is added after
+    for (auto& c : calls_->take_of(wid)) c.reply(wire_status::worker_lost, failure_payload(why));
     for (auto m = makes_.begin(); m != makes_.end();) {
       if (m->second.proc == wid) {
         auto rec = std::move(m->second);
@@ -431,9 +432,9 @@ private:
   std::shared_ptr<supervisor> sup_;
   std::map<std::uint64_t, proc> procs_; // worker id → process, in launch order
   std::unordered_map<std::uint64_t, object_rec> objects_;
-  std::unordered_map<std::uint64_t, call_rec> calls_;
+  std::shared_ptr<call_table> calls_ = std::make_shared<call_table>(runtime::instance().executor());
   std::unordered_map<std::uint64_t, make_rec> makes_;
-  std::uint64_t next_object_ = 1, next_call_ = 1;
+  std::uint64_t next_object_ = 1;
   std::uint64_t calls_sent_ = 0, workers_started_ = 0, workers_lost_ = 0; // fiber::stats()
   link_traffic ended_traffic_;                                            // bytes of processes gone
   loss_log losses_;

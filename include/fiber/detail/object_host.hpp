@@ -51,6 +51,7 @@ public:
     case object_op::call: return call(std::move(msg));
     case object_op::destroy: return destroy(msg.object_id);
     case object_op::quit: return quit();
+    case object_op::threads: return actor_pool::instance().limit(std::size_t(msg.fn_id));
     default: log(log_level::warning, "object host: unknown operation ", int(msg.op));
     }
   }

@@ -17,6 +17,9 @@ namespace fiber::detail {
 /// Manager process operations (object_msg::op).
 namespace object_op {
 inline constexpr std::uint8_t make = 1, call = 2, destroy = 3, quit = 4;
+/// fn_id: at most this many of the process's objects run at once (0: no
+/// limit); sent once, before any other frame.
+inline constexpr std::uint8_t threads = 5;
 } // namespace object_op
 
 /// Relay service operations (runtime::request op codes).

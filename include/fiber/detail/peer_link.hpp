@@ -117,7 +117,7 @@ public:
 
   /// For synchronous sends from other threads while the link has nothing
   /// queued (see transport's direct_writer); heartbeats go on as before.
-  direct_writer direct() const noexcept { return stream_.direct(); }
+  direct_writer direct() const override { return stream_.direct(); }
   /// The largest frame this link sends or accepts, in bytes.
   std::size_t max_message_size() const noexcept { return stream_.max_message_size(); }
   /// Sets that limit (bytes), e.g. once the master's configuration is

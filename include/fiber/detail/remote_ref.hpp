@@ -4,6 +4,7 @@
 /// The handle side of remote objects: what a Remote<T> names, who owns the
 /// object, the state of one call, and how a call reaches the relay.
 
+#include <fiber/detail/call_table.hpp>
 #include <fiber/detail/object_wire.hpp>
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/service.hpp>
@@ -43,6 +44,7 @@ struct object_owner {
   object_owner& operator=(const object_owner&) = delete;
   ~object_owner();
   remote_ref ref;
+  std::weak_ptr<call_table> calls; // its RemoteManager's (try_call)
 };
 
 /// Objects made by this process, so that a handle that comes back here
@@ -96,9 +98,14 @@ R decode_result(std::span<const std::byte> bytes) {
   }
 }
 
-/// Send one call; `done` runs on the runtime thread.
-inline void send_call(const remote_ref& r, std::vector<std::byte> payload, request_done done) {
-  runtime::instance().request(r.url, r.service, relay_op::call, std::move(payload), std::move(done));
+/// Send one call; `done` runs on the runtime thread. Off the runtime
+/// thread of the process that made the object, the call goes straight to
+/// the object's process (call_table::try_call), else through the relay.
+inline void send_call(const remote_state& s, std::vector<std::byte> payload, request_done done) {
+  auto& rt = runtime::instance();
+  if (s.owner && !rt.on_runtime_thread())
+    if (auto t = s.owner->calls.lock(); t && t->try_call(payload, done)) return;
+  rt.request(s.ref.url, s.ref.service, relay_op::call, std::move(payload), std::move(done));
 }
 
 inline int next_manager_number() {

@@ -8,6 +8,7 @@
 #include <fiber/detail/bytes.hpp>
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/handshake_session.hpp>
+#include <fiber/detail/stream.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -61,6 +62,9 @@ public:
   virtual std::uint64_t id() const noexcept = 0;
   /// Its counters; a link that keeps none (a worker behind a relay, a fake) reports zeros.
   virtual link_traffic traffic() const { return {}; }
+  /// For sends from other threads (see direct_writer); empty where a link
+  /// has none (a worker behind a relay, a fake).
+  virtual direct_writer direct() const { return {}; }
 
   /// Queues frame `f`.
   void send(std::vector<std::byte> f) { send(std::move(f), shared_bytes{}, {}); }
