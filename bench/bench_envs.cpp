@@ -21,7 +21,7 @@
 // root) ≥ 0.8x. EnvPool's published figures (Ant-v3, other hardware) are
 // printed beside them, not compared.
 //
-//   bench_envs [--reps 3] [--seconds 1.0] [--smoke]
+//   bench_envs [--reps 3] [--seconds 1.0] [--model humanoid|arm] [--n 8] [--smoke]
 #include "../examples/es/env_actors.hpp"
 #include "bench_netns.hpp"
 #include "bench_util.hpp"
@@ -83,7 +83,7 @@ std::string overhead(double fiber, double control) {
 template <class Env, class Backend = fiber::backend::from_env>
 void model_rows(const std::string& name, const std::string& where, double seconds_per_run, double rate_guess,
                 const std::vector<std::size_t>& ns, int reps, double target, bool target_needs_batch) {
-  fiber::RemoteManager<es::env_batch<Env>, Backend> manager{{.processes = cores}};
+  fiber::RemoteManager<es::env_batch<Env>, Backend> manager{{.processes = cores, .threads = 1}};
   asio::thread_pool pool(cores);
   for (auto n : ns) {
     std::vector<std::size_t> ks{1};
@@ -112,11 +112,14 @@ int main(int argc, char** argv) {
   auto a = bench::parse_common(argc, argv);
   const double seconds = std::stod(bench::opt(a, "--seconds").value_or(a.smoke ? "0.05" : "1.0"));
   bench::header("bench_envs: MuJoCo environments in 2 processes vs an in-process pool of 2 threads");
-  const std::vector<std::size_t> ns = a.smoke ? std::vector<std::size_t>{2, 4}
-                                              : std::vector<std::size_t>{2, 8, 32, 128};
-  model_rows<es::humanoid>("humanoid", "", seconds, 6000, ns, a.reps, 0.9, false);
-  model_rows<es::arm_reach>("arm", "", seconds, 150000, ns, a.reps, 0.8, true);
-  if (auto why = bench::netns::rig_missing(2); why.empty()) {
+  std::vector<std::size_t> ns = a.smoke ? std::vector<std::size_t>{2, 4} : std::vector<std::size_t>{2, 8, 32, 128};
+  if (auto n = bench::opt(a, "--n")) ns = {std::size_t(std::stoul(*n))}; // one N only
+  const auto model = bench::opt(a, "--model").value_or("all");
+  if (model == "all" || model == "humanoid")
+    model_rows<es::humanoid>("humanoid", "", seconds, 6000, ns, a.reps, 0.9, false);
+  if (model == "all" || model == "arm") model_rows<es::arm_reach>("arm", "", seconds, 150000, ns, a.reps, 0.8, true);
+  if (model != "all" && model != "hosts") {
+  } else if (auto why = bench::netns::rig_missing(2); why.empty()) {
     bench::netns::place_on({1, 2});
     const std::vector<std::size_t> hn = a.smoke ? std::vector<std::size_t>{4} : std::vector<std::size_t>{8, 32};
     model_rows<es::humanoid, bench::netns::hosts_tcp>("humanoid", " across hosts", seconds, 6000, hn, a.reps, 0.8,

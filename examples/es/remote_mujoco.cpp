@@ -39,7 +39,9 @@ int compare(const options& o, const char* name) {
   for (int u = 0; u < units; ++u) local.emplace_back(pool, std::make_shared<unit>(o.batch));
   auto l = run<Env>(local, o);
 
-  fiber::RemoteManager<unit> manager{{.processes = o.processes}};
+  // One thread a process, as the in-process pool has one a core: the
+  // environments of a process step one after another, not all at once.
+  fiber::RemoteManager<unit> manager{{.processes = o.processes, .threads = 1}};
   std::vector<fiber::Remote<unit>> remote;
   for (int u = 0; u < units; ++u) remote.push_back(manager.make(o.batch));
   auto r = run<Env>(remote, o);

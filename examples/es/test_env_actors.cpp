@@ -26,7 +26,7 @@ void same_trajectories(std::size_t k) {
   asio::thread_pool pool(2);
   std::vector<es::pooled<unit>> local;
   for (int u = 0; u < 4; ++u) local.emplace_back(pool, std::make_shared<unit>(int(k)));
-  fiber::RemoteManager<unit> manager{{.processes = 2}};
+  fiber::RemoteManager<unit> manager{{.processes = 2, .threads = 1}}; // two units a process, one at a time
   std::vector<fiber::Remote<unit>> remote;
   for (int u = 0; u < 4; ++u) remote.push_back(manager.make(int(k)));
   const auto reference = stepped<Env>(local, k, false, pi);
