@@ -70,6 +70,7 @@ struct Recorder {
     meet_cv.notify_all();
     return meet_cv.wait_for(lk, std::chrono::duration<double>(s), [&] { return arrived >= n; });
   }
+  bool on_main_thread() const { return ::gettid() == ::getpid(); }
   // Writes one byte into the FIFO at `path` (the test reads it).
   void touch(std::string path) {
     if (auto* f = std::fopen(path.c_str(), "w")) std::fputc('x', f), std::fclose(f);
@@ -83,7 +84,8 @@ struct Recorder {
   std::string name_;
   std::vector<int> seen_;
 };
-BOOST_DESCRIBE_STRUCT(Recorder, (), (push, seen, name, pid, slow, fail, alive_now, reset, policy, meet, touch))
+BOOST_DESCRIBE_STRUCT(Recorder, (),
+                      (push, seen, name, pid, slow, fail, alive_now, reset, policy, meet, touch, on_main_thread))
 
 /// Throws from its constructor when asked to.
 struct Fragile {
@@ -214,6 +216,9 @@ TEST_CASE("manager_options::threads: at most that many of a process's objects ru
     auto second = b.call_async<&Recorder::meet>(2, 30.0);
     CHECK_FALSE(first.get());
     CHECK(second.get());
+    // The process's main thread reads the calls and runs them itself.
+    CHECK(a.call<&Recorder::on_main_thread>());
+    CHECK(b.call<&Recorder::on_main_thread>());
   }
   SECTION("threads = 0 (the default): both run at once") {
     fiber::RemoteManager<Recorder> m{{.processes = 1}};
@@ -223,6 +228,7 @@ TEST_CASE("manager_options::threads: at most that many of a process's objects ru
     auto second = b.call_async<&Recorder::meet>(2, 30.0);
     CHECK(first.get());
     CHECK(second.get());
+    CHECK_FALSE(a.call<&Recorder::on_main_thread>()); // on the actors' threads
   }
 }
 

@@ -56,7 +56,7 @@ TEST_CASE("remote and in-process, sync and async: the same trajectories (arm, ba
 TEST_CASE("a SIGKILLed environment process fails exactly its handles; new environments carry on", "[envs]") {
   using unit = es::env_batch<es::humanoid>;
   const auto pi = es::linear_policy::for_env<es::humanoid>(3);
-  fiber::RemoteManager<unit> manager{{.processes = 2}};
+  fiber::RemoteManager<unit> manager{{.processes = 2, .threads = 1}}; // as the example and the bench make them
   std::vector<fiber::Remote<unit>> units;
   std::vector<std::vector<float>> obs;
   for (int u = 0; u < 4; ++u) {

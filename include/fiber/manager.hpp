@@ -94,7 +94,8 @@ struct manager_options {
   /// or destructor) at once; the others' calls wait, in arrival order. 0
   /// (the default): no limit, so objects never wait for each other. For
   /// objects that compute (simulators), the cores a process has: one
-  /// thread a core, as EnvPool runs its environments.
+  /// thread a core, as EnvPool runs its environments. With 1, the
+  /// process's main thread reads the calls and runs them itself.
   unsigned threads = 0;
   fiber::resources resources{}; ///< per process, asked of the backend
   std::string name{};           ///< prefix of process names; default "manager-N"

@@ -3,7 +3,8 @@
 /// @file detail/object_host.hpp
 /// The objects of one manager process: `frame_kind::object` frames from the
 /// master construct, call and destroy them on their actors, and each call is
-/// answered with an `object_reply`.
+/// answered with an `object_reply`. Capped at one thread, the process runs
+/// them on its main thread, which reads the link itself.
 
 #include <fiber/detail/actor.hpp>
 #include <fiber/detail/frame_limit.hpp>
@@ -35,6 +36,10 @@ namespace fiber::detail {
 /// The objects of one manager process. Frames arrive on the runtime thread
 /// (the object table is touched there only); constructors, methods and
 /// destructors run on the object's actor, never on the runtime thread.
+/// Serial (manager_options::threads = 1): frames are handled, and
+/// constructors, methods and destructors run, on the worker's main thread
+/// (the table is touched there only), as it reads them: no wake of another
+/// thread between a call's arrival and its method.
 class object_host {
 public:
   static object_host& instance() {
@@ -51,10 +56,16 @@ public:
     case object_op::call: return call(std::move(msg));
     case object_op::destroy: return destroy(msg.object_id);
     case object_op::quit: return quit();
-    case object_op::threads: return actor_pool::instance().limit(std::size_t(msg.fn_id));
+    case object_op::threads:
+      if (msg.fn_id == 1) serial_ = true; // before any object: every later frame goes to the main thread
+      else actor_pool::instance().limit(std::size_t(msg.fn_id));
+      return;
     default: log(log_level::warning, "object host: unknown operation ", int(msg.op));
     }
   }
+
+  /// Serial: runs on the worker's main thread (as it reads the frames).
+  bool serial() const noexcept { return serial_; }
 
 private:
   struct hosted {
@@ -112,18 +123,26 @@ private:
     }
   }
 
+  // Runs `f` on h's actor, or now when serial (on the main thread).
+  void run(const std::shared_ptr<hosted>& h, std::function<void()> f) {
+    if (serial_) return f();
+    h->act->post(std::move(f));
+  }
+
   void post_make(const std::shared_ptr<hosted>& h, const ctor_entry& e, object_msg msg) {
-    h->act->post([this, h, e, link = link_, msg = std::move(msg)] {
+    run(h, [this, h, e, link = link_, msg = std::move(msg)] {
       try {
         reader in(msg.args);
         h->obj = e.construct(in);
         reply(link, msg.call_id, wire_status::ok, {});
       } catch (...) {
         reply(link, msg.call_id, wire_status::remote_error, current_exception_payload());
-        // The master forgets the object; so do we.
-        asio::post(runtime::instance().executor(), [this, id = msg.object_id, h] {
+        // The master forgets the object; so do we (where the table is touched).
+        auto forget = [this, id = msg.object_id, h] {
           if (auto it = objects_.find(id); it != objects_.end() && it->second == h) objects_.erase(it);
-        });
+        };
+        if (serial_) forget();
+        else asio::post(runtime::instance().executor(), forget);
         release();
       }
     });
@@ -150,7 +169,7 @@ private:
   }
 
   void post_call(const std::shared_ptr<hosted>& h, const method_entry& m, object_msg msg) {
-    h->act->post([h, m, link = link_, msg = std::move(msg)] {
+    run(h, [h, m, link = link_, msg = std::move(msg)] {
       if (!h->obj)
         return reply(link, msg.call_id, wire_status::error, failure_payload("fiber::Remote: the object was destroyed"));
       writer out;
@@ -169,7 +188,7 @@ private:
     if (it == objects_.end()) return;
     auto h = std::move(it->second);
     objects_.erase(it);
-    h->act->post([this, h] {
+    run(h, [this, h] {
       bool had = h->obj != nullptr;
       h->obj.reset(); // T's destructor, on the actor
       if (had) release();
@@ -183,7 +202,7 @@ private:
     auto objs = std::move(objects_);
     objects_.clear();
     for (auto& kv : objs)
-      kv.second->act->post([this, h = kv.second] {
+      run(kv.second, [this, h = kv.second] {
         bool had = h->obj != nullptr;
         h->obj.reset();
         if (had) release();
@@ -203,13 +222,33 @@ private:
   std::unordered_map<std::uint64_t, std::shared_ptr<hosted>> objects_; // runtime thread
   std::atomic<std::size_t> live_{0}; // objects constructed or being constructed, not yet destroyed
   std::atomic<bool> quitting_{false}, exiting_{false};
+  std::atomic<bool> serial_{false}; // set once, by the first frame
 };
 
+// The runtime thread read the frame: handled there, or, serial, on the main thread.
 inline void object_frame(const std::shared_ptr<peer_link>& master, std::span<const std::byte> body) {
-  object_host::instance().on_frame(master, body);
+  auto& host = object_host::instance();
+  if (!host.serial()) return host.on_frame(master, body);
+  worker_main::instance().post([weak = std::weak_ptr<peer_link>(master),
+                                bytes = std::vector<std::byte>(body.begin(), body.end())] {
+    if (auto l = weak.lock()) object_host::instance().on_frame(l, bytes);
+  });
+}
+
+// The main thread read the frame: handled there when serial, or when it is
+// the frame that makes the process serial (the relay's first).
+inline bool object_frame_inline(const std::shared_ptr<peer_link>& master, std::span<const std::byte> body) {
+  auto& host = object_host::instance();
+  if (!host.serial()) {
+    auto msg = deserialize<object_msg>(body);
+    if (msg.op != object_op::threads || msg.fn_id != 1) return false;
+  }
+  host.on_frame(master, body);
+  return true;
 }
 
 /// Every binary that includes this header can be a manager process.
-inline const bool object_host_registered = add_worker_extension(frame_kind::object, &object_frame);
+inline const bool object_host_registered = add_worker_extension(frame_kind::object,
+                                                                {&object_frame, &object_frame_inline});
 
 } // namespace fiber::detail

@@ -73,9 +73,15 @@ inline void (*&children_exit_hook())() {
 }
 
 /// Handlers for frame kinds the core worker loop does not know (remote
-/// objects). Called on the runtime thread with the master link; register at
-/// static-initialization time (before fiber::init runs the worker).
-using worker_extension = void (*)(const std::shared_ptr<peer_link>& master, std::span<const std::byte> body);
+/// objects), with the master link; register at static-initialization time
+/// (before fiber::init runs the worker). `on_runtime`: the frame, on the
+/// runtime thread. `on_main` (optional): the frame as the worker's main
+/// thread read it (see worker_main); true if it dealt with it there, false
+/// to hand it to `on_runtime` (the runtime thread then reads the link).
+struct worker_extension {
+  void (*on_runtime)(const std::shared_ptr<peer_link>& master, std::span<const std::byte> body) = nullptr;
+  bool (*on_main)(const std::shared_ptr<peer_link>& master, std::span<const std::byte> body) = nullptr;
+};
 inline std::unordered_map<std::uint8_t, worker_extension>& worker_extensions() {
   static std::unordered_map<std::uint8_t, worker_extension> m;
   return m;
@@ -228,7 +234,8 @@ inline void run_tasks(const std::weak_ptr<peer_link>& weak, const direct_writer&
 /// from nng's poller directly (no hops through nng's callback thread and
 /// the runtime thread), and tasks the master sent ahead are read without
 /// waking any thread. Frames for others (remote objects) go to the runtime
-/// thread. While a task runs, the runtime thread's heartbeat tick takes the
+/// thread, unless their handler takes them here (worker_extension::on_main:
+/// a manager process capped at one thread). While a task runs, the runtime thread's heartbeat tick takes the
 /// read side back (so heartbeats and other frames are read); the main
 /// thread asks for it again once the task is done.
 class worker_main {
@@ -300,6 +307,9 @@ public:
     default: break;
     }
     if (reader) {
+      if (auto it = worker_extensions().find(std::uint8_t(k)); it != worker_extensions().end() && it->second.on_main)
+        if (auto l = link_.lock(); l && it->second.on_main(l, body))
+          return buffer_cache::instance().give(std::move(raw));
       if (auto l = link_.lock()) l->deliver(std::move(raw)); // to the runtime thread
       if (worker_extensions().contains(std::uint8_t(k))) {
         // A manager process: its frames are the runtime thread's, which keeps
@@ -309,9 +319,12 @@ public:
         reader->give_back();
       }
     } else if (auto it = worker_extensions().find(std::uint8_t(k)); it != worker_extensions().end()) {
-      if (auto l = link_.lock()) it->second(l, body);
+      if (auto l = link_.lock()) it->second.on_runtime(l, body);
     }
   }
+
+  /// Any thread: `f` runs on the main thread, after the work queued before it.
+  void post(std::function<void()> f) { loop_.push(std::move(f)); }
 
   [[noreturn]] void run() {
     for (;;) {
