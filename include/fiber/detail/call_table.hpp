@@ -143,16 +143,8 @@ public:
       auto it = routes_.find(msg.object_id);
       if (it == routes_.end()) return false;
       rt = it->second;
-      // Answered as the relay answers its own process (service_host::request):
-      // later, on the runtime thread, not inside the reply's or the loss's handling.
-      calls_.emplace(msg.call_id,
-                     call{[ex = ex_, done = std::move(done)](wire_status st, std::vector<std::byte> p) mutable {
-                            asio::post(ex, [st, p = std::move(p), done = std::move(done)]() mutable {
-                              if (st == wire_status::ok) done(nullptr, std::move(p));
-                              else done(failure_of(st, p), {});
-                            });
-                          },
-                          rt.proc});
+      // Answered as the relay answers its own process (service_host::request).
+      calls_.emplace(msg.call_id, call{answer_later(ex_, std::move(done)), rt.proc});
       ++direct_sent_[rt.proc];
       first = queued_ == 0;
     }

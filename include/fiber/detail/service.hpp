@@ -6,6 +6,9 @@
 
 #include <fiber/detail/wire_status.hpp>
 
+#include <asio/any_io_executor.hpp>
+#include <asio/post.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -49,5 +52,16 @@ struct service_ref {
 
 /// Completion of a request: exception (remote_error, worker_lost, ...) or payload.
 using request_done = std::function<void(std::exception_ptr, std::vector<std::byte>)>;
+
+/// The answer to a request made in this process: `done` runs later on
+/// `ex` (never inside the service's handling), with the failure as an exception.
+inline reply_fn answer_later(asio::any_io_executor ex, request_done done) {
+  return [ex = std::move(ex), done = std::move(done)](wire_status st, std::vector<std::byte> p) mutable {
+    asio::post(ex, [st, p = std::move(p), done = std::move(done)]() mutable {
+      if (st == wire_status::ok) done(nullptr, std::move(p));
+      else done(failure_of(st, p), {});
+    });
+  };
+}
 
 } // namespace fiber::detail

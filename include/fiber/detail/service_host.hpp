@@ -111,13 +111,7 @@ public:
   /// A request from this process itself: `done` is posted, as a reply over
   /// a link would be, with the payload or the failure the reply carries.
   void request(std::uint64_t service_id, std::uint32_t op, std::vector<std::byte> payload, request_done done) {
-    dispatch(0, request_msg{0, service_id, op, std::move(payload)},
-             [ex = ex_, done = std::move(done)](wire_status st, std::vector<std::byte> p) mutable {
-               asio::post(ex, [st, p = std::move(p), done = std::move(done)]() mutable {
-                 if (st == wire_status::ok) done(nullptr, std::move(p));
-                 else done(failure_of(st, p), {});
-               });
-             });
+    dispatch(0, request_msg{0, service_id, op, std::move(payload)}, answer_later(ex_, std::move(done)));
   }
 
   /// Closes every client link served (at stop: their reads would otherwise
