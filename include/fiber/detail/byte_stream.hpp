@@ -71,6 +71,9 @@ public:
   virtual std::string peer_address() const = 0;
   /// Whether the peer is a local process on an ipc:// (Unix domain) socket.
   virtual bool is_ipc() const = 0;
+  /// The read side is lent to a thread that reads with read_some (true), or
+  /// back (false). A stream may then stop watching for readable bytes.
+  virtual void reads_lent(bool) {}
 };
 
 using byte_stream_ptr = std::unique_ptr<byte_stream>;

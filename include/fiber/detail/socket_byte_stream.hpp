@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <memory>
 #include <cerrno>
 #include <optional>
 #include <utility>
@@ -38,28 +39,66 @@ public:
   static constexpr std::size_t max_iov = 8;
 
   socket_byte_stream(asio::any_io_executor ex, socket_type s)
-      : ex_(std::move(ex)), sock_(std::move(s)), fd_(sock_->native_handle()) {}
+      : ex_(std::move(ex)), sock_(std::move(s)), fd_(sock_->native_handle()), protocol_(protocol_of(fd_)) {}
   ~socket_byte_stream() override {
-    if (!sock_ && fd_ >= 0) ::close(fd_); // released by stop()
+    ops_->stopped = true;
+    if ((!sock_ || parked_) && fd_ >= 0) ::close(fd_); // released by stop(), or out of the reactor
   }
 
 private:
   // Completes on the executor; cancelled through `sig`.
   auto bind(asio::cancellation_signal& sig, io_done done) {
+    ++ops_->pending;
     return asio::bind_cancellation_slot(
         sig.slot(),
-        asio::bind_executor(ex_, [d = std::move(done)](std::error_code ec, std::size_t n) mutable { d(ec, n); }));
+        asio::bind_executor(ex_, [this, ops = ops_, d = std::move(done)](std::error_code ec, std::size_t n) mutable {
+          --ops->pending;
+          if (!ops->stopped) park_if_idle(); // else this stream may be gone
+          d(ec, n);
+        }));
+  }
+
+  static asio::generic::stream_protocol protocol_of(int fd) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+    return {ss.ss_family, 0};
+  }
+
+  // While the read side is lent and nothing of the executor's is pending,
+  // the socket is out of the reactor: Asio watches a socket for input as
+  // long as it is registered, and would wake the executor's thread for
+  // every frame the borrower reads.
+  void park_if_idle() {
+    if (!lent_ || parked_ || ops_->pending || !sock_) return;
+    std::error_code ec;
+    sock_->release(ec); // nothing pending: nothing cancelled
+    parked_ = !ec;
+  }
+  std::error_code unpark() {
+    if (!parked_) return {};
+    std::error_code ec;
+    sock_->assign(protocol_, fd_, ec);
+    if (!ec) parked_ = false;
+    return ec;
   }
 
 public:
   void async_write_some(std::span<const nng_iov> iov, io_done done) override {
     if (!sock_) return fail(std::move(done));
+    if (auto ec = unpark()) return fail(std::move(done), ec);
     const std::size_t k = buffers(iov, wbufs_); // Asio keeps the span, not the buffers: they are members
     sock_->async_write_some(std::span<const asio::const_buffer>(wbufs_.data(), k), bind(wsig_, std::move(done)));
   }
   void async_read_some(nng_iov iov, io_done done) override {
     if (!sock_) return fail(std::move(done));
+    lent_ = false; // the executor reads: the read side is home
+    if (auto ec = unpark()) return fail(std::move(done), ec);
     sock_->async_read_some(asio::buffer(iov.iov_buf, iov.iov_len), bind(rsig_, std::move(done)));
+  }
+  void reads_lent(bool lent) override {
+    lent_ = lent;
+    park_if_idle();
   }
   void cancel_read() override { rsig_.emit(asio::cancellation_type::total); }
   void cancel_write() override { wsig_.emit(asio::cancellation_type::total); }
@@ -84,10 +123,12 @@ public:
 
   void close() noexcept override { ::shutdown(fd_, SHUT_RDWR); }
   void stop() noexcept override {
+    ops_->stopped = true;
     if (!sock_) return;
     std::error_code ec;
-    sock_->release(ec); // pending operations complete with operation_aborted
-    sock_.reset();      // no Asio object outlives this call: the io_context may go
+    if (!parked_) sock_->release(ec); // pending operations complete with operation_aborted
+    parked_ = false;
+    sock_.reset(); // no Asio object outlives this call: the io_context may go
   }
   std::string peer_address() const override { return socket_peer_address(fd_); }
   bool is_ipc() const override {
@@ -104,8 +145,8 @@ private:
     return k;
   }
 
-  void fail(io_done done) {
-    asio::post(ex_, [d = std::move(done)]() mutable { d(asio::error::bad_descriptor, 0); });
+  void fail(io_done done, std::error_code ec = asio::error::bad_descriptor) {
+    asio::post(ex_, [d = std::move(done), ec]() mutable { d(ec, 0); });
   }
 
   // sendmsg(2) without SIGPIPE; `block`: poll until there is room.
@@ -144,6 +185,13 @@ private:
   asio::any_io_executor ex_;
   std::optional<socket_type> sock_; // until stop()
   int fd_;
+  asio::generic::stream_protocol protocol_;
+  struct ops_state {
+    std::size_t pending = 0; // asynchronous operations in flight
+    bool stopped = false;    // their completions no longer touch this stream
+  };
+  std::shared_ptr<ops_state> ops_ = std::make_shared<ops_state>();
+  bool lent_ = false, parked_ = false; // parked: out of the reactor (park_if_idle)
   asio::cancellation_signal rsig_, wsig_;
   std::array<asio::const_buffer, max_iov> wbufs_; // the write in flight
 };

@@ -517,6 +517,7 @@ public:
       std::lock_guard lk(lend_mu_);
       lend_state_ = lend_state::lent_idle;
     }
+    s_->reads_lent(true);
     granted();
   }
 
@@ -569,6 +570,7 @@ public:
     }
     asio::post(ex_, [self = shared_from_this(), ec] {
       self->lent_ = false;
+      self->s_->reads_lent(false);
       if (ec) self->shutdown(ec, via::dispatch);
       else self->pump_recv(via::dispatch);
     });
@@ -584,6 +586,7 @@ public:
       lend_state_ = lend_state::home;
     }
     lent_ = false;
+    s_->reads_lent(false);
     pump_recv(via::dispatch);
     return true;
   }
