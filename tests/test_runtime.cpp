@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <dirent.h>
+#include <fcntl.h>
 #include <future>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -57,6 +58,47 @@ policy_count count_policies() {
 void report_policies() {
   auto c = count_policies();
   std::exit(10 * (::sched_getscheduler(0) == SCHED_OTHER) + std::min(c.batch, 9));
+}
+
+// In a worker: {its pid, the number of the link it inherited (-1: none),
+// that descriptor's flags}.
+std::vector<int> inherited_link(int) {
+  const auto& v = fiber::detail::worker_environment().link_fd;
+  const int fd = v.empty() ? -1 : std::atoi(v.c_str());
+  return {int(::getpid()), fd, fd < 0 ? -1 : ::fcntl(fd, F_GETFD)};
+}
+
+std::string fd_target(const std::string& path) {
+  char buf[256];
+  const auto n = ::readlink(path.c_str(), buf, sizeof buf);
+  return n > 0 ? std::string(buf, std::size_t(n)) : std::string();
+}
+
+// Whether this process holds a descriptor of the open file `target` ("socket:[N]").
+bool holds(const std::string& target) {
+  bool found = false;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (auto* e = ::readdir(d))
+      if (e->d_name[0] != '.') found |= fd_target(std::string("/proc/self/fd/") + e->d_name) == target;
+    ::closedir(d);
+  }
+  return found;
+}
+
+// Voluntary context switches of process `pid`'s threads other than its main one.
+long other_threads_switches(std::int64_t pid) {
+  long sum = 0;
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  if (DIR* d = ::opendir(task.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      if (e->d_name[0] == '.' || std::atoll(e->d_name) == pid) continue;
+      std::ifstream st(task + "/" + e->d_name + "/status");
+      for (std::string line; std::getline(st, line);)
+        if (line.starts_with("voluntary_ctxt_switches:")) sum += std::atol(line.c_str() + 24);
+    }
+    ::closedir(d);
+  }
+  return sum;
 }
 
 } // namespace
@@ -184,6 +226,37 @@ TEST_CASE("helpers: cpu_count, current_process", "[helpers]") {
   CHECK(me.name == "master");
   CHECK_FALSE(me.is_worker);
   CHECK(me.pid == ::getpid());
+}
+
+TEST_CASE("runtime: a local worker's link is a socketpair made at launch; neither end leaks", "[runtime][link]") {
+  auto& rt = fiber::detail::runtime::instance();
+  const auto adopted = rt.adopted_links_.load();
+  fiber::Pool pool{fiber::target<&inherited_link>, {.processes = 2}};
+  // Both spoke on it: no dial (a Pool starts its second worker meanwhile).
+  REQUIRE(fiber_test::eventually([&] { return rt.adopted_links_ - adopted == 2; }));
+  CHECK(rt.adopted_links_ - adopted == 2);
+  for (const auto& w : pool.map(std::vector<int>(8, 0))) {
+    REQUIRE(w.size() == 3);
+    REQUIRE(w[1] >= 3);         // it was given one
+    CHECK((w[2] & FD_CLOEXEC)); // and nothing it starts inherits it
+    // The master closed its copy of the worker's end once the job started
+    // (else the worker's death would not close the link).
+    const auto end = fd_target("/proc/" + std::to_string(w[0]) + "/fd/" + std::to_string(w[1]));
+    REQUIRE(end.starts_with("socket:["));
+    CHECK_FALSE(holds(end));
+  }
+}
+
+TEST_CASE("runtime: frames a worker's main thread reads do not wake its runtime thread", "[runtime][link]") {
+  fiber::Pool pool{fiber::target<&ident>, {.processes = 1}};
+  CHECK(pool.apply(1) == 1); // its main thread has the read side from now on
+  const auto pids = pool.worker_pids();
+  REQUIRE(pids.size() == 1);
+  constexpr int tasks = 400;
+  const long before = other_threads_switches(pids[0]);
+  for (int i = 0; i < tasks; ++i) REQUIRE(pool.apply(i) == i);
+  // Heartbeats still wake it, a few times a second: not once a task.
+  CHECK(other_threads_switches(pids[0]) - before < tasks / 4);
 }
 
 TEST_CASE("a worker whose master is SIGKILLed exits within 5 seconds", "[runtime][lifetime]") {

@@ -42,6 +42,11 @@ struct job_spec {
   fiber::resources resources;                           ///< what to ask the cluster manager for
   std::optional<std::string> stdout_path;               ///< nullopt: the master's stdout
   std::optional<std::string> stderr_path;               ///< nullopt: the master's stderr
+  /// A descriptor the job inherits under the same number: its link to the
+  /// master, one end of a socketpair. Set only for launchers whose traits
+  /// say `inherits_link`. The master's copy closes with the last copy of
+  /// the spec, after launch(). Null: none.
+  std::shared_ptr<const int> link_fd = nullptr;
 };
 
 /// How a job ended; exitcode() turns it into multiprocessing's exit code.
@@ -89,6 +94,10 @@ struct launcher_traits {
   /// job, besides the job's link: the local backend's pidfd, an srun's. The
   /// master checks RLIMIT_NOFILE against them before jobs start.
   std::size_t fds_per_job = 1;
+  /// Jobs inherit job_spec::link_fd (posix_spawn on this machine): a local
+  /// worker's link to the master is then a socketpair made at launch, with
+  /// no dial and no accept at the master's listener.
+  bool inherits_link = false;
 };
 
 /// A certificate and its private key, PEM.

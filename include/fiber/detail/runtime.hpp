@@ -21,6 +21,7 @@
 #include <fiber/detail/run_identity.hpp>
 #include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/host_name.hpp>
+#include <fiber/detail/inherited_link.hpp>
 #include <fiber/detail/liveness.hpp>
 #include <fiber/detail/pending_count.hpp>
 #include <fiber/detail/peer_fate.hpp>
@@ -34,6 +35,7 @@
 #include <fiber/detail/service_host.hpp>
 #include <fiber/detail/stats_sources.hpp>
 #include <fiber/detail/transport.hpp>
+#include <fiber/detail/worker_nonces.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
 #include <fiber/target.hpp>
@@ -325,16 +327,12 @@ public:
   std::size_t expected_workers() const noexcept { return expected_.size(); }
   void forget_worker(std::uint64_t id) {
     expected_.erase(id);
-    worker_nonces_.erase(id);
+    worker_nonces_.forget(id);
   }
 
   /// A one-time nonce for local worker `id`'s proof (hex), so that it need
-  /// not wait for the challenge (see verify_client). Runtime thread.
-  std::string issue_worker_nonce(std::uint64_t id) {
-    auto n = random_nonce();
-    worker_nonces_[id] = n;
-    return to_hex(n);
-  }
+  /// not wait for the challenge (worker_nonces.hpp). Runtime thread.
+  std::string issue_worker_nonce(std::uint64_t id) { return worker_nonces_.issue(id); }
 
   /// One launcher per backend policy per process, made from launch_context();
   /// a certificate it made becomes the one TLS listeners serve with. Runtime thread.
@@ -534,36 +532,41 @@ private:
                       "): no answer to the dial or the handshake; is that process stopped or hung?"));
       dial_failed(j, std::move(e), dials_patiently(j->r));
     });
-    async_connect(
-        executor(), j->url, transport(),
-        asio::bind_cancellation_slot(a->cancel.slot(), [this, a, j](std::error_code ec, stream s) {
-          if (a->over) return;
-          if (ec) {
-            a->over = true;
-            a->timer.cancel();
-            // connect.hpp reports errno values (std::errc conditions), not Asio's enums.
-            const bool busy = ec == std::errc::resource_unavailable_try_again; // a Unix socket's full backlog
-            // A Unix socket that refuses or is gone has no listener: its process ended.
-            const bool gone = (j->url.starts_with("ipc://") || j->url.starts_with("abstract://")) &&
-                              (ec == std::errc::connection_refused || ec == std::errc::no_such_file_or_directory);
-            auto e = std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url + ": " + ec.message()));
-            return dial_failed(j, std::move(e), busy || (dials_patiently(j->r) && !gone));
-          }
-          std::optional<nonce_t> issued;
-          if (j->r == role::worker && j->url == master_url_) issued = id_.take_own_nonce(); // the first link only
-          a->s = std::make_shared<stream>(std::move(s));
-          client_handshake(a->s, id_.handshake(), j->r, j->worker_id, transport().max_message_size, issued,
-                           [this, a, j](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
-                             if (a->over) return;
-                             a->over = true;
-                             a->timer.cancel();
-                             if (e && is_tls_url(j->url)) e = name_tls_failure(std::move(e), j->url, transport());
-                             if (e) // closed before authentication: a worker retries, a client if unchallenged
-                               return dial_failed(j, e, worth_dialling_again(j->r, e));
-                             j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}),
-                                     std::move(cfg));
-                           });
-        }));
+    auto connected = [this, a, j](std::error_code ec, stream s) {
+      if (a->over) return;
+      if (ec) {
+        a->over = true;
+        a->timer.cancel();
+        // connect.hpp reports errno values (std::errc conditions), not Asio's enums.
+        const bool busy = ec == std::errc::resource_unavailable_try_again; // a Unix socket's full backlog
+        // A Unix socket that refuses or is gone has no listener: its process ended.
+        const bool gone = (j->url.starts_with("ipc://") || j->url.starts_with("abstract://")) &&
+                          (ec == std::errc::connection_refused || ec == std::errc::no_such_file_or_directory);
+        auto e = std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url + ": " + ec.message()));
+        return dial_failed(j, std::move(e), busy || (dials_patiently(j->r) && !gone));
+      }
+      std::optional<nonce_t> issued;
+      if (j->r == role::worker && j->url == master_url_) issued = id_.take_own_nonce(); // the first link only
+      a->s = std::make_shared<stream>(std::move(s));
+      client_handshake(a->s, id_.handshake(), j->r, j->worker_id, transport().max_message_size, issued,
+                       [this, a, j](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
+                         if (a->over) return;
+                         a->over = true;
+                         a->timer.cancel();
+                         if (e && is_tls_url(j->url)) e = name_tls_failure(std::move(e), j->url, transport());
+                         if (e) // closed before authentication: a worker retries, a client if unchallenged
+                           return dial_failed(j, e, worth_dialling_again(j->r, e));
+                         j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}), std::move(cfg));
+                       });
+    };
+    // A local worker's first link to its master was made at launch.
+    if (const int fd = j->r == role::worker && j->url == master_url_ ? take_inherited_link() : -1; fd >= 0)
+      return asio::post(executor(), [this, connected, fd]() mutable {
+        auto ex = executor();
+        connected({}, stream(ex, std::make_unique<socket_byte_stream>(ex, adopt_socket(ex, fd)), transport()));
+      });
+    async_connect(executor(), j->url, transport(),
+                  asio::bind_cancellation_slot(a->cancel.slot(), std::move(connected)));
   }
 
   // Reports `e`, or dials again after a pause if it is `transient` and the
@@ -595,6 +598,22 @@ private:
     });
   }
 
+public:
+  /// Serves the master's end `fd` of a worker's inherited link
+  /// (inherited_link.hpp) as an accepted connection. The handshake starts
+  /// when the worker first writes: its start-up is bounded by
+  /// start_timeout_s, not by the handshake's silence limit. Takes `fd`.
+  /// Runtime thread.
+  void adopt_link(int fd) {
+    when_link_speaks(executor(), fd, [this](socket_byte_stream::socket_type s) {
+      ++adopted_links_;
+      auto ex = executor();
+      server_handshake(
+          std::make_shared<stream>(ex, std::make_unique<socket_byte_stream>(ex, std::move(s)), transport()), {});
+    });
+  }
+
+private:
   void accept(const std::shared_ptr<listener>& l, worker_route route = {}) {
     start_accept_loop(l, [this, route = std::move(route)](stream s) {
       if (pending_handshakes_ >= max_pending_handshakes) {
@@ -618,7 +637,7 @@ private:
     server_handshake_hooks hooks;
     hooks.dropped = [this] { ++refused_peers_; };
     hooks.verify = [this](const auth_msg& a, const nonce_t& challenge, const channel_binding& tls) {
-      return verify_client(a, challenge, tls);
+      return worker_nonces_.verify(id_.secret(), a, challenge, tls);
     };
     hooks.mismatched = [this, relayed = bool(route)](const peer_identity& peer, const std::string& reason) {
       if (relayed) return; // not one of this process's workers
@@ -658,19 +677,6 @@ private:
     h(std::move(l));
   }
 
-  /// The client's proof covers this connection's challenge or, for a local
-  /// worker, the one-time nonce issued to it at spawn (worker_spec). Either
-  /// nonce is fresh and drawn by this process; the issued one is spent once
-  /// the worker authenticates and dropped when it is forgotten, so a recorded
-  /// proof cannot be replayed. Runtime thread.
-  bool verify_client(const auth_msg& a, const nonce_t& challenge, const channel_binding& tls) {
-    auto it = role(a.role) == role::worker ? worker_nonces_.find(a.worker_id) : worker_nonces_.end();
-    const bool ok = (it != worker_nonces_.end() && mac_equal(a.mac, client_proof(id_.secret(), it->second, a, tls))) ||
-                    mac_equal(a.mac, client_proof(id_.secret(), challenge, a, tls));
-    if (ok && it != worker_nonces_.end()) worker_nonces_.erase(it);
-    return ok;
-  }
-
   asio::io_context ctx_{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::thread thread_;
@@ -685,7 +691,7 @@ private:
   std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
-  std::unordered_map<std::uint64_t, nonce_t> worker_nonces_; // issued to local workers (verify_client)
+  worker_nonces worker_nonces_; // issued to local workers (worker_spec)
   std::atomic<std::uint64_t> next_worker_id_{1};
   std::atomic<std::size_t> pending_handshakes_{0};
   service_host host_;     // this process's services, and the client links they serve
@@ -698,6 +704,7 @@ private:
 public:
   std::atomic<std::uint64_t> refused_peers_{0};
   std::atomic<std::uint64_t> relayed_workers_{0}; // workers that joined through a relay
+  std::atomic<std::uint64_t> adopted_links_{0};   // workers that spoke on an inherited link (adopt_link)
 };
 
 } // namespace fiber::detail

@@ -80,7 +80,8 @@ public:
 
   /// Before `workers` more workers start: makes sure the file descriptors
   /// they and the workers of this process not connected yet need may be
-  /// opened (see reserve_fds: a link each, the launcher's fds_per_job, and
+  /// opened (see reserve_fds: a link each, the launcher's fds_per_job, the
+  /// job's end of an inherited link while it starts, and
   /// the connections still in their handshake, at most
   /// max_pending_handshakes), and, when they are this process's children,
   /// that the kernel lets their threads exist (see reserve_threads). Throws
@@ -90,7 +91,7 @@ public:
                             (workers == 1 ? std::string() : ", " + std::to_string(workers) + " " + workers_noun_) + ")";
     const auto traits = launcher_->traits();
     if (traits.dies_with_master) detail::reserve_threads(workers, who);
-    const auto per_worker = 1 + traits.fds_per_job;
+    const auto per_worker = 1 + traits.fds_per_job + traits.inherits_link; // the job's end, until launch() returns
     detail::reserve_fds((workers + host_.expected_workers()) * per_worker + max_pending_handshakes, who);
   }
 

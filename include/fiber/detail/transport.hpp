@@ -5,7 +5,9 @@
 /// streams (`ipc://`, `tcp://`, `tls+tcp://`), bridged into Asio. A listener
 /// accepts nng streams; a dial makes an Asio socket on the executor's own
 /// reactor, so a process that only dials (an idle worker) runs no thread of
-/// nng's (docs/RATIONALE.md, "Scale"). Both are a `byte_stream`.
+/// nng's (docs/RATIONALE.md, "Scale"); a local job's link to its master is a
+/// socketpair made at launch, an Asio socket at both ends (inherited_link.hpp).
+/// All are a `byte_stream`.
 ///
 /// Why byte streams and not nng's SP sockets: fiber needs one addressable
 /// connection per peer (master<->worker, broker<->client). SP protocols only

@@ -32,6 +32,7 @@ struct worker_env {
   std::string master_aliases; ///< the master's other URLs (space-separated), reached through `master` instead
   std::string relay;          ///< the run's relay on this host (abstract://, the `relay` key; relay.hpp); empty: none
   std::string registry_salt;  ///< tests: pretend to be another build
+  std::string link_fd;        ///< the inherited socket to the master (local jobs; inherited_link.hpp)
   bool pdeathsig = false;     ///< die with the parent (local workers)
 
   bool is_worker() const noexcept { return !master.empty(); }
@@ -82,6 +83,7 @@ inline worker_env take_worker_environment() {
                           {"MASTER_ALIASES", &w.master_aliases, false},
                           {"RELAY", &w.relay, false},
                           {"REGISTRY_SALT", &w.registry_salt, false},
+                          {"LINK_FD", &w.link_fd, false},
                           {"PDEATHSIG", &pdeath, false}};
   constexpr std::string_view prefix = "FIBER_INTERNAL_";
   std::vector<std::string> names;

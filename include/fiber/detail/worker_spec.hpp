@@ -6,6 +6,7 @@
 
 #include <fiber/detail/handshake.hpp>
 #include <fiber/detail/host_name.hpp>
+#include <fiber/detail/inherited_link.hpp>
 #include <fiber/detail/local_transport.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
@@ -90,7 +91,16 @@ inline backend::job_spec worker_spec(backend::launcher& l, std::uint64_t id, con
   if (is_tls_url(url)) early_keys.insert(early_keys.end(), std::begin(tls_keys), std::end(tls_keys));
   for (auto key : early_keys)
     if (auto v = config_string(key); !v.empty()) s.env.emplace_back(std::string(find_config_key(key)->env), v);
-  if (config_bool("relay")) s.env.emplace_back("FIBER_INTERNAL_RELAY", relay_name());
+  if (config_bool("relay")) {
+    s.env.emplace_back("FIBER_INTERNAL_RELAY", relay_name());
+  } else if (traits.inherits_link && url.starts_with("ipc://")) {
+    // Its link is made now, not dialled: the master reads it on its own
+    // reactor instead of through nng's poller and callback threads.
+    auto [job_end, mine] = make_link_pair();
+    s.env.emplace_back("FIBER_INTERNAL_LINK_FD", std::to_string(*job_end));
+    s.link_fd = std::move(job_end);
+    rt.adopt_link(mine);
+  }
   if (auto dir = config_string("worker_output_dir"); !dir.empty()) {
     ::mkdir(dir.c_str(), 0700);
     s.stdout_path = dir + "/" + name + ".out";

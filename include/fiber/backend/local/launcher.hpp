@@ -43,7 +43,7 @@ public:
   }
 
   std::string_view name() const noexcept override { return "local"; }
-  backend::launcher_traits traits() const noexcept override { return {true, true, true, 1}; }
+  backend::launcher_traits traits() const noexcept override { return {true, true, true, 1, true}; }
   std::string listen_url() override { return "ipc://"; } // the runtime picks the path in its 0700 run dir
 
   /// Throws backend_error when posix_spawn fails (jobs of earlier specs of
@@ -75,6 +75,7 @@ private:
     r.out_file = spec.stdout_path;
     r.err_file = spec.stderr_path;
     r.new_process_group = true;
+    if (spec.link_fd) r.keep_fd = *spec.link_fd;
     spawned child;
     try {
       child = spawn(r);
