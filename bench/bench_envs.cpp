@@ -108,6 +108,7 @@ void model_rows(const std::string& name, const std::string& where, double second
 } // namespace
 
 int main(int argc, char** argv) {
+  fiber::set_config("io_threads_batch", "false"); // as remote_mujoco (docs/RATIONALE.md)
   fiber::init(argc, argv);
   auto a = bench::parse_common(argc, argv);
   const double seconds = std::stod(bench::opt(a, "--seconds").value_or(a.smoke ? "0.05" : "1.0"));

@@ -56,6 +56,9 @@ int compare(const options& o, const char* name) {
 }
 
 int main(int argc, char** argv) {
+  // A reply is handled as it arrives, even while both cores step
+  // environments (a batch-policy I/O thread would wait for one to free).
+  fiber::set_config("io_threads_batch", "false");
   fiber::init(argc, argv);
   options o;
   bool smoke = false;
