@@ -80,7 +80,7 @@ inline int take_inherited_link() {
     return v.empty() || *end || n < 3 || n > 1 << 24 ? -1 : int(n);
   }()};
   const int f = fd.exchange(-1);
-  struct stat st{};
+  struct stat st {};
   if (f < 0 || ::fstat(f, &st) != 0 || !S_ISSOCK(st.st_mode)) return -1;
   ::fcntl(f, F_SETFD, FD_CLOEXEC);
   return f;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <cerrno>
 #include <optional>
@@ -187,8 +188,8 @@ private:
   int fd_;
   asio::generic::stream_protocol protocol_;
   struct ops_state {
-    std::size_t pending = 0; // asynchronous operations in flight
-    bool stopped = false;    // their completions no longer touch this stream
+    std::size_t pending = 0;          // asynchronous operations in flight
+    std::atomic<bool> stopped{false}; // their completions no longer touch this stream
   };
   std::shared_ptr<ops_state> ops_ = std::make_shared<ops_state>();
   bool lent_ = false, parked_ = false; // parked: out of the reactor (park_if_idle)

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -69,7 +70,10 @@ inline std::string socket_peer_address(int fd) {
     std::optional<std::uint64_t> pid;
     ucred cred{};
     socklen_t cl = sizeof cred;
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) pid = std::uint64_t(cred.pid);
+    // A socketpair's credentials are its maker's: this process's for the
+    // master's end of an inherited link (inherited_link.hpp), no pid then.
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.pid != ::getpid())
+      pid = std::uint64_t(cred.pid);
     const char* sp = reinterpret_cast<const sockaddr_un&>(ss).sun_path;
     if (len > offsetof(sockaddr_un, sun_path) + 1 && sp[0] == '\0') // abstract: a name after a NUL
       return "abstract://" + std::string(sp + 1, len - offsetof(sockaddr_un, sun_path) - 1) +
