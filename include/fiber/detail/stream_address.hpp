@@ -9,7 +9,6 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -70,9 +69,9 @@ inline std::string socket_peer_address(int fd) {
     std::optional<std::uint64_t> pid;
     ucred cred{};
     socklen_t cl = sizeof cred;
-    // A socketpair's credentials are its maker's: this process's for the
-    // master's end of an inherited link (inherited_link.hpp), no pid then.
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.pid != ::getpid())
+    // An unnamed peer (a socketpair: inherited_link.hpp) has its maker's
+    // credentials, not its own: no pid then.
+    if (len > offsetof(sockaddr_un, sun_path) && ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
       pid = std::uint64_t(cred.pid);
     const char* sp = reinterpret_cast<const sockaddr_un&>(ss).sun_path;
     if (len > offsetof(sockaddr_un, sun_path) + 1 && sp[0] == '\0') // abstract: a name after a NUL
