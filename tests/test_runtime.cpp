@@ -63,8 +63,7 @@ void report_policies() {
 // In a worker: {its pid, the number of the link it inherited (-1: none),
 // that descriptor's flags}.
 std::vector<int> inherited_link(int) {
-  const auto& v = fiber::detail::worker_environment().link_fd;
-  const int fd = v.empty() ? -1 : std::atoi(v.c_str());
+  const int fd = fiber::detail::worker_environment().link_fd;
   return {int(::getpid()), fd, fd < 0 ? -1 : ::fcntl(fd, F_GETFD)};
 }
 

@@ -5,6 +5,8 @@
 /// job inherits one end (job_spec::link_fd), the master keeps the other.
 
 #include <fiber/detail/socket_byte_stream.hpp>
+#include <fiber/detail/stream.hpp>
+#include <fiber/detail/tls_config.hpp>
 #include <fiber/detail/worker_env.hpp>
 #include <fiber/error.hpp>
 
@@ -13,11 +15,11 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,17 +44,28 @@ inline std::pair<std::shared_ptr<const int>, int> make_link_pair() {
 }
 
 /// A connected Unix stream socket `fd` as socket_byte_stream's socket
-/// type, on `ex`; it owns `fd` from then on, also when this throws
-/// (std::system_error).
-inline socket_byte_stream::socket_type adopt_socket(asio::any_io_executor ex, int fd) {
+/// type, on `ex`; it owns `fd` from then on, and closes it if this fails
+/// (`ec`: the reactor's epoll_ctl failed).
+/// Example: `auto s = adopt_socket(ex, fd, ec);`
+inline socket_byte_stream::socket_type adopt_socket(asio::any_io_executor ex, int fd, std::error_code& ec) {
   socket_byte_stream::socket_type s(std::move(ex));
-  std::error_code ec;
   s.assign(asio::local::stream_protocol(), fd, ec);
-  if (ec) {
-    ::close(fd);
-    throw std::system_error(ec, "fiber: adopting a worker's link");
-  }
+  if (ec) ::close(fd);
   return s;
+}
+
+/// adopt_socket(ex, fd, ec) that throws std::system_error.
+inline socket_byte_stream::socket_type adopt_socket(asio::any_io_executor ex, int fd) {
+  std::error_code ec;
+  auto s = adopt_socket(std::move(ex), fd, ec);
+  if (ec) throw std::system_error(ec, "fiber: adopting a worker's link");
+  return s;
+}
+
+/// A link's stream over the adopted socket `s`, on `ex`.
+/// Example: `stream st = link_stream(ex, adopt_socket(ex, fd), transport());`
+inline stream link_stream(asio::any_io_executor ex, socket_byte_stream::socket_type s, const transport_options& o) {
+  return stream(ex, std::make_unique<socket_byte_stream>(ex, std::move(s)), o);
 }
 
 /// Master: calls `f(socket)` on `ex` once the job at the other end of `fd`
@@ -73,12 +86,7 @@ void when_link_speaks(asio::any_io_executor ex, int fd, F f) {
 /// none, it was taken already (the first link only), or the number is not
 /// a socket (then the worker dials its master's URL). Any thread.
 inline int take_inherited_link() {
-  static std::atomic<int> fd{[] {
-    const auto& v = worker_environment().link_fd;
-    char* end = nullptr;
-    const long n = v.empty() ? -1 : std::strtol(v.c_str(), &end, 10);
-    return v.empty() || *end || n < 3 || n > 1 << 24 ? -1 : int(n);
-  }()};
+  static std::atomic<int> fd{worker_environment().link_fd};
   const int f = fd.exchange(-1);
   struct stat st {};
   if (f < 0 || ::fstat(f, &st) != 0 || !S_ISSOCK(st.st_mode)) return -1;

@@ -11,6 +11,7 @@
 #include <fiber/config.hpp>
 #include <fiber/detail/accept_loop.hpp>
 #include <fiber/detail/blocking_result.hpp>
+#include <fiber/detail/dialer.hpp>
 #include <fiber/detail/dir_watch.hpp>
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/handshake_session.hpp>
@@ -41,13 +42,10 @@
 #include <fiber/target.hpp>
 
 #include <asio/any_io_executor.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -63,7 +61,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 #include <sys/stat.h>
 #include <thread>
@@ -446,9 +443,6 @@ public:
 
   // ---- worker side -----------------------------------------------------
 
-  using connect_done =
-      std::function<void(std::exception_ptr, std::shared_ptr<peer_link>, std::map<std::string, std::string>)>;
-
   /// Dial `url`, authenticate as `r`, and hand back the link (runtime
   /// thread), each try bounded by connect_timeout_ms. Transient failures
   /// are dialled again after a growing, jittered pause: a worker's or relay's within
@@ -463,8 +457,9 @@ public:
       return done(std::current_exception(), nullptr, {});
     }
     const auto budget = dials_patiently(r) ? std::chrono::milliseconds(config_int("start_timeout_s") * 1000) : per_try;
-    dial(std::make_shared<dial_job>(dial_job{url, r, worker_id, std::move(done), clock::now() + budget, per_try,
-                                             std::chrono::milliseconds(2)}));
+    dialer_.dial(std::make_shared<dial_job>(dial_job{url, r, worker_id, r == role::worker && url == master_url_,
+                                                     std::move(done), clock::now() + budget, per_try,
+                                                     std::chrono::milliseconds(2)}));
   }
 
 private:
@@ -494,93 +489,6 @@ private:
     thread_id_ = thread_.get_id();
   }
 
-  // A connect in progress: what it reports to, its budget and next pause.
-  struct dial_job {
-    std::string url;
-    role r;
-    std::uint64_t worker_id;
-    connect_done done;
-    clock::time_point give_up;
-    std::chrono::milliseconds per_try, pause; // connect_timeout_ms; the next pause between tries
-  };
-
-  // One dial and handshake, bounded by connect_timeout_ms and by the job's
-  // budget; the first of the dial, the handshake and the timer to finish decides.
-  void dial(std::shared_ptr<dial_job> j) {
-    struct attempt {
-      explicit attempt(asio::any_io_executor ex) : timer(std::move(ex)) {}
-      asio::steady_timer timer;
-      asio::cancellation_signal cancel; // the dial
-      std::shared_ptr<stream> s;        // the handshake
-      bool over = false;
-    };
-    auto a = std::make_shared<attempt>(executor());
-    const auto limit = std::max<clock::duration>(std::min<clock::duration>(j->per_try, j->give_up - clock::now()),
-                                                 std::chrono::milliseconds(1));
-    a->timer.expires_after(limit);
-    a->timer.async_wait([this, a, j, limit](std::error_code ec) {
-      if (ec || a->over) return;
-      a->over = true;
-      a->cancel.emit(asio::cancellation_type::all);
-      if (a->s) a->s->close();
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(limit).count();
-      // Made in a statement of its own: no temporary here outlives the
-      // handover, so the thread that reads the error releases it.
-      auto e = std::make_exception_ptr(
-          worker_lost("fiber: connecting to " + j->url + " timed out after " + std::to_string(ms) +
-                      " ms (connect_timeout_ms = " + std::to_string(j->per_try.count()) +
-                      "): no answer to the dial or the handshake; is that process stopped or hung?"));
-      dial_failed(j, std::move(e), dials_patiently(j->r));
-    });
-    auto connected = [this, a, j](std::error_code ec, stream s) {
-      if (a->over) return;
-      if (ec) {
-        a->over = true;
-        a->timer.cancel();
-        // connect.hpp reports errno values (std::errc conditions), not Asio's enums.
-        const bool busy = ec == std::errc::resource_unavailable_try_again; // a Unix socket's full backlog
-        // A Unix socket that refuses or is gone has no listener: its process ended.
-        const bool gone = (j->url.starts_with("ipc://") || j->url.starts_with("abstract://")) &&
-                          (ec == std::errc::connection_refused || ec == std::errc::no_such_file_or_directory);
-        auto e = std::make_exception_ptr(worker_lost("fiber: cannot connect to " + j->url + ": " + ec.message()));
-        return dial_failed(j, std::move(e), busy || (dials_patiently(j->r) && !gone));
-      }
-      std::optional<nonce_t> issued;
-      if (j->r == role::worker && j->url == master_url_) issued = id_.take_own_nonce(); // the first link only
-      a->s = std::make_shared<stream>(std::move(s));
-      client_handshake(a->s, id_.handshake(), j->r, j->worker_id, transport().max_message_size, issued,
-                       [this, a, j](std::exception_ptr e, stream st, std::map<std::string, std::string> cfg) {
-                         if (a->over) return;
-                         a->over = true;
-                         a->timer.cancel();
-                         if (e && is_tls_url(j->url)) e = name_tls_failure(std::move(e), j->url, transport());
-                         if (e) // closed before authentication: a worker retries, a client if unchallenged
-                           return dial_failed(j, e, worth_dialling_again(j->r, e));
-                         j->done(nullptr, std::make_shared<peer_link>(std::move(st), peer_identity{}), std::move(cfg));
-                       });
-    };
-    // A local worker's first link to its master was made at launch.
-    if (const int fd = j->r == role::worker && j->url == master_url_ ? take_inherited_link() : -1; fd >= 0)
-      return asio::post(executor(), [this, connected, fd]() mutable {
-        auto ex = executor();
-        connected({}, stream(ex, std::make_unique<socket_byte_stream>(ex, adopt_socket(ex, fd)), transport()));
-      });
-    async_connect(executor(), j->url, transport(),
-                  asio::bind_cancellation_slot(a->cancel.slot(), std::move(connected)));
-  }
-
-  // Reports `e`, or dials again after a pause if it is `transient` and the
-  // budget allows.
-  void dial_failed(std::shared_ptr<dial_job> j, std::exception_ptr e, bool transient) {
-    if (!transient || clock::now() + j->pause >= j->give_up) return j->done(std::move(e), nullptr, {});
-    log(log_level::info, "dialing ", j->url, " failed (", exception_text(e, "unknown error"), "): trying again");
-    auto t = std::make_shared<asio::steady_timer>(executor());
-    std::uniform_int_distribution<int> jitter(0, int(j->pause.count()));
-    t->expires_after(j->pause + std::chrono::milliseconds(jitter(retry_rng_)));
-    j->pause = std::min(j->pause * 2, max_dial_pause);
-    t->async_wait([this, t, j](std::error_code) { dial(j); });
-  }
-
   void make_run_dir() {
     dir_.make(id_.secret());
     watch_run_dir();
@@ -607,9 +515,7 @@ public:
   void adopt_link(int fd) {
     when_link_speaks(executor(), fd, [this](socket_byte_stream::socket_type s) {
       ++adopted_links_;
-      auto ex = executor();
-      server_handshake(
-          std::make_shared<stream>(ex, std::make_unique<socket_byte_stream>(ex, std::move(s)), transport()), {});
+      server_handshake(std::make_shared<stream>(link_stream(executor(), std::move(s), transport())), {});
     });
   }
 
@@ -698,8 +604,7 @@ private:
   service_client client_; // requests to other processes' services
   pending_count deliveries_;
   std::unordered_map<std::type_index, std::shared_ptr<backend::launcher>> launchers_;
-  static constexpr std::chrono::milliseconds max_dial_pause{500};                      // dial retries (see connect)
-  std::minstd_rand retry_rng_{static_cast<std::minstd_rand::result_type>(::getpid())}; // runtime thread
+  dialer dialer_{executor(), id_, [this] { return transport(); }}; // runtime thread
 
 public:
   std::atomic<std::uint64_t> refused_peers_{0};

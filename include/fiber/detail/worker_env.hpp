@@ -32,7 +32,7 @@ struct worker_env {
   std::string master_aliases; ///< the master's other URLs (space-separated), reached through `master` instead
   std::string relay;          ///< the run's relay on this host (abstract://, the `relay` key; relay.hpp); empty: none
   std::string registry_salt;  ///< tests: pretend to be another build
-  std::string link_fd;        ///< the inherited socket to the master (local jobs; inherited_link.hpp)
+  int link_fd = -1;           ///< the inherited socket to the master (local jobs; inherited_link.hpp); -1: none
   bool pdeathsig = false;     ///< die with the parent (local workers)
 
   bool is_worker() const noexcept { return !master.empty(); }
@@ -69,7 +69,7 @@ inline worker_env take_worker_environment() {
     std::string* to;
     bool wipe;
   };
-  std::string pdeath;
+  std::string pdeath, link_fd;
   const field fields[] = {{"MASTER", &w.master, false},
                           {"SECRET", &w.secret, true},
                           {"SECRET_FILE", &w.secret_file, false},
@@ -83,7 +83,7 @@ inline worker_env take_worker_environment() {
                           {"MASTER_ALIASES", &w.master_aliases, false},
                           {"RELAY", &w.relay, false},
                           {"REGISTRY_SALT", &w.registry_salt, false},
-                          {"LINK_FD", &w.link_fd, false},
+                          {"LINK_FD", &link_fd, false},
                           {"PDEATHSIG", &pdeath, false}};
   constexpr std::string_view prefix = "FIBER_INTERNAL_";
   std::vector<std::string> names;
@@ -106,6 +106,9 @@ inline worker_env take_worker_environment() {
   }
   for (const auto& n : names) ::unsetenv(n.c_str());
   w.pdeathsig = !pdeath.empty();
+  char* end = nullptr;
+  const long fd = link_fd.empty() ? -1 : std::strtol(link_fd.c_str(), &end, 10);
+  if (!link_fd.empty() && !*end && fd >= 3 && fd <= 1 << 24) w.link_fd = int(fd);
   return w;
 }
 
