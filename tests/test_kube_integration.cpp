@@ -2,7 +2,7 @@
 // End-to-end tests of the kubernetes backend against tests/fake_kube (an API
 // server whose kubelet runs each pod's command as a local process): Process
 // exit codes and terminate/kill, a Queue and a Pipe shared with pods, Pool
-// map, a pod deleted mid-map, each fault knob (image pull failure, eviction,
+// map, a pod deleted mid-map, a create answered late, each fault knob (image pull failure, eviction,
 // OOM, node lost, unschedulable, watch 410/drop, token expiry, throttling),
 // in-cluster and exec-plugin credentials, TLS, a master in a pod (its own
 // image, ownerReferences), and a SIGKILLed master whose pods go away. After
@@ -775,6 +775,32 @@ TEST_CASE("kubernetes: the watch expires (410) or drops: re-listed, no exit lost
     CHECK(calls.value("get pods", 0) == 0);  // never polled
     CHECK(calls.value("list pods", 0) >= 2); // re-listed after the drop and the 410
   }
+  check_clean();
+}
+
+TEST_CASE("kubernetes: a create answered after the watch saw the pod run: the phase stays the watch's",
+          "[kube][watch]") {
+  configure();
+  auto& rt = fiber::detail::runtime::instance();
+  // A slow API server: the create is carried out, the watch reports the pod
+  // Running, and only then the answer (the pod as created: Pending) arrives.
+  fake().control("POST", "hold", {{"verb", "create"}, {"resource", "pods"}, {"count", 1}});
+  {
+    fiber::Process p{fiber::target<&sleep_ms>, 600000};
+    p.start();
+    auto l = launcher_of<fiber::backend::from_env>();
+    REQUIRE(poll_until([] { return fake().control("GET", "hold").value("held", 0) == 1; }, 30s));
+    REQUIRE(poll_until([] { return fiber_test::backend_jobs("kubernetes", "Running") == 1; }, 30s));
+    CHECK(rt.sync([&] { return l->creates_in_flight(); }) == 1);
+    CHECK(fake().control("DELETE", "hold", json::object()).value("released", 0) == 1);
+    REQUIRE(poll_until([&] { return rt.sync([&] { return l->creates_in_flight(); }) == 0; }, 30s));
+    CHECK(fiber_test::backend_jobs("kubernetes", "Running") == 1);
+    CHECK(fiber_test::backend_jobs("kubernetes", "Pending") == 0);
+    p.terminate();
+    REQUIRE(p.join(30s));
+    CHECK(p.exitcode() == -15);
+  }
+  fake().control("DELETE", "hold", json::object());
   check_clean();
 }
 

@@ -814,6 +814,32 @@ class TestFaults(FakeTest):
         self.assertStatus(out, 503, "ServiceUnavailable")
         self.fake.ok("DELETE", NS + "/pods/throttled?gracePeriodSeconds=0")
 
+    def test_held_answer(self):
+        """/fake/hold: the create is carried out at once (the watch sees the pod run), its answer waits."""
+        import threading
+        self.fake.ctl("POST", "hold", {"verb": "create", "resource": "pods", "count": 1})
+        w = self.fake.watch(NS + "/pods?watch=1&resourceVersion=0")
+        answer = {}
+        t = threading.Thread(target=lambda: answer.update(
+            zip(("status", "headers", "body"), self.fake.request("POST", NS + "/pods", pod("held", sleeper())))))
+        t.start()
+        try:
+            w.expect(lambda e: e["object"]["metadata"]["name"] == "held" and phase_of(e) == "Running")
+            self.fake.wait_until(lambda: self.fake.ctl("GET", "hold")["held"] == 1, 10, "the answer held")
+            self.assertEqual(answer, {})
+            self.assertEqual(self.fake.request("GET", NS + "/pods/held")[0], 200)  # others are answered
+            self.assertEqual(self.fake.ctl("DELETE", "hold")["released"], 1)
+            t.join(10)
+            self.assertFalse(t.is_alive())
+            self.assertEqual(answer["status"], 201)
+            self.assertEqual(answer["body"]["status"]["phase"], "Pending")  # as it was when created
+            self.assertEqual(self.fake.ctl("GET", "hold")["held"], 0)
+        finally:
+            w.close()
+            self.fake.ctl("DELETE", "hold")
+            t.join(130)
+        self.fake.ok("DELETE", NS + "/pods/held?gracePeriodSeconds=0")
+
     def test_bad_gateway_outage_and_raw_watch_lines(self):
         self.fake.ctl("POST", "errors", {"verb": "create", "resource": "pods", "code": 502})
         st, _, out = self.fake.request("POST", NS + "/pods", pod("gw", sleeper()))

@@ -152,6 +152,9 @@ class Handler(StreamsMixin, BaseHTTPRequestHandler):
 
     def send_json(self, code, obj, extra=None):
         data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        if self.hold is not None:  # /fake/hold: done, but answered only when released
+            hold, self.hold = self.hold, None
+            self.cl.holds.wait(hold)
         self._headers(code, "application/json", len(data), extra)
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -171,6 +174,7 @@ class Handler(StreamsMixin, BaseHTTPRequestHandler):
         self.code = 0
         self.user = None
         self.stat = None
+        self.hold = None
         url = urlsplit(self.path)
         path, qs = url.path, parse_qs(url.query, keep_blank_values=True)
         try:
@@ -314,6 +318,8 @@ class Handler(StreamsMixin, BaseHTTPRequestHandler):
         err = injected_error(self.cl, verb, resource + (f"/{sub}" if sub else ""))
         if err is not None:
             raise err
+        if verb != "watch":
+            self.hold = self.cl.holds.take(verb, resource + (f"/{sub}" if sub else ""))
         if verb not in (O.SUBRESOURCES[f"{resource}/{sub}"]["verbs"] if sub else info["verbs"]):
             raise E.method_not_allowed()
         if method == "POST" and name is not None and sub != "eviction":

@@ -16,7 +16,7 @@ import time
 from . import certs
 from .api import TLSServer
 from .auth import Auth
-from .control import Control, Stats
+from .control import Control, Holds, Stats
 from .gc import GarbageCollector
 from .kubelet import Kubelet
 from .node import NodeController, node_object
@@ -53,6 +53,7 @@ class Cluster:
         self.openapi_hash = secrets.token_hex(32).upper()
         self.inject = []  # /fake/errors rules
         self.inject_lock = threading.Lock()
+        self.holds = Holds()  # /fake/hold rules and the answers they hold
 
     # ------------------------------------------------------------------ logs
     def log_line(self, s):

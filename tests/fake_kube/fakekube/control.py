@@ -2,7 +2,7 @@
 # The fake's own control API under /fake/ (admin bearer token): API-call counts,
 # tokens, client certificates, fault knobs (image pull failure, node capacity,
 # eviction, OOM kill, node lost, watch expiry/drop/black hole/raw lines, compaction, RBAC
-# denials, errors, outages).
+# denials, errors, held answers, outages).
 import collections
 import json
 import threading
@@ -63,6 +63,45 @@ def injected_error(cluster, verb, resource):
                 return ApiError(rule["code"], reason, msg, details,
                                 rule["retry_after_s"] if rule["code"] in (429, 503) else None)
     return None
+
+
+class Holds:
+    """/fake/hold: a matching request is carried out, and its answer waits until released
+    (or 120 s): an API server slow to answer what it has already done."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.rules = []
+        self.held = 0
+        self.release_event = threading.Event()
+
+    def add(self, verb, resource, count):
+        with self.lock:
+            self.rules.append({"verb": verb, "resource": resource, "count": count})
+
+    def take(self, verb, resource):
+        """The event to wait for before answering this request, or None (a rule matching it is counted down)."""
+        with self.lock:
+            for rule in self.rules:
+                if rule["count"] > 0 and rule["verb"] in ("*", verb) and rule["resource"] in ("*", resource):
+                    rule["count"] -= 1
+                    return self.release_event
+        return None
+
+    def wait(self, event):
+        with self.lock:
+            self.held += 1
+        event.wait(120)
+        with self.lock:
+            self.held -= 1
+
+    def release(self):
+        """Answer every held request now; forget the rules. Returns how many were held."""
+        with self.lock:
+            self.rules.clear()
+            n, event, self.release_event = self.held, self.release_event, threading.Event()
+        event.set()
+        return n
 
 
 class ControlError(Exception):
@@ -193,6 +232,14 @@ class Control:
             with c.inject_lock:
                 c.inject.clear()
             return None
+        if key == "hold" and method == "POST":
+            c.holds.add(a.get("verb", "*"), a.get("resource", "*"), int(a.get("count", 1)))
+            return None
+        if key == "hold" and method == "GET":
+            with c.holds.lock:
+                return {"held": c.holds.held}
+        if key == "hold" and method == "DELETE":
+            return {"released": c.holds.release()}
         if key == "processes" and method == "GET":
             return {"processes": k.processes()}
         raise ControlError(404, f"no such control endpoint: {method} /fake/{key}")

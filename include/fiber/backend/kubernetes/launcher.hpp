@@ -218,12 +218,17 @@ public:
   const kube_options& options() const noexcept { return opts_; }
 
   /// Each pod's phase as last seen ("Pending", "Running", ...); "Creating"
-  /// before the API server confirmed it.
+  /// before the API server answered its create or the watch reported it.
   std::map<std::string, unsigned> job_states() const override {
     return jobs_.states([](const record& r) {
-      auto p = r.created ? kube::wire_impl::text(kube::wire_impl::field(r.last, "status"), "phase") : std::string();
-      return p.empty() ? std::string(r.created ? "Pending" : "Creating") : p;
+      const bool seen = r.created || r.last.is_object();
+      auto p = seen ? kube::wire_impl::text(kube::wire_impl::field(r.last, "status"), "phase") : std::string();
+      return p.empty() ? std::string(seen ? "Pending" : "Creating") : p;
     });
+  }
+  /// Pods whose create the API server has not answered yet (retries included).
+  std::size_t creates_in_flight() const {
+    return jobs_.ids([](const record& r) { return r.creating; }).size();
   }
   /// Lists of the run's pods made so far (1 + one per watch that had to be re-listed).
   unsigned lists() const noexcept { return watch_.lists(); }
@@ -505,7 +510,8 @@ private:
           r->created = true;
           r->created_epoch = self.watch_.lists();
           if (r->asked) return self.delete_pod(name, r->asked == 15 ? -1 : 0);
-          if (pod.is_object()) self.on_pod(pod, false);
+          // The pod as created; the watch may have reported a later state already.
+          if (pod.is_object() && !r->last.is_object()) self.on_pod(pod, false);
         }));
   }
 
