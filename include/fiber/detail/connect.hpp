@@ -154,9 +154,7 @@ private:
       return done_(via::dispatch, ec, stream{});
     }
     if (ec) return try_next(ec);
-    stream st(ex_, std::make_unique<socket_byte_stream>(ex_, std::move(sock_)), opt_,
-              std::move(tls_)); // a TLS handshake runs before its first frame
-    done_(via::dispatch, {}, std::move(st));
+    done_(via::dispatch, {}, socket_stream(ex_, std::move(sock_), opt_, std::move(tls_)));
   }
 
   asio::any_io_executor ex_;

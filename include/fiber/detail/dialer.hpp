@@ -9,6 +9,7 @@
 #include <fiber/detail/inherited_link.hpp>
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/run_identity.hpp>
+#include <fiber/detail/socket_byte_stream.hpp>
 #include <fiber/detail/transport.hpp>
 #include <fiber/error.hpp>
 #include <fiber/log.hpp>
@@ -55,6 +56,8 @@ struct dial_job {
 /// process becomes a worker after it made its runtime). Runtime thread.
 class dialer {
 public:
+  using clock = std::chrono::steady_clock;
+
   dialer(asio::any_io_executor ex, run_identity& id, std::function<transport_options()> transport)
       : ex_(std::move(ex)), id_(id), transport_(std::move(transport)) {}
 
@@ -69,7 +72,6 @@ public:
       std::shared_ptr<stream> s;        // the handshake
       bool over = false;
     };
-    using clock = std::chrono::steady_clock;
     auto a = std::make_shared<attempt>(ex_);
     const auto limit = std::max<clock::duration>(std::min<clock::duration>(j->per_try, j->give_up - clock::now()),
                                                  std::chrono::milliseconds(1));
@@ -125,7 +127,7 @@ public:
       return asio::post(ex_, [this, j, fd, connected = std::move(connected), by_url]() mutable {
         std::error_code ec;
         auto s = adopt_socket(ex_, fd, ec);
-        if (!ec) return connected({}, link_stream(ex_, std::move(s), transport_()));
+        if (!ec) return connected({}, socket_stream(ex_, std::move(s), transport_()));
         log(log_level::warning, "the link to the master inherited at launch failed (", ec.message(), "): dialing ",
             j->url);
         by_url(std::move(connected));
@@ -137,8 +139,7 @@ private:
   // Reports `e`, or dials again after a pause if it is `transient` and the
   // budget allows.
   void failed(std::shared_ptr<dial_job> j, std::exception_ptr e, bool transient) {
-    if (!transient || std::chrono::steady_clock::now() + j->pause >= j->give_up)
-      return j->done(std::move(e), nullptr, {});
+    if (!transient || clock::now() + j->pause >= j->give_up) return j->done(std::move(e), nullptr, {});
     log(log_level::info, "dialing ", j->url, " failed (", exception_text(e, "unknown error"), "): trying again");
     auto t = std::make_shared<asio::steady_timer>(ex_);
     std::uniform_int_distribution<int> jitter(0, int(j->pause.count()));

@@ -5,8 +5,6 @@
 /// job inherits one end (job_spec::link_fd), the master keeps the other.
 
 #include <fiber/detail/socket_byte_stream.hpp>
-#include <fiber/detail/stream.hpp>
-#include <fiber/detail/tls_config.hpp>
 #include <fiber/detail/worker_env.hpp>
 #include <fiber/error.hpp>
 
@@ -60,12 +58,6 @@ inline socket_byte_stream::socket_type adopt_socket(asio::any_io_executor ex, in
   auto s = adopt_socket(std::move(ex), fd, ec);
   if (ec) throw std::system_error(ec, "fiber: adopting a worker's link");
   return s;
-}
-
-/// A link's stream over the adopted socket `s`, on `ex`.
-/// Example: `stream st = link_stream(ex, adopt_socket(ex, fd), transport());`
-inline stream link_stream(asio::any_io_executor ex, socket_byte_stream::socket_type s, const transport_options& o) {
-  return stream(ex, std::make_unique<socket_byte_stream>(ex, std::move(s)), o);
 }
 
 /// Master: calls `f(socket)` on `ex` once the job at the other end of `fd`

@@ -515,7 +515,7 @@ public:
   void adopt_link(int fd) {
     when_link_speaks(executor(), fd, [this](socket_byte_stream::socket_type s) {
       ++adopted_links_;
-      server_handshake(std::make_shared<stream>(link_stream(executor(), std::move(s), transport())), {});
+      server_handshake(std::make_shared<stream>(socket_stream(executor(), std::move(s), transport())), {});
     });
   }
 

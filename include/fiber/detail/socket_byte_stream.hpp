@@ -3,8 +3,10 @@
 /// @file detail/socket_byte_stream.hpp
 /// byte_stream over an Asio socket (what fiber dials): it runs on the
 /// executor's own reactor, so a dialled link adds no thread to its process.
+/// socket_stream() makes a link's stream over one.
 
 #include <fiber/detail/byte_stream.hpp>
+#include <fiber/detail/stream.hpp>
 #include <fiber/detail/stream_address.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -196,5 +198,13 @@ private:
   asio::cancellation_signal rsig_, wsig_;
   std::array<asio::const_buffer, max_iov> wbufs_; // the write in flight
 };
+
+/// A link's stream over the connected socket `s`, on `ex`; with `tls`, a
+/// TLS handshake runs before its first frame.
+/// Example: `stream st = socket_stream(ex, adopt_socket(ex, fd), transport());`
+inline stream socket_stream(asio::any_io_executor ex, socket_byte_stream::socket_type s, const transport_options& o,
+                            std::optional<tls_start> tls = std::nullopt) {
+  return stream(ex, std::make_unique<socket_byte_stream>(ex, std::move(s)), o, std::move(tls));
+}
 
 } // namespace fiber::detail
