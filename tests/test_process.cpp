@@ -8,11 +8,14 @@
 
 #include <fiber/backend/local.hpp>
 #include <fiber/backend/slurm.hpp>
+#include <fiber/detail/frame.hpp>
+#include <fiber/detail/worker.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <asio/use_future.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <fcntl.h>
@@ -33,6 +36,23 @@ void exit_with(int code) { std::exit(code); }
 void throws_runtime() { throw std::runtime_error("boom"); }
 void raise_signal(int sig) { ::raise(sig); }
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+// Exits with `code` while another thread keeps the link to the master
+// writing 4 MiB frames (a kind the master's Process ignores) back to back.
+void exit_while_link_writes(int code) {
+  // Not static: std::exit would destroy it under the writing thread.
+  const auto* filler = new auto(fiber::detail::frame(fiber::detail::frame_kind::results,
+                                                     std::vector<std::byte>(4 << 20)));
+  static std::atomic<int> sent{0};
+  std::thread([filler] {
+    for (;;) {
+      if (!fiber::detail::master_writer().try_send(*filler)) continue;
+      sent.fetch_add(1);
+      sent.notify_all();
+    }
+  }).detach();
+  sent.wait(0);
+  std::exit(code);
+}
 void returns_normally(std::string s, std::vector<int> v) {
   if (s != "hello" || v.size() != 3) std::exit(9);
 }
@@ -187,6 +207,15 @@ TEST_CASE("an exit status above 128 is not mistaken for a signal where the backe
   CHECK(exited.exitcode() == 130);
   CHECK(signalled.exitcode() == -SIGUSR1);
   CHECK(killed.exitcode() == -SIGKILL);
+  fiber_test::require_no_children();
+}
+
+TEST_CASE("an exit status above 128 is told apart while the link is busy writing", "[process]") {
+  // The exit report queues behind the frame being written instead of being dropped.
+  fiber::basic_process<srun_like> p{fiber::target<&exit_while_link_writes>, 130};
+  p.start();
+  REQUIRE(p.join(std::chrono::seconds(30)));
+  CHECK(p.exitcode() == 130);
   fiber_test::require_no_children();
 }
 

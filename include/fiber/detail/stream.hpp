@@ -5,12 +5,14 @@
 /// by Asio (`stream`), plus the two handles other threads use on it: a
 /// synchronous `direct_writer` and a borrowed `lent_reader`.
 
+#include <fiber/detail/blocking_result.hpp>
 #include <fiber/detail/completion.hpp>
 #include <fiber/detail/stream_state.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/error.hpp>
+#include <asio/post.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -36,8 +38,11 @@ protected:
   std::shared_ptr<stream_state> core_;
 };
 
-/// the stream has nothing else to write (stream_state::try_send_direct).
-/// Copyable; keeps the stream's state alive, not its connection.
+/// The write side of a stream for threads other than its executor's: a
+/// frame is written from the calling thread, without a hop through the
+/// executor, while the stream has nothing else to write
+/// (stream_state::try_send_direct). Copyable; keeps the stream's state
+/// alive, not its connection.
 class direct_writer : public stream_state_ref {
 public:
   direct_writer() noexcept = default;
@@ -47,6 +52,22 @@ public:
   /// then closed, as when an async_send fails).
   bool try_send(std::span<const std::byte> m, std::span<const std::byte> tail = {}) const {
     return core_ && core_->try_send_direct(m, tail);
+  }
+  /// Writes `m` as one frame and waits at most `limit` until it is written:
+  /// at once while the stream has nothing else to write (as try_send), else
+  /// queued on the executor behind what it is writing. True once written;
+  /// false if the stream is closed, the write failed, or `limit` passed (the
+  /// frame may still leave). Blocks: never on the stream's executor.
+  bool send(message m, std::chrono::milliseconds limit) const {
+    if (!core_) return false;
+    if (core_->try_send_direct(m)) return true;
+    auto written = std::make_shared<blocking_result<bool>>();
+    asio::post(core_->executor(), [core = core_, m = std::move(m), written]() mutable {
+      core->start_send(std::move(m), {},
+                       completion<std::error_code>([written](std::error_code ec) { written->set_value(!ec); },
+                                                   core->executor()));
+    });
+    return written->wait_for(limit) && written->get();
   }
 
 private:

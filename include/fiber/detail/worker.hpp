@@ -18,6 +18,7 @@
 #include <fiber/detail/runtime.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,8 @@ namespace fiber::detail {
 inline constexpr int exit_master_lost = 70;
 inline constexpr int exit_refused = 71;
 inline constexpr int exit_initializer_failed = 72;
+/// How long an exiting worker waits for its exit report to be written.
+inline constexpr std::chrono::milliseconds exit_report_limit{1000};
 
 /// The master link's synchronous writer (set once connected), for the exit report.
 inline direct_writer& master_writer() {
@@ -62,8 +65,13 @@ inline void (*&children_exit_hook())() {
 
 [[noreturn]] inline void worker_exit(int code) {
   // An srun step reports exit status 128+n as "killed by signal n": tell the
-  // master which one it was (best effort; the frame precedes the link's end).
-  if (code > 128 && code <= 128 + 64) (void)master_writer().try_send(frame(frame_kind::exiting, std::int32_t(code)));
+  // master which one it was (the frame precedes the link's end). Behind what
+  // the link is writing unless this is the thread that writes it.
+  if (code > 128 && code <= 128 + 64) {
+    auto report = frame(frame_kind::exiting, std::int32_t(code));
+    if (runtime::instance().on_runtime_thread()) (void)master_writer().try_send(report);
+    else (void)master_writer().send(std::move(report), exit_report_limit);
+  }
   log_writer::instance().exiting(); // the records logged so far (bounded: ~2 s)
   std::fflush(stdout);
   std::fflush(stderr);
