@@ -11,6 +11,7 @@
 #include <fiber/detail/heartbeat_wire.hpp>
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/transport.hpp>
+#include <fiber/detail/write_batch.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -664,6 +665,65 @@ TEST_CASE("transport: frame MACs: sealed frames arrive whole; another key, a rep
       CHECK(check.check(m) == !flip);
       if (!flip) CHECK(m == payload);
     }
+  }
+  SECTION("a big frame's tag is held back until its payload is written; then it is the tag seal gives") {
+    // Tagging the payload before the first byte left held the writer (and
+    // the wire) silent past a heartbeat timeout for 512 MiB.
+    const message small = make_msg(10, 5), big = make_msg(fd::trailing_seal_threshold + 1000, 4);
+    std::deque<fd::send_op> q;
+    for (std::uint64_t id : {1u, 2u, 3u}) q.push_back({id, id == 2 ? big : small, {}, {}, true});
+    fd::frame_mac mac(k1), whole(k1);
+    fd::write_batch b;
+    b.fill(q, &mac);
+    CHECK(q.size() == 1); // the big frame ends its batch
+    message wire;
+    std::size_t offered = 0;
+    for (unsigned i = 0; i < b.iov_count(); ++i) offered += b.iov()[i].iov_len;
+    CHECK(offered == b.bytes() - fd::frame_tag_size);
+    while (b.iov_count() > 0) { // written 1 MiB at a time, as a socket would take it
+      const auto& v = b.iov()[0];
+      const std::size_t n = std::min<std::size_t>(v.iov_len, 1u << 20);
+      const auto* p = static_cast<const std::byte*>(v.iov_buf);
+      wire.insert(wire.end(), p, p + n);
+      if (b.advance(n)) break;
+    }
+    CHECK(wire.size() == offered + fd::frame_tag_size);
+    std::byte t_small[fd::frame_tag_size], t_big[fd::frame_tag_size];
+    whole.seal({small}, t_small);
+    whole.seal({big}, t_big);
+    CHECK(std::memcmp(wire.data() + wire.size() - fd::frame_tag_size, t_big, fd::frame_tag_size) == 0);
+    CHECK(std::memcmp(wire.data() + fd::frame_header_size + small.size(), t_small, fd::frame_tag_size) == 0);
+  }
+  SECTION("big frames, tagged as they are written, open on a stream: batched, tailed and direct") {
+    asio::io_context ctx;
+    fd::listener l(ctx.get_executor(), "tcp://127.0.0.1:0");
+    run_coro(ctx, [&]() -> asio::awaitable<void> {
+      auto [server, client] = co_await connect_pair(l, no_options);
+      server.enable_mac(k1, k2);
+      client.enable_mac(k2, k1);
+      // A head in place or coalesced, then a tail in place: each frame is
+      // over the threshold.
+      const message head = make_msg(fd::trailing_seal_threshold / 2, 6), small = make_msg(10, 7);
+      const auto tail = std::make_shared<const message>(make_msg(fd::trailing_seal_threshold, 8));
+      client.async_send(head, fd::shared_bytes{tail, *tail}, [](std::error_code ec) { CHECK_FALSE(ec); });
+      client.async_send(small, [](std::error_code ec) { CHECK_FALSE(ec); });
+      client.async_send(small, fd::shared_bytes{tail, *tail}, [](std::error_code ec) { CHECK_FALSE(ec); });
+      auto m1 = co_await server.async_recv(asio::use_awaitable);
+      auto m2 = co_await server.async_recv(asio::use_awaitable);
+      auto m3 = co_await server.async_recv(asio::use_awaitable);
+      CHECK(m1 == joined(head, *tail));
+      CHECK(m2 == small);
+      CHECK(m3 == joined(small, *tail));
+      bool ok = false;
+      std::thread writer([&, d = client.direct()] { ok = d.try_send(head, *tail); });
+      auto got = co_await server.async_recv(asio::use_awaitable);
+      writer.join();
+      CHECK(ok);
+      CHECK(got == joined(head, *tail));
+      co_await client.async_send(small, asio::use_awaitable); // the sequence goes on after a direct frame
+      auto last = co_await server.async_recv(asio::use_awaitable);
+      CHECK(last == small);
+    });
   }
   SECTION("on a stream: async, batched, tailed and direct frames both ways; a frame under another key closes it") {
     asio::io_context ctx;

@@ -84,7 +84,30 @@ public:
   /// The tag of the next frame, whose payload is `parts` in order.
   /// Example: `m.seal({msg, tail}, tag)`.
   void seal(std::initializer_list<std::span<const std::byte>> parts, std::byte (&tag)[frame_tag_size]) {
-    compute(parts, reinterpret_cast<unsigned char*>(tag));
+    std::size_t n = 0;
+    for (auto p : parts) n += p.size();
+    begin_seal(n);
+    for (auto p : parts) feed({const_cast<std::byte*>(p.data()), p.size()}); // read only
+    finish_seal(tag);
+  }
+
+  /// Seals the next frame piece by piece (a big frame, as its bytes are
+  /// written: trailing_seal): begin_seal, feed each piece in order, then
+  /// finish_seal writes the tag. `size`: the payload's total bytes.
+  void begin_seal(std::size_t size) { start(true, false, size); }
+  /// The tag of the frame begun with begin_seal and fed.
+  void finish_seal(std::byte (&tag)[frame_tag_size]) {
+    auto* t = reinterpret_cast<unsigned char*>(tag);
+    bool ok;
+    if (evp_on_) {
+      unsigned char none[16];
+      int n = 0;
+      ok = ssl_->final(evp_, none, &n) == 1 &&
+           ssl_->ctrl(evp_, libcrypto_api::ctrl_aead_get_tag, int(frame_tag_size), t) == 1;
+    } else {
+      ok = mbedtls_chachapoly_finish(&ctx_, t) == 0;
+    }
+    if (!ok) throw error("fiber: ChaCha20-Poly1305 failed");
   }
 
   /// Encrypts the next frame, whose plaintext is `parts` in order, into
@@ -118,33 +141,19 @@ public:
   /// finish with the tag (as open, or with `decrypt` as decrypt, in place).
   /// `size`: the payload's total bytes. Example:
   /// `m.begin(false, n); m.feed(a); m.feed(b); ok = m.finish(tag);`
-  void begin(bool decrypt, std::size_t size) {
-    const auto nonce = next_nonce();
-    decrypting_ = decrypt;
-    evp_open_ = ssl_ && size >= evp_threshold;
-    bool ok;
-    if (evp_open_) {
-      // The key is set once per direction; a context that sealed before is re-keyed.
-      ok = ssl_->dinit(evp_, evp_keyed_for_open_ ? nullptr : ssl_->chacha20_poly1305(), nullptr,
-                       evp_keyed_for_open_ ? nullptr : key_.data(), nonce.data()) == 1;
-      evp_keyed_for_open_ = true;
-    } else {
-      ok = mbedtls_chachapoly_starts(&ctx_, nonce.data(),
-                                     decrypt ? MBEDTLS_CHACHAPOLY_DECRYPT : MBEDTLS_CHACHAPOLY_ENCRYPT) == 0;
-    }
-    if (!ok) throw error("fiber: ChaCha20-Poly1305 failed");
-  }
+  void begin(bool decrypt, std::size_t size) { start(false, decrypt, size); }
 
   /// The next piece of the frame begun; decrypted in place when begun so.
   void feed(std::span<std::byte> piece) {
     auto* p = reinterpret_cast<unsigned char*>(piece.data());
     bool ok = true;
-    if (evp_open_) {
+    if (evp_on_) {
       for (std::size_t at = 0, n; ok && at < piece.size(); at += n) { // int lengths: 1 GiB at a time
         int got = 0;
         n = std::min<std::size_t>(piece.size() - at, std::size_t(1) << 30);
-        ok = ssl_->dupdate(evp_, decrypting_ ? p + at : nullptr, &got, p + at, int(n)) == 1 &&
-             (!decrypting_ || std::size_t(got) == n);
+        ok = sealing_ ? ssl_->update(evp_, nullptr, &got, p + at, int(n)) == 1
+                      : ssl_->dupdate(evp_, decrypting_ ? p + at : nullptr, &got, p + at, int(n)) == 1 &&
+                            (!decrypting_ || std::size_t(got) == n);
       }
     } else if (!piece.empty()) {
       ok = (decrypting_ ? mbedtls_chachapoly_update(&ctx_, piece.size(), p, p)
@@ -156,7 +165,7 @@ public:
   /// Whether `tag` ends the frame begun as its peer sealed it (constant time).
   bool finish(std::span<const std::byte> tag) {
     if (tag.size() != frame_tag_size) return false;
-    if (evp_open_) {
+    if (evp_on_) {
       unsigned char t[frame_tag_size], none[16];
       int n = 0;
       std::copy_n(reinterpret_cast<const unsigned char*>(tag.data()), frame_tag_size, t);
@@ -172,6 +181,29 @@ public:
   mac_engine engine() const noexcept { return ssl_ ? mac_engine::best : mac_engine::mbedtls; }
 
 private:
+  // begin or begin_seal: the next frame's nonce, the library by its size.
+  void start(bool seal, bool decrypt, std::size_t size) {
+    const auto nonce = next_nonce();
+    sealing_ = seal;
+    decrypting_ = decrypt;
+    evp_on_ = ssl_ && size >= evp_threshold;
+    bool ok;
+    if (evp_on_ && seal) {
+      const bool rekey = std::exchange(evp_keyed_for_open_, false); // a context that opened before
+      ok = ssl_->init(evp_, rekey ? ssl_->chacha20_poly1305() : nullptr, nullptr, rekey ? key_.data() : nullptr,
+                      nonce.data()) == 1;
+    } else if (evp_on_) {
+      // The key is set once per direction; a context that sealed before is re-keyed.
+      ok = ssl_->dinit(evp_, evp_keyed_for_open_ ? nullptr : ssl_->chacha20_poly1305(), nullptr,
+                       evp_keyed_for_open_ ? nullptr : key_.data(), nonce.data()) == 1;
+      evp_keyed_for_open_ = true;
+    } else {
+      ok = mbedtls_chachapoly_starts(&ctx_, nonce.data(),
+                                     decrypt ? MBEDTLS_CHACHAPOLY_DECRYPT : MBEDTLS_CHACHAPOLY_ENCRYPT) == 0;
+    }
+    if (!ok) throw error("fiber: ChaCha20-Poly1305 failed");
+  }
+
   void release() noexcept {
     if (evp_) ssl_->ctx_free(evp_);
     mbedtls_chachapoly_free(&ctx_);
@@ -184,10 +216,8 @@ private:
     return nonce;
   }
 
-  // The tag of the next frame: over `parts` as additional data, or with
-  // `out`, over their encryption into it.
-  void compute(std::initializer_list<std::span<const std::byte>> parts, unsigned char* tag,
-               unsigned char* out = nullptr) {
+  // Encrypts the next frame's `parts` into `out`, and its tag.
+  void compute(std::initializer_list<std::span<const std::byte>> parts, unsigned char* tag, unsigned char* out) {
     const auto nonce = next_nonce();
     std::size_t n = 0;
     for (auto p : parts) n += p.size();
@@ -195,10 +225,8 @@ private:
     int rv = mbedtls_chachapoly_starts(&ctx_, nonce.data(), MBEDTLS_CHACHAPOLY_ENCRYPT);
     for (auto p : parts) {
       const auto* in = reinterpret_cast<const unsigned char*>(p.data());
-      if (rv == 0 && !p.empty())
-        rv = out ? mbedtls_chachapoly_update(&ctx_, p.size(), in, out)
-                 : mbedtls_chachapoly_update_aad(&ctx_, in, p.size());
-      if (out) out += p.size();
+      if (rv == 0 && !p.empty()) rv = mbedtls_chachapoly_update(&ctx_, p.size(), in, out);
+      out += p.size();
     }
     if (rv == 0) rv = mbedtls_chachapoly_finish(&ctx_, tag);
     if (rv != 0) throw error("fiber: ChaCha20-Poly1305 failed (mbedTLS)");
@@ -214,7 +242,7 @@ private:
       for (std::size_t at = 0; ok && at < p.size(); at += std::size_t(n)) { // int lengths: 1 GiB at a time
         const int len = int(std::min<std::size_t>(p.size() - at, std::size_t(1) << 30));
         ok = ssl_->update(evp_, out, &n, reinterpret_cast<const unsigned char*>(p.data()) + at, len) == 1 && n == len;
-        if (out) out += n;
+        out += n;
       }
     unsigned char none[16];
     ok = ok && ssl_->final(evp_, none, &n) == 1 &&
@@ -229,7 +257,7 @@ private:
   const libcrypto_api* ssl_;
   session_key key_;     // to re-key the EVP context between sealing and opening
   void* evp_ = nullptr; // EVP_CIPHER_CTX*
-  bool evp_keyed_for_open_ = false, evp_open_ = false, decrypting_ = false;
+  bool evp_keyed_for_open_ = false, evp_on_ = false, decrypting_ = false, sealing_ = false;
   mbedtls_chachapoly_context ctx_;
   std::uint64_t seq_ = 0;
 };

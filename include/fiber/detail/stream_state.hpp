@@ -16,6 +16,7 @@
 #include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/tls_config.hpp>
 #include <fiber/detail/tls_handshake.hpp>
+#include <fiber/detail/trailing_seal.hpp>
 #include <fiber/detail/write_batch.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -113,31 +114,41 @@ public:
     std::span<const std::byte> parts[4] = {{hdr.bytes, frame_header_size}, m, tail, {tag, tag_size}};
     const std::size_t total = frame_header_size + m.size() + tail.size() + tag_size;
     std::span<const std::span<const std::byte>> todo = parts;
-    if (encrypt) { // header, ciphertext and tag in one buffer
+    trailing_seal trailing;
+    std::size_t ready = total; // bytes that may be written now (not a trailing tag yet)
+    if (encrypt) {             // header, ciphertext and tag in one buffer
       dbuf_.resize(total);
       std::copy_n(hdr.bytes, frame_header_size, dbuf_.data());
       mac->encrypt({m, tail}, dbuf_.data() + frame_header_size, tag);
       std::copy_n(tag, frame_tag_size, dbuf_.data() + total - frame_tag_size);
       parts[0] = dbuf_;
       todo = todo.first(1);
+    } else if (mac && m.size() + tail.size() >= trailing_seal_threshold) {
+      trailing.begin(*mac, m, tail);
+      ready = total - frame_tag_size;
     } else if (mac) {
       mac->seal({m, tail}, tag);
     }
     while (!ec && written < total) { // a write may take part of the iov: go on from there
       nng_iov iov[4];
       unsigned k = 0;
-      std::size_t skip = written;
+      std::size_t skip = written, left = ready - written;
       for (auto p : todo) {
         if (skip >= p.size()) {
           skip -= p.size();
           continue;
         }
-        iov[k++] = {const_cast<std::byte*>(p.data()) + skip, p.size() - skip};
+        const std::size_t len = std::min(p.size() - skip, left);
+        if (len == 0) break;
+        iov[k++] = {const_cast<std::byte*>(p.data()) + skip, len};
+        left -= len;
         skip = 0;
       }
       ++calls;
       std::size_t n = 0;
       if (!(ec = s_->write_some({iov, k}, n))) written += n;
+      if (!ec && trailing.active() && written > frame_header_size && trailing.written(written - frame_header_size, tag))
+        ready = total;
     }
     bool kick;
     {

@@ -4,12 +4,14 @@
 /// The write side of a framed stream: messages queued while a write is in
 /// flight leave together in one gather write; small parts are copied into
 /// one buffer, large ones are referenced in place (or encrypted into a
-/// buffer of the batch's, on TLS).
+/// buffer of the batch's, on TLS); a big frame's tag is computed as it is
+/// written (trailing_seal).
 
 #include <fiber/detail/bytes.hpp>
 #include <fiber/detail/completion.hpp>
 #include <fiber/detail/frame_buffer.hpp>
 #include <fiber/detail/frame_mac.hpp>
+#include <fiber/detail/trailing_seal.hpp>
 
 #include <nng/nng.h>
 
@@ -54,6 +56,9 @@ public:
     iov_.clear();
     pos_ = 0;
     coalesce_.clear();
+    written_ = 0;
+    held_ = 0;
+    trailing_ = {};
     std::size_t ciphers = 0; // cipher_ buffers used
     std::erase_if(cipher_, [](const message& c) { return c.size() > keep_cipher; });
     std::size_t seg = 0; // start of the current coalesced segment
@@ -66,7 +71,9 @@ public:
       const std::span<const std::byte> parts[2] = {op.msg, op.tail.bytes};
       const bool seal = (op.sealed || encrypt) && mac;
       const std::size_t payload = parts[0].size() + parts[1].size();
-      std::size_t add = frame_header_size + (seal ? frame_tag_size : 0), iovs = 2; // header ... closing segment
+      const bool trailing = seal && !encrypt && payload >= trailing_seal_threshold; // its tag: the batch's end
+      std::size_t add = frame_header_size + (seal ? frame_tag_size : 0),
+                  iovs = 2 + trailing; // header ... closing segment
       if (seal && encrypt) {
         if (payload < copy_threshold) add += payload;
         else iovs += 2;
@@ -80,6 +87,7 @@ public:
       const frame_header hdr(static_cast<std::uint32_t>(parts[0].size() + parts[1].size() +
                                                         (seal ? frame_tag_size : 0)));
       coalesce_.insert(coalesce_.end(), hdr.bytes, hdr.bytes + frame_header_size);
+      if (trailing) payload_at_ = bytes() + (coalesce_.size() - seg);
       if (seal && encrypt) {
         std::byte tag[frame_tag_size];
         if (payload < copy_threshold) {
@@ -107,6 +115,16 @@ public:
           iov_.push_back({const_cast<std::byte*>(p.data()), p.size()});
         }
       }
+      if (trailing) { // the tag in a segment of its own, held back until written() has it
+        close_segment();
+        tag_at_ = coalesce_.size();
+        coalesce_.resize(tag_at_ + frame_tag_size);
+        held_ = 1;
+        trailing_.begin(*mac, parts[0], parts[1]);
+        ops_.push_back(std::move(q.front()));
+        q.pop_front();
+        break;
+      }
       if (seal) {
         std::byte tag[frame_tag_size];
         mac->seal({parts[0], parts[1]}, tag);
@@ -118,9 +136,10 @@ public:
     close_segment();
   }
 
-  /// The part not written yet, for nng_aio_set_iov.
+  /// The part not written yet that may be written now, for nng_aio_set_iov
+  /// (a big frame's tag once its payload is written).
   nng_iov* iov() noexcept { return iov_.data() + pos_; }
-  unsigned iov_count() const noexcept { return unsigned(iov_.size() - pos_); }
+  unsigned iov_count() const noexcept { return unsigned(iov_.size() - pos_ - held_); }
   /// Whether nothing of the batch has been written yet.
   bool untouched() const noexcept { return pos_ == 0; }
   /// Bytes of the whole batch.
@@ -131,8 +150,16 @@ public:
   }
 
   /// `n` more bytes were written (nng may write part of the iov); true once
-  /// the whole batch is.
-  bool advance(std::size_t n) noexcept {
+  /// the whole batch is. Throws fiber::error if a trailing tag fails.
+  bool advance(std::size_t n) {
+    written_ += n;
+    if (trailing_.active() && written_ > payload_at_) {
+      std::byte tag[frame_tag_size];
+      if (trailing_.written(written_ - payload_at_, tag)) {
+        std::copy_n(tag, frame_tag_size, coalesce_.data() + tag_at_);
+        held_ = 0;
+      }
+    }
     while (n > 0) {
       auto& v = iov_[pos_];
       const std::size_t k = std::min(n, v.iov_len);
@@ -163,6 +190,11 @@ private:
   std::vector<nng_iov> iov_;
   std::size_t pos_ = 0;
   std::vector<std::byte> coalesce_;
+  std::size_t written_ = 0;    // bytes of the batch written
+  trailing_seal trailing_;     // the last frame's tag, if big
+  std::size_t payload_at_ = 0; // where its payload starts in the batch
+  std::size_t tag_at_ = 0;     // where its tag goes in coalesce_
+  unsigned held_ = 0;          // iov entries at the end not to write yet (the tag)
   // Encrypted large frames; kept for the next batches up to this size.
   static constexpr std::size_t keep_cipher = 8u << 20;
   std::vector<message> cipher_;
