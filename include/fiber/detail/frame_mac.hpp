@@ -84,11 +84,7 @@ public:
   /// The tag of the next frame, whose payload is `parts` in order.
   /// Example: `m.seal({msg, tail}, tag)`.
   void seal(std::initializer_list<std::span<const std::byte>> parts, std::byte (&tag)[frame_tag_size]) {
-    std::size_t n = 0;
-    for (auto p : parts) n += p.size();
-    begin_seal(n);
-    for (auto p : parts) feed({const_cast<std::byte*>(p.data()), p.size()}); // read only
-    finish_seal(tag);
+    seal_parts(parts, nullptr, tag);
   }
 
   /// Seals the next frame piece by piece (a big frame, as its bytes are
@@ -115,7 +111,7 @@ public:
   /// writes its tag. Example: `m.encrypt({msg, tail}, wire.data(), tag)`.
   void encrypt(std::initializer_list<std::span<const std::byte>> parts, std::byte* out,
                std::byte (&tag)[frame_tag_size]) {
-    compute(parts, reinterpret_cast<unsigned char*>(tag), reinterpret_cast<unsigned char*>(out));
+    seal_parts(parts, reinterpret_cast<unsigned char*>(out), tag);
   }
 
   /// Decrypts the next frame in place; whether `tag` is the one the peer
@@ -146,20 +142,7 @@ public:
   /// The next piece of the frame begun; decrypted in place when begun so.
   void feed(std::span<std::byte> piece) {
     auto* p = reinterpret_cast<unsigned char*>(piece.data());
-    bool ok = true;
-    if (evp_on_) {
-      for (std::size_t at = 0, n; ok && at < piece.size(); at += n) { // int lengths: 1 GiB at a time
-        int got = 0;
-        n = std::min<std::size_t>(piece.size() - at, std::size_t(1) << 30);
-        ok = sealing_ ? ssl_->update(evp_, nullptr, &got, p + at, int(n)) == 1
-                      : ssl_->dupdate(evp_, decrypting_ ? p + at : nullptr, &got, p + at, int(n)) == 1 &&
-                            (!decrypting_ || std::size_t(got) == n);
-      }
-    } else if (!piece.empty()) {
-      ok = (decrypting_ ? mbedtls_chachapoly_update(&ctx_, piece.size(), p, p)
-                        : mbedtls_chachapoly_update_aad(&ctx_, p, piece.size())) == 0;
-    }
-    if (!ok) throw error("fiber: ChaCha20-Poly1305 failed");
+    feed_to(p, piece.size(), decrypting_ ? p : nullptr);
   }
 
   /// Whether `tag` ends the frame begun as its peer sealed it (constant time).
@@ -216,38 +199,36 @@ private:
     return nonce;
   }
 
-  // Encrypts the next frame's `parts` into `out`, and its tag.
-  void compute(std::initializer_list<std::span<const std::byte>> parts, unsigned char* tag, unsigned char* out) {
-    const auto nonce = next_nonce();
+  // The next frame's tag over `parts`: as additional data, or with `out`,
+  // over their encryption into it.
+  void seal_parts(std::initializer_list<std::span<const std::byte>> parts, unsigned char* out,
+                  std::byte (&tag)[frame_tag_size]) {
     std::size_t n = 0;
     for (auto p : parts) n += p.size();
-    if (ssl_ && n >= evp_threshold) return compute_evp(parts, nonce.data(), tag, out);
-    int rv = mbedtls_chachapoly_starts(&ctx_, nonce.data(), MBEDTLS_CHACHAPOLY_ENCRYPT);
+    begin_seal(n);
     for (auto p : parts) {
-      const auto* in = reinterpret_cast<const unsigned char*>(p.data());
-      if (rv == 0 && !p.empty()) rv = mbedtls_chachapoly_update(&ctx_, p.size(), in, out);
-      out += p.size();
+      feed_to(reinterpret_cast<const unsigned char*>(p.data()), p.size(), out);
+      if (out) out += p.size();
     }
-    if (rv == 0) rv = mbedtls_chachapoly_finish(&ctx_, tag);
-    if (rv != 0) throw error("fiber: ChaCha20-Poly1305 failed (mbedTLS)");
+    finish_seal(tag);
   }
 
-  void compute_evp(std::initializer_list<std::span<const std::byte>> parts, const unsigned char* nonce,
-                   unsigned char* tag, unsigned char* out) {
-    int n = 0;
-    const bool rekey = std::exchange(evp_keyed_for_open_, false); // a context that opened before
-    bool ok = ssl_->init(evp_, rekey ? ssl_->chacha20_poly1305() : nullptr, nullptr, rekey ? key_.data() : nullptr,
-                         nonce) == 1;
-    for (auto p : parts)
-      for (std::size_t at = 0; ok && at < p.size(); at += std::size_t(n)) { // int lengths: 1 GiB at a time
-        const int len = int(std::min<std::size_t>(p.size() - at, std::size_t(1) << 30));
-        ok = ssl_->update(evp_, out, &n, reinterpret_cast<const unsigned char*>(p.data()) + at, len) == 1 && n == len;
-        out += n;
+  // `in` into the frame begun: encrypted or decrypted into `out`, or, without
+  // it, as additional data (the direction and the library: start).
+  void feed_to(const unsigned char* in, std::size_t size, unsigned char* out) {
+    bool ok = true;
+    if (evp_on_) {
+      const auto update = sealing_ ? ssl_->update : ssl_->dupdate;
+      for (std::size_t at = 0, n; ok && at < size; at += n) { // int lengths: 1 GiB at a time
+        int got = 0;
+        n = std::min<std::size_t>(size - at, std::size_t(1) << 30);
+        ok = update(evp_, out ? out + at : nullptr, &got, in + at, int(n)) == 1 && (!out || std::size_t(got) == n);
       }
-    unsigned char none[16];
-    ok = ok && ssl_->final(evp_, none, &n) == 1 &&
-         ssl_->ctrl(evp_, libcrypto_api::ctrl_aead_get_tag, int(frame_tag_size), tag) == 1;
-    if (!ok) throw error("fiber: ChaCha20-Poly1305 failed (OpenSSL)");
+    } else if (size > 0) {
+      ok = (out ? mbedtls_chachapoly_update(&ctx_, size, in, out) : mbedtls_chachapoly_update_aad(&ctx_, in, size)) ==
+           0;
+    }
+    if (!ok) throw error("fiber: ChaCha20-Poly1305 failed");
   }
 
   // Below this many bytes mbedTLS's few instructions beat OpenSSL's EVP

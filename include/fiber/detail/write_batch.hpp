@@ -57,7 +57,6 @@ public:
     pos_ = 0;
     coalesce_.clear();
     written_ = 0;
-    held_ = 0;
     trailing_ = {};
     std::size_t ciphers = 0; // cipher_ buffers used
     std::erase_if(cipher_, [](const message& c) { return c.size() > keep_cipher; });
@@ -119,7 +118,6 @@ public:
         close_segment();
         tag_at_ = coalesce_.size();
         coalesce_.resize(tag_at_ + frame_tag_size);
-        held_ = 1;
         trailing_.begin(*mac, parts[0], parts[1]);
         ops_.push_back(std::move(q.front()));
         q.pop_front();
@@ -139,7 +137,7 @@ public:
   /// The part not written yet that may be written now, for nng_aio_set_iov
   /// (a big frame's tag once its payload is written).
   nng_iov* iov() noexcept { return iov_.data() + pos_; }
-  unsigned iov_count() const noexcept { return unsigned(iov_.size() - pos_ - held_); }
+  unsigned iov_count() const noexcept { return unsigned(iov_.size() - pos_ - trailing_.active()); }
   /// Whether nothing of the batch has been written yet.
   bool untouched() const noexcept { return pos_ == 0; }
   /// Bytes of the whole batch.
@@ -155,10 +153,7 @@ public:
     written_ += n;
     if (trailing_.active() && written_ > payload_at_) {
       std::byte tag[frame_tag_size];
-      if (trailing_.written(written_ - payload_at_, tag)) {
-        std::copy_n(tag, frame_tag_size, coalesce_.data() + tag_at_);
-        held_ = 0;
-      }
+      if (trailing_.written(written_ - payload_at_, tag)) std::copy_n(tag, frame_tag_size, coalesce_.data() + tag_at_);
     }
     while (n > 0) {
       auto& v = iov_[pos_];
@@ -191,10 +186,9 @@ private:
   std::size_t pos_ = 0;
   std::vector<std::byte> coalesce_;
   std::size_t written_ = 0;    // bytes of the batch written
-  trailing_seal trailing_;     // the last frame's tag, if big
+  trailing_seal trailing_;     // the last frame's tag, if big: its segment, the last, waits while active
   std::size_t payload_at_ = 0; // where its payload starts in the batch
   std::size_t tag_at_ = 0;     // where its tag goes in coalesce_
-  unsigned held_ = 0;          // iov entries at the end not to write yet (the tag)
   // Encrypted large frames; kept for the next batches up to this size.
   static constexpr std::size_t keep_cipher = 8u << 20;
   std::vector<message> cipher_;
