@@ -132,7 +132,44 @@ message joined(const message& a, const message& b) {
   m.insert(m.end(), b.begin(), b.end());
   return m;
 }
+/// What a socket taking 1 MiB at a time gets of batch `b`, written to its end.
+message write_in_pieces(fd::write_batch& b) {
+  message wire;
+  for (auto pending = b.pending(); !pending.empty(); pending = b.pending()) {
+    const std::size_t n = std::min<std::size_t>(pending[0].iov_len, 1u << 20);
+    const auto* p = static_cast<const std::byte*>(pending[0].iov_buf);
+    wire.insert(wire.end(), p, p + n);
+    if (b.advance(n)) break;
+  }
+  return wire;
+}
 std::string msg_str(const message& m) { return std::string(reinterpret_cast<const char*>(m.data()), m.size()); }
+
+// Frames over trailing_seal_threshold from `client` to `server`: a head
+// in place or coalesced, then a tail of `tail_size` in place; batched and
+// direct, and a small frame after them (the sequence goes on).
+asio::awaitable<void> check_big_frames(fd::stream& client, fd::stream& server, std::size_t tail_size) {
+  const message head = make_msg(fd::trailing_seal_threshold / 2, 6), small = make_msg(10, 7);
+  const auto tail = std::make_shared<const message>(make_msg(tail_size, 8));
+  client.async_send(head, fd::shared_bytes{tail, *tail}, [](std::error_code ec) { CHECK_FALSE(ec); });
+  client.async_send(small, [](std::error_code ec) { CHECK_FALSE(ec); });
+  client.async_send(small, fd::shared_bytes{tail, *tail}, [](std::error_code ec) { CHECK_FALSE(ec); });
+  auto m1 = co_await server.async_recv(asio::use_awaitable);
+  auto m2 = co_await server.async_recv(asio::use_awaitable);
+  auto m3 = co_await server.async_recv(asio::use_awaitable);
+  CHECK(m1 == joined(head, *tail));
+  CHECK(m2 == small);
+  CHECK(m3 == joined(small, *tail));
+  bool ok = false;
+  std::thread writer([&, d = client.direct()] { ok = d.try_send(head, *tail); });
+  auto got = co_await server.async_recv(asio::use_awaitable);
+  writer.join();
+  CHECK(ok);
+  CHECK(got == joined(head, *tail));
+  co_await client.async_send(small, asio::use_awaitable);
+  auto last = co_await server.async_recv(asio::use_awaitable);
+  CHECK(last == small);
+}
 
 // Note: no co_await inside Catch macros (g++ 12 coroutines mishandle the
 // temporaries of such full-expressions); await into a local first.
@@ -676,23 +713,42 @@ TEST_CASE("transport: frame MACs: sealed frames arrive whole; another key, a rep
     fd::write_batch b;
     b.fill(q, &mac);
     CHECK(q.size() == 1); // the big frame ends its batch
-    message wire;
     std::size_t offered = 0;
-    for (unsigned i = 0; i < b.iov_count(); ++i) offered += b.iov()[i].iov_len;
+    for (auto& v : b.pending()) offered += v.iov_len;
     CHECK(offered == b.bytes() - fd::frame_tag_size);
-    while (b.iov_count() > 0) { // written 1 MiB at a time, as a socket would take it
-      const auto& v = b.iov()[0];
-      const std::size_t n = std::min<std::size_t>(v.iov_len, 1u << 20);
-      const auto* p = static_cast<const std::byte*>(v.iov_buf);
-      wire.insert(wire.end(), p, p + n);
-      if (b.advance(n)) break;
-    }
+    const message wire = write_in_pieces(b);
     CHECK(wire.size() == offered + fd::frame_tag_size);
     std::byte t_small[fd::frame_tag_size], t_big[fd::frame_tag_size];
     whole.seal({small}, t_small);
     whole.seal({big}, t_big);
     CHECK(std::memcmp(wire.data() + wire.size() - fd::frame_tag_size, t_big, fd::frame_tag_size) == 0);
     CHECK(std::memcmp(wire.data() + fd::frame_header_size + small.size(), t_small, fd::frame_tag_size) == 0);
+  }
+  SECTION("a big frame is encrypted a few MiB ahead of its write; the same ciphertext and tag as whole") {
+    // Encrypting 512 MiB before the first byte left held the writer (and
+    // the wire) silent past a heartbeat timeout, as tagging it did.
+    const message small = make_msg(10, 5), big = make_msg(3 * fd::trailing_seal_threshold + 1000, 4);
+    std::deque<fd::send_op> q;
+    for (std::uint64_t id : {1u, 2u, 3u}) q.push_back({id, id == 2 ? big : small, {}, {}, true});
+    fd::frame_mac mac(k1), whole(k1);
+    fd::write_batch b;
+    b.fill(q, &mac, true);
+    CHECK(q.size() == 1); // the big frame ends its batch
+    std::size_t offered = 0;
+    for (auto& v : b.pending()) offered += v.iov_len;
+    CHECK(offered < big.size() / 2); // before: all of it
+    const message wire = write_in_pieces(b);
+    REQUIRE(wire.size() == b.bytes());
+    message c_small(small.size()), c_big(big.size());
+    std::byte t_small[fd::frame_tag_size], t_big[fd::frame_tag_size];
+    whole.encrypt({small}, c_small.data(), t_small);
+    whole.encrypt({big}, c_big.data(), t_big);
+    const auto* at = wire.data() + fd::frame_header_size;
+    CHECK(std::memcmp(at, c_small.data(), c_small.size()) == 0);
+    CHECK(std::memcmp(at + small.size(), t_small, fd::frame_tag_size) == 0);
+    at += small.size() + fd::frame_tag_size + fd::frame_header_size;
+    CHECK(std::memcmp(at, c_big.data(), c_big.size()) == 0);
+    CHECK(std::memcmp(at + big.size(), t_big, fd::frame_tag_size) == 0);
   }
   SECTION("big frames, tagged as they are written, open on a stream: batched, tailed and direct") {
     asio::io_context ctx;
@@ -701,28 +757,7 @@ TEST_CASE("transport: frame MACs: sealed frames arrive whole; another key, a rep
       auto [server, client] = co_await connect_pair(l, no_options);
       server.enable_mac(k1, k2);
       client.enable_mac(k2, k1);
-      // A head in place or coalesced, then a tail in place: each frame is
-      // over the threshold.
-      const message head = make_msg(fd::trailing_seal_threshold / 2, 6), small = make_msg(10, 7);
-      const auto tail = std::make_shared<const message>(make_msg(fd::trailing_seal_threshold, 8));
-      client.async_send(head, fd::shared_bytes{tail, *tail}, [](std::error_code ec) { CHECK_FALSE(ec); });
-      client.async_send(small, [](std::error_code ec) { CHECK_FALSE(ec); });
-      client.async_send(small, fd::shared_bytes{tail, *tail}, [](std::error_code ec) { CHECK_FALSE(ec); });
-      auto m1 = co_await server.async_recv(asio::use_awaitable);
-      auto m2 = co_await server.async_recv(asio::use_awaitable);
-      auto m3 = co_await server.async_recv(asio::use_awaitable);
-      CHECK(m1 == joined(head, *tail));
-      CHECK(m2 == small);
-      CHECK(m3 == joined(small, *tail));
-      bool ok = false;
-      std::thread writer([&, d = client.direct()] { ok = d.try_send(head, *tail); });
-      auto got = co_await server.async_recv(asio::use_awaitable);
-      writer.join();
-      CHECK(ok);
-      CHECK(got == joined(head, *tail));
-      co_await client.async_send(small, asio::use_awaitable); // the sequence goes on after a direct frame
-      auto last = co_await server.async_recv(asio::use_awaitable);
-      CHECK(last == small);
+      co_await check_big_frames(client, server, fd::trailing_seal_threshold);
     });
   }
   SECTION("on a stream: async, batched, tailed and direct frames both ways; a frame under another key closes it") {
@@ -1232,6 +1267,12 @@ TEST_CASE("transport: TLS round trip with a self-signed certificate", "[transpor
       // The peer may hold every byte before nng's thread completes the send.
       co_await poll_until([&] { return sent >= 301; }, 1ms, 5000);
       CHECK(sent == 301);
+    });
+  }
+  SECTION("big frames, encrypted as they are written: batched, tailed and direct") {
+    run_coro(ctx, [&]() -> asio::awaitable<void> {
+      auto [server, client] = co_await connect_pair(l, no_options);
+      co_await check_big_frames(client, server, 2 * fd::trailing_seal_threshold + 5); // past one piece ahead
     });
   }
   SECTION("unverified client still encrypts, on a channel both ends bind alike") {

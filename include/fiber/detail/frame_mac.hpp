@@ -91,6 +91,12 @@ public:
   /// written: trailing_seal): begin_seal, feed each piece in order, then
   /// finish_seal writes the tag. `size`: the payload's total bytes.
   void begin_seal(std::size_t size) { start(true, false, size); }
+  /// The next piece of the frame begun with begin_seal, encrypted into `out`
+  /// (its size; it may be `piece` itself): a big frame encrypted just ahead
+  /// of its write (trailing_seal).
+  void encrypt_piece(std::span<const std::byte> piece, std::byte* out) {
+    feed_to(reinterpret_cast<const unsigned char*>(piece.data()), piece.size(), reinterpret_cast<unsigned char*>(out));
+  }
   /// The tag of the frame begun with begin_seal and fed.
   void finish_seal(std::byte (&tag)[frame_tag_size]) {
     auto* t = reinterpret_cast<unsigned char*>(tag);

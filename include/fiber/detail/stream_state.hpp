@@ -114,21 +114,26 @@ public:
     std::span<const std::byte> parts[4] = {{hdr.bytes, frame_header_size}, m, tail, {tag, tag_size}};
     const std::size_t total = frame_header_size + m.size() + tail.size() + tag_size;
     std::span<const std::span<const std::byte>> todo = parts;
-    trailing_seal trailing;
-    std::size_t ready = total; // bytes that may be written now (not a trailing tag yet)
-    if (encrypt) {             // header, ciphertext and tag in one buffer
-      dbuf_.resize(total);
-      std::copy_n(hdr.bytes, frame_header_size, dbuf_.data());
-      mac->encrypt({m, tail}, dbuf_.data() + frame_header_size, tag);
-      std::copy_n(tag, frame_tag_size, dbuf_.data() + total - frame_tag_size);
-      parts[0] = dbuf_;
+    trailing_seal trailing; // a big frame: sealed as it is written
+    const bool big = mac && m.size() + tail.size() >= trailing_seal_threshold;
+    std::byte* cipher = nullptr;
+    if (encrypt) { // header, ciphertext and tag in one buffer
+      std::byte* d = dbuf_.get(total);
+      std::copy_n(hdr.bytes, frame_header_size, d);
+      cipher = d + frame_header_size;
+      parts[0] = {d, total};
       todo = todo.first(1);
-    } else if (mac && m.size() + tail.size() >= trailing_seal_threshold) {
-      trailing.begin(*mac, m, tail);
-      ready = total - frame_tag_size;
+    }
+    if (big) {
+      trailing.begin(*mac, m, tail, cipher);
+    } else if (encrypt) {
+      mac->encrypt({m, tail}, cipher, tag);
+      std::copy_n(tag, frame_tag_size, dbuf_.get(total) + total - frame_tag_size);
     } else if (mac) {
       mac->seal({m, tail}, tag);
     }
+    // Bytes that may be written now: not a big frame's tag, nor what is not encrypted yet.
+    std::size_t ready = big ? frame_header_size + trailing.ready() : total;
     while (!ec && written < total) { // a write may take part of the iov: go on from there
       nng_iov iov[4];
       unsigned k = 0;
@@ -147,8 +152,14 @@ public:
       ++calls;
       std::size_t n = 0;
       if (!(ec = s_->write_some({iov, k}, n))) written += n;
-      if (!ec && trailing.active() && written > frame_header_size && trailing.written(written - frame_header_size, tag))
-        ready = total;
+      if (!ec && trailing.active() && written > frame_header_size) {
+        if (trailing.written(written - frame_header_size, tag)) {
+          ready = total;
+          if (encrypt) std::copy_n(tag, frame_tag_size, dbuf_.get(total) + total - frame_tag_size);
+        } else {
+          ready = frame_header_size + trailing.ready();
+        }
+      }
     }
     bool kick;
     {
@@ -388,7 +399,7 @@ private:
     writing_ = true;
     if (try_inline_write()) return;
     ++stats_.write_calls;
-    s_->async_write_some({batch_.iov(), batch_.iov_count()}, make_io_done<&stream_state::on_write>(shared_from_this()));
+    s_->async_write_some(batch_.pending(), make_io_done<&stream_state::on_write>(shared_from_this()));
   }
 
   // A small batch is written here if the stream has room for some of it
@@ -401,7 +412,7 @@ private:
     if (batch_.bytes() > inline_write_limit) return false;
     ++stats_.write_calls;
     std::size_t n = 0;
-    const auto ec = s_->try_write_some({batch_.iov(), batch_.iov_count()}, n);
+    const auto ec = s_->try_write_some(batch_.pending(), n);
     if (ec == asio::error::would_block) return false; // wait asynchronously
     on_send(ec, n, via::post);                        // handlers never run inside this call
     return true;
@@ -620,7 +631,7 @@ private:
   asio::any_io_executor ex_;
   byte_stream_ptr s_;
   std::atomic<std::size_t> max_;
-  std::vector<std::byte> dbuf_; // a direct encrypted frame (the thread holding direct_busy_)
+  scratch_bytes dbuf_; // a direct encrypted frame (the thread holding direct_busy_)
   bool inline_tried_ = false, write_scheduled_ = false;
   std::optional<tls_start> tls_start_;         // until the TLS handshake is done
   std::shared_ptr<tls_handshake_core> tls_op_; // while it runs
