@@ -113,32 +113,26 @@ public:
     const frame_header hdr(static_cast<std::uint32_t>(m.size() + tail.size() + tag_size));
     std::span<const std::byte> parts[4] = {{hdr.bytes, frame_header_size}, m, tail, {tag, tag_size}};
     const std::size_t total = frame_header_size + m.size() + tail.size() + tag_size;
-    std::span<const std::span<const std::byte>> todo = parts;
     trailing_seal trailing; // a big frame: sealed as it is written
     const bool big = mac && m.size() + tail.size() >= trailing_seal_threshold;
     std::byte* cipher = nullptr;
-    if (encrypt) { // header, ciphertext and tag in one buffer
-      std::byte* d = dbuf_.get(total);
+    if (encrypt) { // header and ciphertext in one buffer; the tag after them, as in clear
+      std::byte* d = dbuf_.get(total - frame_tag_size);
       std::copy_n(hdr.bytes, frame_header_size, d);
       cipher = d + frame_header_size;
-      parts[0] = {d, total};
-      todo = todo.first(1);
+      parts[0] = {d, total - frame_tag_size};
+      parts[1] = parts[2] = {};
     }
-    if (big) {
-      trailing.begin(*mac, m, tail, cipher);
-    } else if (encrypt) {
-      mac->encrypt({m, tail}, cipher, tag);
-      std::copy_n(tag, frame_tag_size, dbuf_.get(total) + total - frame_tag_size);
-    } else if (mac) {
-      mac->seal({m, tail}, tag);
-    }
+    if (big) trailing.begin(*mac, m, tail, cipher);
+    else if (encrypt) mac->encrypt({m, tail}, cipher, tag);
+    else if (mac) mac->seal({m, tail}, tag);
     // Bytes that may be written now: not a big frame's tag, nor what is not encrypted yet.
     std::size_t ready = big ? frame_header_size + trailing.ready() : total;
     while (!ec && written < total) { // a write may take part of the iov: go on from there
       nng_iov iov[4];
       unsigned k = 0;
       std::size_t skip = written, left = ready - written;
-      for (auto p : todo) {
+      for (auto p : parts) {
         if (skip >= p.size()) {
           skip -= p.size();
           continue;
@@ -152,14 +146,8 @@ public:
       ++calls;
       std::size_t n = 0;
       if (!(ec = s_->write_some({iov, k}, n))) written += n;
-      if (!ec && trailing.active() && written > frame_header_size) {
-        if (trailing.written(written - frame_header_size, tag)) {
-          ready = total;
-          if (encrypt) std::copy_n(tag, frame_tag_size, dbuf_.get(total) + total - frame_tag_size);
-        } else {
-          ready = frame_header_size + trailing.ready();
-        }
-      }
+      if (!ec && trailing.active() && written > frame_header_size)
+        ready = trailing.written(written - frame_header_size, tag) ? total : frame_header_size + trailing.ready();
     }
     bool kick;
     {
@@ -631,7 +619,7 @@ private:
   asio::any_io_executor ex_;
   byte_stream_ptr s_;
   std::atomic<std::size_t> max_;
-  scratch_bytes dbuf_; // a direct encrypted frame (the thread holding direct_busy_)
+  scratch_bytes dbuf_; // a direct encrypted frame's header and ciphertext (the thread holding direct_busy_)
   bool inline_tried_ = false, write_scheduled_ = false;
   std::optional<tls_start> tls_start_;         // until the TLS handshake is done
   std::shared_ptr<tls_handshake_core> tls_op_; // while it runs
