@@ -47,6 +47,10 @@ struct job_spec {
   /// say `inherits_link`. The master's copy closes with the last copy of
   /// the spec, after launch(). Null: none.
   std::shared_ptr<const int> link_fd = nullptr;
+  /// A second descriptor inherited as link_fd is, set only with it: a
+  /// manager process's reply line (the replies to calls whose caller reads
+  /// them itself). Null: none.
+  std::shared_ptr<const int> reply_fd = nullptr;
 };
 
 /// How a job ended; exitcode() turns it into multiprocessing's exit code.

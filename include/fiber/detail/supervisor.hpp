@@ -6,10 +6,12 @@
 /// budget of workers that end before they connect. Pool, RemoteManager and
 /// Process all start their workers through it, on a worker_host.
 
+#include <fiber/backend/detail/unique_fd.hpp>
 #include <fiber/backend/launcher.hpp>
 #include <fiber/config.hpp>
 #include <fiber/detail/fd_budget.hpp>
 #include <fiber/detail/handshake.hpp>
+#include <fiber/detail/inherited_link.hpp>
 #include <fiber/detail/pid_budget.hpp>
 #include <fiber/detail/worker_host.hpp>
 #include <fiber/error.hpp>
@@ -91,7 +93,8 @@ public:
                             (workers == 1 ? std::string() : ", " + std::to_string(workers) + " " + workers_noun_) + ")";
     const auto traits = launcher_->traits();
     if (traits.dies_with_master) detail::reserve_threads(workers, who);
-    const auto per_worker = 1 + traits.fds_per_job + traits.inherits_link; // the job's end, until launch() returns
+    // the job's end, until launch() returns; a reply line's two ends
+    const auto per_worker = 1 + traits.fds_per_job + traits.inherits_link * (reply_lines_ ? 3 : 1);
     detail::reserve_fds((workers + host_.expected_workers()) * per_worker + max_pending_handshakes, who);
   }
 
@@ -112,6 +115,12 @@ public:
         ids.push_back(id);
         workers_[id].name = name;
         specs.push_back(host_.worker_spec(*launcher_, id, name, res));
+        if (reply_lines_ && specs.back().link_fd) { // a job of this machine that inherits its link
+          auto [job_end, mine] = make_link_pair();
+          workers_[id].reply_end = unique_fd(mine);
+          specs.back().env.emplace_back("FIBER_INTERNAL_REPLY_FD", std::to_string(*job_end));
+          specs.back().reply_fd = std::move(job_end);
+        }
         handlers.push_back([weak, id](const backend::job_exit& ex) {
           if (auto s = weak.lock()) s->on_exit(id, ex);
         });
@@ -181,6 +190,17 @@ public:
   void retire(std::uint64_t id) {
     if (auto it = workers_.find(id); it != workers_.end()) it->second.end_expected = true;
   }
+  /// Workers that inherit their link (local jobs) get a reply line too:
+  /// a second socketpair, the job's end in job_spec::reply_fd
+  /// (reply_line.hpp). Before launch().
+  void with_reply_lines() noexcept { reply_lines_ = true; }
+  /// Worker `id`'s end of its reply line, which the caller owns from now
+  /// on; -1 when it has none, or it was taken.
+  int take_reply_line(std::uint64_t id) {
+    auto it = workers_.find(id);
+    return it == workers_.end() ? -1 : it->second.reply_end.release();
+  }
+
   /// The owner is closing: workers that end from now on before connecting
   /// are not failed starts.
   void close() noexcept { closing_ = true; }
@@ -203,6 +223,7 @@ private:
     bool connected = false;
     bool end_expected = false;
     std::unique_ptr<asio::steady_timer> start_timer;
+    unique_fd reply_end; // this process's end of its reply line, until taken
   };
 
   void on_connect(std::uint64_t id, std::shared_ptr<worker_link> l) {
@@ -241,6 +262,7 @@ private:
   unsigned failed_starts_ = 0;
   std::string last_failure_;
   bool closing_ = false;
+  bool reply_lines_ = false;
 };
 
 } // namespace fiber::detail

@@ -29,6 +29,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <vector>
 
@@ -426,6 +427,7 @@ inline void apply_master_config(const std::string& master_url, const std::map<st
 [[noreturn]] inline void run_worker() {
   const auto& env = worker_environment();
   if (env.pdeathsig) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (env.reply_fd >= 0) ::fcntl(env.reply_fd, F_SETFD, FD_CLOEXEC); // a reply line (reply_line.hpp): ours alone
   const std::string url = env.master;
   std::uint64_t id = std::strtoull(env.worker_id.c_str(), nullptr, 10);
   auto& rt = runtime::instance();

@@ -33,6 +33,7 @@ struct worker_env {
   std::string relay;          ///< the run's relay on this host (abstract://, the `relay` key; relay.hpp); empty: none
   std::string registry_salt;  ///< tests: pretend to be another build
   int link_fd = -1;           ///< the inherited socket to the master (local jobs; inherited_link.hpp); -1: none
+  int reply_fd = -1;          ///< a manager process's inherited reply line (reply_line.hpp); -1: none
   bool pdeathsig = false;     ///< die with the parent (local workers)
 
   bool is_worker() const noexcept { return !master.empty(); }
@@ -69,7 +70,7 @@ inline worker_env take_worker_environment() {
     std::string* to;
     bool wipe;
   };
-  std::string pdeath, link_fd;
+  std::string pdeath, link_fd, reply_fd;
   const field fields[] = {{"MASTER", &w.master, false},
                           {"SECRET", &w.secret, true},
                           {"SECRET_FILE", &w.secret_file, false},
@@ -84,6 +85,7 @@ inline worker_env take_worker_environment() {
                           {"RELAY", &w.relay, false},
                           {"REGISTRY_SALT", &w.registry_salt, false},
                           {"LINK_FD", &link_fd, false},
+                          {"REPLY_FD", &reply_fd, false},
                           {"PDEATHSIG", &pdeath, false}};
   constexpr std::string_view prefix = "FIBER_INTERNAL_";
   std::vector<std::string> names;
@@ -106,9 +108,13 @@ inline worker_env take_worker_environment() {
   }
   for (const auto& n : names) ::unsetenv(n.c_str());
   w.pdeathsig = !pdeath.empty();
-  char* end = nullptr;
-  const long fd = link_fd.empty() ? -1 : std::strtol(link_fd.c_str(), &end, 10);
-  if (!link_fd.empty() && !*end && fd >= 3 && fd <= 1 << 24) w.link_fd = int(fd);
+  auto fd_of = [](const std::string& v) {
+    char* end = nullptr;
+    const long fd = v.empty() ? -1 : std::strtol(v.c_str(), &end, 10);
+    return !v.empty() && !*end && fd >= 3 && fd <= 1 << 24 ? int(fd) : -1;
+  };
+  w.link_fd = fd_of(link_fd);
+  w.reply_fd = fd_of(reply_fd);
   return w;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <fcntl.h>
+#include <array>
 #include <optional>
 #include <signal.h>
 #include <spawn.h>
@@ -36,7 +37,8 @@ struct spawn_request {
   /// Append stdout/stderr to this file (created 0600) instead of `out`/`err`.
   std::optional<std::string> out_file, err_file;
   bool new_process_group = false;
-  int keep_fd = -1; ///< inherited under the same number (its close-on-exec flag cleared in the child)
+  /// Inherited under the same numbers (their close-on-exec flags cleared in the child); -1: none.
+  std::array<int, 2> keep_fds{-1, -1};
 };
 
 struct spawned {
@@ -113,7 +115,8 @@ inline spawned spawn(const spawn_request& r) {
   };
   wire(r.out, r.out_file, 1, s.out, child_ends[0]);
   wire(r.err, r.err_file, 2, s.err, child_ends[1]);
-  if (r.keep_fd > 2) posix_spawn_file_actions_adddup2(&fa, r.keep_fd, r.keep_fd); // glibc: clears FD_CLOEXEC
+  for (int fd : r.keep_fds)
+    if (fd > 2) posix_spawn_file_actions_adddup2(&fa, fd, fd); // glibc: clears FD_CLOEXEC
 
   int rc = ::posix_spawnp(&s.pid, argv[0], &fa, &at, argv.data(), r.env ? envp.data() : environ);
   if (rc != 0) throw std::system_error(rc, std::generic_category(), r.argv[0]);

@@ -75,7 +75,8 @@ private:
     r.out_file = spec.stdout_path;
     r.err_file = spec.stderr_path;
     r.new_process_group = true;
-    if (spec.link_fd) r.keep_fd = *spec.link_fd;
+    if (spec.link_fd) r.keep_fds[0] = *spec.link_fd;
+    if (spec.reply_fd) r.keep_fds[1] = *spec.reply_fd;
     spawned child;
     try {
       child = spawn(r);
