@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <map>
 #include <future>
@@ -26,6 +27,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -76,6 +78,29 @@ struct Recorder {
     if (auto* f = std::fopen(path.c_str(), "w")) std::fputc('x', f), std::fclose(f);
   }
 
+  // Sockets of this process that a program it starts would inherit.
+  int inheritable_sockets() const {
+    int n = 0;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+      while (auto* e = ::readdir(d)) {
+        const int fd = std::atoi(e->d_name);
+        struct stat st {};
+        if (e->d_name[0] != '.' && fd != ::dirfd(d) && ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
+            !(::fcntl(fd, F_GETFD) & FD_CLOEXEC))
+          ++n;
+      }
+      ::closedir(d);
+    }
+    return n;
+  }
+
+  // Writes bytes that are no reply on this process's reply line (false: it has none).
+  bool garble_reply_line() const {
+    const int fd = fiber::detail::worker_environment().reply_fd;
+    const unsigned char junk[] = {5, 0, 0, 0, 'x', 'x', 'x', 'x', 'x'}; // a frame of 5 bytes of kind 'x'
+    return fd >= 0 && ::write(fd, junk, sizeof junk) == ssize_t(sizeof junk);
+  }
+
   static inline std::atomic<int> alive{0};
   static inline std::mutex meet_m;
   static inline std::condition_variable meet_cv;
@@ -85,7 +110,8 @@ struct Recorder {
   std::vector<int> seen_;
 };
 BOOST_DESCRIBE_STRUCT(Recorder, (),
-                      (push, seen, name, pid, slow, fail, alive_now, reset, policy, meet, touch, on_main_thread))
+                      (push, seen, name, pid, slow, fail, alive_now, reset, policy, meet, touch, on_main_thread,
+                       inheritable_sockets, garble_reply_line))
 
 /// Throws from its constructor when asked to.
 struct Fragile {
@@ -335,6 +361,117 @@ TEST_CASE("co_await async_call from an Asio coroutine", "[manager]") {
   CHECK(p.get_future().get() == "a");
   auto fut = b.async_call<&Recorder::pid>(asio::use_future);
   CHECK(fut.get() != ::getpid());
+}
+
+TEST_CASE("co_await async_call completes on the caller's io_context while fiber's runtime thread is held",
+          "[manager]") {
+  // The reply comes on the process's reply line, read where the caller
+  // awaits: the master's runtime thread has no part in the call.
+  const unsigned threads = GENERATE(1u, 0u); // the main thread runs methods; actor threads do
+  CAPTURE(threads);
+  fiber::RemoteManager<Recorder> m{{.processes = 1, .threads = threads}};
+  auto r = m.make("held");
+  r.call<&Recorder::pid>();
+  std::promise<void> holding, release;
+  asio::post(fiber::detail::runtime::instance().executor(), [&, held = release.get_future()] {
+    holding.set_value();
+    held.wait();
+  });
+  holding.get_future().wait();
+  asio::io_context ctx;
+  std::string name;
+  std::vector<int> seen;
+  std::string error_type;
+  bool finished = false;
+  asio::co_spawn(
+      ctx,
+      [&]() -> asio::awaitable<void> {
+        name = co_await r.async_call<&Recorder::name>(asio::use_awaitable);
+        for (int i = 0; i < 20; ++i) co_await r.async_call<&Recorder::push>(i, asio::use_awaitable);
+        seen = co_await r.async_call<&Recorder::seen>(asio::use_awaitable);
+        try {
+          co_await r.async_call<&Recorder::fail>("boom", asio::use_awaitable);
+        } catch (const fiber::remote_error& e) {
+          error_type = e.type_name();
+        }
+        finished = true;
+      },
+      asio::detached);
+  ctx.run_for(std::chrono::seconds(10)); // a bound: before reply lines it ran out here
+  const bool while_held = finished;
+  release.set_value();
+  ctx.restart();
+  ctx.run();
+  CHECK(while_held);
+  CHECK(finished);
+  CHECK(name == "held");
+  CHECK(seen.size() == 20);
+  CHECK(error_type == "std::invalid_argument");
+}
+
+TEST_CASE("bytes on a reply line that do not decode: the process is lost, the call fails with worker_lost",
+          "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1, .threads = 1}};
+  auto r = m.make();
+  r.call<&Recorder::pid>();
+  asio::io_context ctx;
+  std::string why;
+  asio::co_spawn(
+      ctx,
+      [&]() -> asio::awaitable<void> {
+        try {
+          co_await r.async_call<&Recorder::garble_reply_line>(asio::use_awaitable);
+        } catch (const fiber::worker_lost& e) {
+          why = e.what();
+        }
+      },
+      asio::detached);
+  ctx.run();
+  CAPTURE(why);
+  CHECK(why.find("reply line") != std::string::npos);
+  CHECK_THROWS_AS(r.call<&Recorder::pid>(), fiber::worker_lost);
+  auto fresh = m.make("fresh"); // a replacement process
+  CHECK(fresh.call<&Recorder::name>() == "fresh");
+}
+
+TEST_CASE("a manager process's inherited sockets (its link, its reply line) are close-on-exec", "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1}};
+  auto r = m.make(); // constructed before any reply has gone on the line
+  CHECK(r.call<&Recorder::inheritable_sockets>() == 0);
+}
+
+TEST_CASE("a SIGKILLed manager process fails a co_await'ed call with worker_lost; io_context::run returns",
+          "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1, .threads = 1}};
+  auto r = m.make();
+  const auto pid = r.call<&Recorder::pid>();
+  asio::io_context ctx;
+  bool lost = false;
+  asio::co_spawn(
+      ctx,
+      [&]() -> asio::awaitable<void> {
+        co_await r.async_call<&Recorder::push>(1, asio::use_awaitable); // the line is read here
+        asio::post(ctx, [pid] { ::kill(pid_t(pid), SIGKILL); });        // while the next call waits
+        try {
+          co_await r.async_call<&Recorder::slow>(60.0, asio::use_awaitable);
+        } catch (const fiber::worker_lost&) {
+          lost = true;
+        }
+      },
+      asio::detached);
+  auto t0 = clock_type::now();
+  ctx.run();
+  CHECK(lost);
+  CHECK(seconds_since(t0) < 10);
+  // The replacement process takes new objects, and its line serves them.
+  auto fresh = m.make("fresh");
+  asio::io_context again;
+  std::string name;
+  asio::co_spawn(
+      again, [&]() -> asio::awaitable<void> { name = co_await fresh.async_call<&Recorder::name>(asio::use_awaitable); },
+      asio::detached);
+  again.run();
+  CHECK(name == "fresh");
 }
 
 TEST_CASE("objects are spread evenly over the manager processes", "[manager]") {

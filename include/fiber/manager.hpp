@@ -231,7 +231,10 @@ public:
   /// method; the handler runs on its associated executor (default: fiber's
   /// runtime executor — keep such handlers short and non-blocking).
   /// Arguments are copied at initiation. The completion is posted from
-  /// fiber's runtime thread, so the handler's execution context (e.g. your
+  /// fiber's runtime thread — or, for a call made on a thread running the
+  /// io_context the handler's executor belongs to, to an object in a local
+  /// manager process, run there as its reply is read (the reply line,
+  /// docs/RATIONALE.md) — so the handler's execution context (e.g. your
   /// io_context) must outlive the operation — and, as a rule, this process's
   /// RemoteManager/handles, as in any Asio program. Cancellation is not
   /// supported: a call, once sent, runs.
@@ -340,9 +343,10 @@ private:
     template <class Handler>
     void operator()(Handler&& handler, const std::shared_ptr<const detail::remote_state>& st,
                     std::vector<std::byte> bytes) const {
+      auto caller = detail::reply_line_executor(handler);
       auto op = std::make_shared<detail::async_op<std::decay_t<Handler>>>(std::forward<Handler>(handler),
                                                                           detail::runtime::instance().executor());
-      detail::send_call(*st, std::move(bytes), [op](std::exception_ptr e, std::vector<std::byte> bytes) {
+      auto done = [op](std::exception_ptr e, std::vector<std::byte> bytes) {
         if constexpr (std::is_void_v<R>) {
           if (!e) {
             try {
@@ -363,7 +367,8 @@ private:
           }
           op->complete(detail::via::dispatch, std::move(e), std::move(v));
         }
-      });
+      };
+      detail::send_call(*st, std::move(bytes), std::move(done), caller);
     }
   };
 

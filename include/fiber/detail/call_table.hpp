@@ -8,6 +8,7 @@
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/object_wire.hpp>
+#include <fiber/detail/reply_line.hpp>
 #include <fiber/detail/service.hpp>
 #include <fiber/detail/stream.hpp>
 #include <fiber/detail/wire_status.hpp>
@@ -104,11 +105,13 @@ public:
 
   /// Runtime thread: object `obj` lives in process `proc`, on link `l`.
   /// Links without a direct writer (behind a relay) get no route.
-  void route(std::uint64_t obj, std::uint64_t proc, const std::shared_ptr<worker_link>& l) {
+  /// `line`: the process's reply line, if it has one.
+  void route(std::uint64_t obj, std::uint64_t proc, const std::shared_ptr<worker_link>& l,
+             std::shared_ptr<reply_line> line = nullptr) {
     auto w = l->direct();
     if (!w) return;
     std::lock_guard lk(m_);
-    routes_[obj] = {proc, std::move(w), l};
+    routes_[obj] = {proc, std::move(w), l, std::move(line)};
   }
   /// Runtime thread: calls of `obj` take the runtime thread's way from now on.
   void unroute(std::uint64_t obj) {
@@ -127,15 +130,17 @@ public:
   /// thread when the link has nothing queued, else queued on the runtime
   /// thread (calls leave in the order they were made). False, having done
   /// nothing, when the object has no route or the call is too large: the
-  /// runtime thread's way then answers it.
-  bool try_call(std::span<const std::byte> payload, request_done& done) {
+  /// runtime thread's way then answers it. `caller`: the executor `done`
+  /// completes a handler on; when the process has a reply line that this
+  /// thread may read there (reply_line::enter), the reply comes on it and
+  /// `done` runs on this thread, inline.
+  bool try_call(std::span<const std::byte> payload, request_done& done, const asio::any_io_executor& caller = {}) {
     if (payload.size() < 2 * sizeof(std::uint64_t) || !fits_in_frame(payload.size() + 64)) return false;
     reader r(payload);
     object_msg msg{object_op::call, 0, r.read<std::uint64_t>(), r.read<std::uint64_t>(), {}};
     auto rest = r.read_span(r.remaining());
     msg.args.assign(rest.begin(), rest.end());
     msg.call_id = next_id();
-    auto f = frame(frame_kind::object, msg);
     route_rec rt;
     bool first; // no call of this table waits to be queued on the runtime thread
     {
@@ -143,11 +148,17 @@ public:
       auto it = routes_.find(msg.object_id);
       if (it == routes_.end()) return false;
       rt = it->second;
-      // Answered as the relay answers its own process (service_host::request).
-      calls_.emplace(msg.call_id, call{answer_later(ex_, std::move(done)), rt.proc});
+      // Answered as the relay answers its own process (service_host::request),
+      // or on the reply line.
+      const bool aside = rt.line && rt.line->enter(caller);
+      if (aside) msg.op = object_op::call_aside;
+      calls_.emplace(msg.call_id,
+                     call{aside ? rt.line->reply_fn_for(ex_, std::move(done)) : answer_later(ex_, std::move(done)),
+                          rt.proc});
       ++direct_sent_[rt.proc];
       first = queued_ == 0;
     }
+    auto f = frame(frame_kind::object, msg);
     // Written outside the lock: a full socket blocks this thread, never the
     // runtime thread (which takes the lock for every reply).
     if (first && rt.writer.try_send(f)) return true;
@@ -168,6 +179,7 @@ private:
     std::uint64_t proc = 0;
     direct_writer writer;
     std::weak_ptr<worker_link> link;
+    std::shared_ptr<reply_line> line;
   };
 
   asio::any_io_executor ex_;

@@ -19,6 +19,7 @@
 #include <fiber/serialize.hpp>
 #include <fiber/log.hpp>
 
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
 #include <cstdint>
@@ -62,6 +63,7 @@ public:
   void start() {
     sup_ = std::make_shared<supervisor>(runtime_host::instance(), launcher_, "fiber::RemoteManager " + s_.name,
                                         "manager processes", supervisor::forward_to(shared_from_this()));
+    sup_->with_reply_lines();
     grow();
     stats_sources::instance().add(std::static_pointer_cast<const stats_source>(shared_from_this()));
   }
@@ -214,6 +216,7 @@ private:
   struct proc {
     std::string name;
     std::shared_ptr<worker_link> link;
+    std::shared_ptr<reply_line> line;           // its reply line (a local process); null: none
     std::vector<std::vector<std::byte>> queued; // frames sent before it connected
     std::size_t objects = 0;
     std::uint64_t calls = 0; // calls and constructions sent to it (fiber::stats())
@@ -256,6 +259,18 @@ private:
     auto& p = it->second;
     p.link = l;
     std::weak_ptr<manager_relay> weak = shared_from_this();
+    if (const int fd = sup_->take_reply_line(wid); fd >= 0)
+      p.line = std::make_shared<reply_line>(
+          fd,
+          [calls = std::weak_ptr<call_table>(calls_)](std::uint64_t id, wire_status st, std::vector<std::byte> b) {
+            if (auto t = calls.lock())
+              if (auto c = t->take(id)) c->reply(st, std::move(b));
+          },
+          [weak, wid](const std::string& why) { // on the reading thread
+            asio::post(runtime::instance().executor(), [weak, wid, why] {
+              if (auto s = weak.lock()) s->on_line_broken(wid, why);
+            });
+          });
     l->start(
         [weak](frame_kind k, std::span<const std::byte> body, message&) {
           if (auto s = weak.lock(); s && k == frame_kind::object_reply) s->on_reply(body);
@@ -280,7 +295,7 @@ private:
       makes_.erase(it);
       if (r.status == wire_status::ok) {
         if (auto p = procs_.find(m.proc); p != procs_.end() && p->second.link && !p->second.dead)
-          calls_->route(m.msg.object_id, m.proc, p->second.link);
+          calls_->route(m.msg.object_id, m.proc, p->second.link, p->second.line);
         return m.done(nullptr, m.msg.object_id);
       }
       forget_object(m.msg.object_id);
@@ -318,6 +333,13 @@ private:
     }
     lose(wid, reason);
     replace();
+  }
+
+  // Its reply line failed: replies may be lost on it, so the process is.
+  void on_line_broken(std::uint64_t wid, const std::string& why) {
+    auto it = procs_.find(wid);
+    if (it == procs_.end() || it->second.dead || !it->second.link) return;
+    it->second.link->close("its reply line failed (" + why + ")");
   }
 
   // Start replacements for lost processes now (not when their exit is

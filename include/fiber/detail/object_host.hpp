@@ -12,6 +12,7 @@
 #include <fiber/detail/object_wire.hpp>
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/protocol.hpp>
+#include <fiber/detail/reply_line.hpp>
 #include <fiber/detail/runtime.hpp>
 #include <fiber/detail/worker.hpp>
 #include <fiber/error.hpp>
@@ -53,7 +54,8 @@ public:
     auto msg = deserialize<object_msg>(body);
     switch (msg.op) {
     case object_op::make: return make(std::move(msg));
-    case object_op::call: return call(std::move(msg));
+    case object_op::call:
+    case object_op::call_aside: return call(std::move(msg));
     case object_op::destroy: return destroy(msg.object_id);
     case object_op::quit: return quit();
     case object_op::threads:
@@ -85,9 +87,10 @@ private:
   // with no more calls queued writes it itself if the link has nothing
   // queued either (no hop to the runtime thread and back, as a Pool worker
   // sends its results) — never the runtime thread, which must not block on
-  // a full socket.
+  // a full socket. `aside`: the call asked for its reply on the reply
+  // line, which any thread but the runtime thread writes.
   static void reply(const reply_to& to, std::uint64_t call_id, wire_status status, std::vector<std::byte> payload,
-                    bool direct = false) {
+                    bool direct = false, bool aside = false) {
     if (call_id == 0) return;
     if (!fits_in_frame(payload.size())) { // the call fails, not the link
       payload = failure_payload(oversize_message("a remote object's reply", payload.size()));
@@ -95,6 +98,7 @@ private:
     }
     auto f = frame(frame_kind::object_reply, reply_msg{call_id, status, std::move(payload)});
     auto& rt = runtime::instance();
+    if (aside && !rt.on_runtime_thread() && reply_line_writer::instance().send(f)) return;
     if (direct && !rt.on_runtime_thread() && to.direct.try_send(f)) return;
     asio::post(rt.executor(), [link = to.link, f = std::move(f)]() mutable {
       if (auto l = link.lock()) l->send(std::move(f));
@@ -170,16 +174,18 @@ private:
 
   void post_call(const std::shared_ptr<hosted>& h, const method_entry& m, object_msg msg) {
     run(h, [h, m, link = link_, msg = std::move(msg)] {
+      const bool aside = msg.op == object_op::call_aside;
       if (!h->obj)
-        return reply(link, msg.call_id, wire_status::error, failure_payload("fiber::Remote: the object was destroyed"));
+        return reply(link, msg.call_id, wire_status::error, failure_payload("fiber::Remote: the object was destroyed"),
+                     false, aside);
       writer out;
       try {
         reader in(msg.args);
         m.invoke(h->obj.get(), in, out);
       } catch (...) {
-        return reply(link, msg.call_id, wire_status::remote_error, current_exception_payload());
+        return reply(link, msg.call_id, wire_status::remote_error, current_exception_payload(), false, aside);
       }
-      reply(link, msg.call_id, wire_status::ok, out.release(), h->act->nothing_queued());
+      reply(link, msg.call_id, wire_status::ok, out.release(), h->act->nothing_queued(), aside);
     });
   }
 

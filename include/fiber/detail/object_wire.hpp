@@ -20,6 +20,9 @@ inline constexpr std::uint8_t make = 1, call = 2, destroy = 3, quit = 4;
 /// fn_id: at most this many of the process's objects run at once (0: no
 /// limit); sent once, before any other frame.
 inline constexpr std::uint8_t threads = 5;
+/// As `call`, but the reply goes on the process's reply line when the
+/// method ran off the runtime thread (reply_line.hpp), else on the link.
+inline constexpr std::uint8_t call_aside = 6;
 } // namespace object_op
 
 /// Relay service operations (runtime::request op codes).

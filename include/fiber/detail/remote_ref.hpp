@@ -98,13 +98,16 @@ R decode_result(std::span<const std::byte> bytes) {
   }
 }
 
-/// Send one call; `done` runs on the runtime thread. Off the runtime
+/// Send one call; `done` runs on the runtime thread, or inline on this
+/// one when the reply comes on a reply line read on `caller` (the
+/// executor `done` completes a handler on; empty: none). Off the runtime
 /// thread of the process that made the object, the call goes straight to
 /// the object's process (call_table::try_call), else through the relay.
-inline void send_call(const remote_state& s, std::vector<std::byte> payload, request_done done) {
+inline void send_call(const remote_state& s, std::vector<std::byte> payload, request_done done,
+                      const asio::any_io_executor& caller = {}) {
   auto& rt = runtime::instance();
   if (s.owner && !rt.on_runtime_thread())
-    if (auto t = s.owner->calls.lock(); t && t->try_call(payload, done)) return;
+    if (auto t = s.owner->calls.lock(); t && t->try_call(payload, done, caller)) return;
   rt.request(s.ref.url, s.ref.service, relay_op::call, std::move(payload), std::move(done));
 }
 
