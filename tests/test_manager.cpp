@@ -409,6 +409,45 @@ TEST_CASE("co_await async_call completes on the caller's io_context while fiber'
   CHECK(error_type == "std::invalid_argument");
 }
 
+TEST_CASE("a handler that throws as its reply is read: run() rethrows it, the replies read with it complete",
+          "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1, .threads = 1}}; // calls run in order
+  auto r = m.make();
+  r.call<&Recorder::pid>();
+  char dir[] = "/tmp/fiber-test-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string fifo = std::string(dir) + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(fd >= 0);
+  asio::io_context ctx;
+  auto ex = ctx.get_executor();
+  int completed = 0;
+  asio::post(ctx, [&] { // calls made on the thread that runs ctx: their replies come on the line
+    r.async_call<&Recorder::push>(1, asio::bind_executor(ex, [](std::exception_ptr) {
+                                    throw std::runtime_error("the handler's own");
+                                  }));
+    r.async_call<&Recorder::push>(2, asio::bind_executor(ex, [&](std::exception_ptr e) { completed += !e; }));
+    r.async_call<&Recorder::touch>(fifo, asio::bind_executor(ex, [&](std::exception_ptr e) { completed += !e; }));
+  });
+  ctx.run_one(); // sends the three calls
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 10000) == 1); // the third ran: the first two replies wait on the line, read at once
+  std::string thrown;
+  try {
+    ctx.run_for(std::chrono::seconds(10));
+  } catch (const std::runtime_error& e) {
+    thrown = e.what();
+  }
+  ctx.run_for(std::chrono::seconds(10)); // a bound: a reply dropped with the exception would wait here
+  ::close(fd);
+  ::unlink(fifo.c_str());
+  ::rmdir(dir);
+  CHECK(thrown == "the handler's own");
+  CHECK(completed == 2);
+  CHECK(r.call<&Recorder::seen>() == std::vector<int>{1, 2});
+}
+
 TEST_CASE("bytes on a reply line that do not decode: the process is lost, the call fails with worker_lost",
           "[manager]") {
   fiber::RemoteManager<Recorder> m{{.processes = 1, .threads = 1}};
