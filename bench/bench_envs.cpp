@@ -14,7 +14,8 @@
 //
 // Models: DeepMind's humanoid (the ES example's task, ~0.1 ms a step) and a
 // 2-link muscle arm (a few µs a step; Debian's libmujoco-samples has no
-// hopper or ant). Rows: environment steps/s, fiber/control, and the
+// hopper or ant). Rows: environment steps/s, fiber/control (the median of
+// the ratios of pairs of runs, their least and greatest after it), and the
 // per-step overhead (fiber's wall time per step minus the control's).
 // Targets: humanoid ≥ 0.9x, arm with batching ≥ 0.8x; across the network
 // namespace hosts (workers in righost1 and righost2, tests/rigs/netns-up.sh;
@@ -28,6 +29,7 @@
 
 #include <fiber/fiber.hpp>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -51,9 +53,16 @@ double steps_per_second(std::vector<Handle>& units, const config& c, const es::l
   return st.steps_per_second();
 }
 
-/// Median steps/s of the control and of fiber, runs interleaved.
+/// What one configuration measured: medians of steps/s, and fiber/control
+/// of each pair of runs (the VM's neighbours move both figures of a pair
+/// alike, and a pair's order alternates, so a drift cancels).
+struct figures {
+  double control, fiber, ratio, ratio_min, ratio_max;
+};
+
+/// `reps` pairs of runs, control and fiber, interleaved.
 template <class Env, class Manager>
-std::pair<double, double> measure(Manager& manager, asio::thread_pool& pool, const config& c, int reps) {
+figures measure(Manager& manager, asio::thread_pool& pool, const config& c, int reps) {
   using unit = es::env_batch<Env>;
   const auto pi = es::linear_policy::for_env<Env>(7);
   std::vector<es::pooled<unit>> local;
@@ -67,12 +76,19 @@ std::pair<double, double> measure(Manager& manager, asio::thread_pool& pool, con
   warm.steps = std::max(2, c.steps / 10);
   steps_per_second<Env>(local, warm, pi);
   steps_per_second<Env>(remote, warm, pi);
-  std::vector<double> l, r;
+  std::vector<double> l, r, q;
   for (int i = 0; i < reps; ++i) {
-    l.push_back(steps_per_second<Env>(local, c, pi));
-    r.push_back(steps_per_second<Env>(remote, c, pi));
+    if (i % 2 == 0) {
+      l.push_back(steps_per_second<Env>(local, c, pi));
+      r.push_back(steps_per_second<Env>(remote, c, pi));
+    } else {
+      r.push_back(steps_per_second<Env>(remote, c, pi));
+      l.push_back(steps_per_second<Env>(local, c, pi));
+    }
+    q.push_back(r.back() / l.back());
   }
-  return {bench::median(l), bench::median(r)};
+  return {bench::median(l), bench::median(r), bench::median(q), *std::min_element(q.begin(), q.end()),
+          *std::max_element(q.begin(), q.end())};
 }
 
 std::string overhead(double fiber, double control) {
@@ -92,14 +108,15 @@ void model_rows(const std::string& name, const std::string& where, double second
       for (bool async : {false, true}) {
         const int steps = std::max(5, int(rate_guess * seconds_per_run / double(n)));
         const config c{n, k, async, steps};
-        auto [control, fiber] = measure<Env>(manager, pool, c, reps);
-        const double ratio = fiber / control;
+        const auto f = measure<Env>(manager, pool, c, reps);
+        const double ratio = f.ratio;
         const bool has_target = !target_needs_batch || k > 1;
         char fig[160];
         std::snprintf(fig, sizeof fig, "%s%s N=%zu K=%zu %s steps/s", name.c_str(), where.c_str(), n, k,
                       async ? "async" : "sync");
-        bench::row("envs", fig, overhead(fiber, control), bench::fmt("%.0f (in-process pool)", control),
-                   bench::fmt("%.2fx", ratio), has_target ? bench::fmt(">= %.1fx", target) : "-",
+        bench::row("envs", fig, overhead(f.fiber, f.control), bench::fmt("%.0f (in-process pool)", f.control),
+                   bench::fmt("%.2fx", ratio) + bench::fmt(" (%.2f", f.ratio_min) + bench::fmt("-%.2f)", f.ratio_max),
+                   has_target ? bench::fmt(">= %.1fx", target) : "-",
                    has_target ? bench::verdict(ratio >= target) : "-");
       }
   }
