@@ -216,6 +216,20 @@ inline void record(rollout_stats& st, std::size_t u, std::size_t k, std::size_t 
   st.steps += k;
 }
 
+// A synchronous round's callback for a unit. A remote object's runs on the
+// learner's executor: fiber then reads its reply on the learner's thread (the
+// reply line), and its runtime thread is not woken. A pooled object's runs
+// on the pool thread, the round's last posting to the learner: one wake a
+// round, as EnvPool's recv (docs/RATIONALE.md, "The third wake").
+template <class Handle, class Executor, class F>
+auto round_callback(const Handle&, const Executor& ex, F f) {
+  return asio::bind_executor(ex, std::move(f));
+}
+template <class T, class Executor, class F>
+F round_callback(const pooled<T>&, const Executor&, F f) {
+  return f;
+}
+
 // Resets every unit (unit u with seed + u); the units that fail are marked.
 template <class Env, class Handle>
 asio::awaitable<std::vector<std::vector<float>>> reset_all(std::vector<Handle>& units, std::uint64_t seed,
@@ -245,6 +259,7 @@ asio::awaitable<rollout_stats> step_sync(std::vector<Handle>& units, std::size_t
   rollout_stats st;
   st.checksum.assign(units.size() * k, 0.0);
   auto obs = co_await detail::reset_all<Env>(units, seed, st);
+  auto ex = co_await asio::this_coro::executor;
   const auto t0 = std::chrono::steady_clock::now();
   for (int t = 0; t < steps; ++t) {
     std::vector<std::vector<float>> acts(units.size());
@@ -255,10 +270,12 @@ asio::awaitable<rollout_stats> step_sync(std::vector<Handle>& units, std::size_t
         [&](std::size_t u, auto cb) {
           if (st.failed[u]) return cb(nullptr, batch_step{});
           units[u].template async_call<&env_batch<Env>::step>(
-              std::move(acts[u]), [cb = std::move(cb), &st, u](std::exception_ptr e, batch_step r) mutable {
-                if (e) st.failed[u] = e;
-                cb(nullptr, std::move(r));
-              });
+              std::move(acts[u]),
+              detail::round_callback(units[u], ex,
+                                     [cb = std::move(cb), &st, u](std::exception_ptr e, batch_step r) mutable {
+                                       if (e) st.failed[u] = e;
+                                       cb(nullptr, std::move(r));
+                                     }));
         },
         asio::use_awaitable);
     for (std::size_t u = 0; u < units.size(); ++u) {
