@@ -40,12 +40,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
+#include <set>
 #include <new>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -1190,7 +1194,8 @@ TEST_CASE("transport: a dial resolves a host name off the executor's thread", "[
 TEST_CASE("transport: accept cancellation and listener close", "[transport]") {
   temp_dir dir;
   asio::io_context ctx;
-  fd::listener l(ctx.get_executor(), dir.ipc("acc.ipc"));
+  const bool tcp = GENERATE(false, true); // nng's acceptor, the socket's
+  fd::listener l(ctx.get_executor(), tcp ? std::string("tcp://127.0.0.1:0") : dir.ipc("acc.ipc"));
   run_coro(ctx, [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
     asio::steady_timer timer(ex);
@@ -1212,6 +1217,73 @@ TEST_CASE("transport: accept cancellation and listener close", "[transport]") {
     co_await poll_until([&] { return bool(ec); }, 10ms, 100);
     REQUIRE(ec);
     CHECK(*ec == asio::error::operation_aborted);
+  });
+}
+
+namespace {
+// Voluntary context switches of this process's threads named by nng
+// ("nng:poll", "nng:task", ...), and how many there are.
+std::pair<long, int> nng_thread_switches() {
+  long sum = 0;
+  int threads = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (auto* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      const std::string task = std::string("/proc/self/task/") + e->d_name;
+      std::string name;
+      std::getline(std::ifstream(task + "/comm"), name);
+      if (!name.starts_with("nng:")) continue;
+      ++threads;
+      std::ifstream st(task + "/status");
+      for (std::string line; std::getline(st, line);)
+        if (line.starts_with("voluntary_ctxt_switches:")) sum += std::atol(line.c_str() + 24);
+    }
+    ::closedir(d);
+  }
+  return {sum, threads};
+}
+
+// This process's socket descriptors that a launched job would inherit.
+std::set<int> inheritable_sockets() {
+  std::set<int> out;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (auto* e = ::readdir(d)) {
+      const int n = std::atoi(e->d_name);
+      if (e->d_name[0] == '.' || n == ::dirfd(d)) continue;
+      char buf[64] = {};
+      const auto len = ::readlink((std::string("/proc/self/fd/") + e->d_name).c_str(), buf, sizeof buf - 1);
+      if (len > 0 && std::string(buf).starts_with("socket:") && !(::fcntl(n, F_GETFD) & FD_CLOEXEC)) out.insert(n);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+} // namespace
+
+TEST_CASE("transport: a tcp:// link a listener accepts is read on its executor's reactor, not by nng's threads",
+          "[transport]") {
+  temp_dir dir;
+  asio::io_context ctx;
+  fd::listener ipc(ctx.get_executor(), dir.ipc("nng.ipc")); // nng's threads now run in this process
+  REQUIRE(nng_thread_switches().second > 0);
+  const auto inheritable = inheritable_sockets();
+  fd::listener l(ctx.get_executor(), "tcp://127.0.0.1:0");
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto [server, client] = co_await connect_pair(l, no_options);
+    CHECK(inheritable_sockets() == inheritable); // the listening and the accepted socket are close-on-exec
+    constexpr int rounds = 200;
+    const long before = nng_thread_switches().first;
+    for (int i = 0; i < rounds; ++i) {
+      co_await client.async_send(str_msg(std::to_string(i)), asio::use_awaitable);
+      auto got = msg_str(co_await server.async_recv(asio::use_awaitable));
+      REQUIRE(got == std::to_string(i));
+      co_await server.async_send(str_msg(got), asio::use_awaitable);
+      auto back = msg_str(co_await client.async_recv(asio::use_awaitable));
+      REQUIRE(back == got);
+    }
+    // nng's timer may wake now and then; each frame through nng's poller and
+    // task thread would be 2 × 2 × rounds.
+    CHECK(nng_thread_switches().first - before < rounds / 10);
   });
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/aio_callback.hpp
-/// The body of every nng aio callback (a listener's, an nng byte stream's):
+/// The body of every nng aio callback (nng_acceptor's, nng_byte_stream's):
 /// read the result on nng's thread, finish on the owner's executor.
 
 #include <asio/any_io_executor.hpp>

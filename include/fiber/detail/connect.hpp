@@ -8,6 +8,7 @@
 #include <fiber/detail/completion.hpp>
 #include <fiber/detail/socket_byte_stream.hpp>
 #include <fiber/detail/stream.hpp>
+#include <fiber/detail/stream_address.hpp>
 #include <fiber/detail/tls_config.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -69,7 +70,7 @@ public:
       return try_next();
     }
     std::string host, port;
-    if (!u.starts_with("tcp://") || !split_host_port(u.substr(6), host, port))
+    if (!u.starts_with("tcp://") || !split_host_port(u.substr(6), host, port) || host.empty())
       return done_(via::post, std::make_error_code(std::errc::invalid_argument), stream{});
     std::error_code ec;
     if (const auto a = asio::ip::make_address(host, ec); !ec) {
@@ -102,17 +103,6 @@ private:
       }
     }
   };
-
-  // "host:port" or "[v6]:port".
-  static bool split_host_port(const std::string& hp, std::string& host, std::string& port) {
-    const auto colon = hp.rfind(':');
-    if (colon == std::string::npos || colon + 1 == hp.size()) return false;
-    host = hp.substr(0, colon);
-    port = hp.substr(colon + 1);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    return !host.empty() && port.find_first_not_of("0123456789") == std::string::npos && port.size() <= 5 &&
-           std::stoul(port) <= 65535;
-  }
 
   // A non-blocking connect(2) of our own: Asio's would take a Unix socket's
   // EAGAIN (a full backlog) for "in progress" and report a socket that never

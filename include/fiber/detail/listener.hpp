@@ -5,11 +5,10 @@
 /// tls+tcp:// URL and completes async_accept with a framed `stream` (whose
 /// TLS handshake, if any, then runs on its own: a slow peer holds up no accept).
 
-#include <fiber/detail/aio_callback.hpp>
+#include <fiber/detail/byte_acceptor.hpp>
 #include <fiber/detail/completion.hpp>
-#include <fiber/detail/nng_byte_stream.hpp>
-#include <fiber/detail/nng_error.hpp>
-#include <fiber/detail/nng_ptr.hpp>
+#include <fiber/detail/nng_acceptor.hpp>
+#include <fiber/detail/socket_acceptor.hpp>
 #include <fiber/detail/stream.hpp>
 #include <fiber/detail/tls_config.hpp>
 
@@ -19,11 +18,10 @@
 #include <asio/error.hpp>
 #include <asio/post.hpp>
 
-#include <nng/nng.h>
-
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -40,20 +38,12 @@ class listener_core : public std::enable_shared_from_this<listener_core> {
 public:
   listener_core(asio::any_io_executor ex, const std::string& url, const transport_options& opt)
       : ex_(std::move(ex)), opt_(opt), url_(url) {
-    auto fail = [&](int rv, const char* what) {
-      throw std::system_error(make_nng_error(rv), "fiber: cannot " + std::string(what) + " " + url);
-    };
     if (is_tls_url(url)) // TLS is fiber's, over tcp://
       tls_.emplace(opt.tls_server ? *opt.tls_server : tls_context(tls_context::role::server, opt));
-    nng_stream_listener* l = nullptr;
-    if (int rv = nng_stream_listener_alloc(&l, tls_ ? url.substr(4).c_str() : url.c_str())) fail(rv, "listen on");
-    l_.reset(l);
-    nng_stream_listener_set_bool(l, NNG_OPT_TCP_NODELAY, true); // ENOTSUP on ipc: fine
-    nng_stream_listener_set_bool(l, NNG_OPT_TCP_KEEPALIVE, true);
-    if (int rv = nng_stream_listener_listen(l)) fail(rv, "listen on");
-    int port = 0;
-    if (nng_stream_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) url_ = with_port(url, port);
-    aio_ = make_aio(&listener_core::on_accept_cb, this);
+    const std::string u = tls_ ? url.substr(4) : url;
+    if (u.starts_with("tcp://")) acc_ = std::make_unique<socket_acceptor>(ex_, u);
+    else acc_ = std::make_unique<nng_acceptor>(ex_, u);
+    if (const int port = acc_->bound_port()) url_ = with_port(url, port);
   }
 
   const std::string& url() const noexcept { return url_; }
@@ -69,8 +59,7 @@ public:
   void close() {
     if (dead_) return;
     dead_ = asio::error::operation_aborted;
-    nng_stream_listener_close(l_.get());
-    nng_aio_stop(aio_.get()); // its callback has run: nothing posts after this
+    acc_->close();
     ready_.clear();
     pump(via::post);
   }
@@ -92,13 +81,14 @@ private:
     }
   };
 
-  // Like stream reads, an in-flight nng accept is not cancelled: a
-  // connection it yields waits in ready_ for the next async_accept.
+  // With no accept left waiting, the acceptor's is withdrawn where that
+  // loses nothing; a connection it yields waits in ready_ for the next.
   void cancel(std::uint64_t id) {
     for (auto it = q_.begin(); it != q_.end(); ++it)
       if (it->id == id) {
         auto op = std::move(*it);
         q_.erase(it);
+        if (q_.empty() && accepting_) acc_->cancel();
         return op.done(via::dispatch, asio::error::operation_aborted, stream{});
       }
   }
@@ -111,7 +101,7 @@ private:
         auto op = std::move(q_.front());
         q_.pop_front();
         if (!ready_.empty()) {
-          stream s(ex_, std::make_unique<nng_byte_stream>(ex_, ready_.front().release()), opt_,
+          stream s(ex_, std::move(ready_.front()), opt_,
                    tls_ ? std::optional<tls_start>(tls_start{*tls_, {}}) : std::nullopt);
           ready_.pop_front();
           op.done(v, {}, std::move(s));
@@ -121,8 +111,7 @@ private:
       } else {
         if (!accepting_) {
           accepting_ = true;
-          keep_ = shared_from_this();
-          nng_stream_listener_accept(l_.get(), aio_.get());
+          acc_->async_accept(make_accept_done<&listener_core::on_accept>(shared_from_this()));
         }
         break;
       }
@@ -130,21 +119,16 @@ private:
     pumping_ = false;
   }
 
-  static void on_accept_cb(void* arg) {
-    auto* self = static_cast<listener_core*>(arg);
-    finish_on_executor(self->aio_.get(), self->ex_, self->keep_, aio_stream,
-                       [](std::shared_ptr<listener_core>& c, int rv, nng_stream* s) { c->on_accept(rv, s); });
-  }
-
-  void on_accept(int rv, nng_stream* s) {
+  void on_accept(std::error_code ec, byte_stream_ptr s) {
     accepting_ = false;
-    stream_ptr owned(s);
-    if (rv == 0 && !dead_) {
-      ready_.push_back(std::move(owned));
-    } else if (rv != 0 && !dead_ && rv != NNG_ECONNABORTED && rv != NNG_ECONNRESET) {
-      // A client that vanished mid-accept is not an error; anything else
-      // (e.g. out of file descriptors) fails one accept, as with Asio.
-      err_ = make_nng_error(rv);
+    if (!ec && !dead_) {
+      ready_.push_back(std::move(s));
+    } else if (ec && !dead_ && ec != asio::error::operation_aborted && ec != asio::error::connection_aborted &&
+               ec != asio::error::connection_reset) {
+      // A client that vanished mid-accept is not an error, nor a withdrawn
+      // accept; anything else (e.g. out of file descriptors) fails one
+      // accept, as with Asio.
+      err_ = ec;
     }
     pump(via::dispatch);
   }
@@ -153,11 +137,9 @@ private:
   transport_options opt_;
   std::string url_;
   std::optional<tls_context> tls_; // tls+tcp://: each accepted stream's handshake
-  listener_ptr l_;                 // declared before the aio: freed after it is stopped
-  aio_ptr aio_;
-  std::shared_ptr<listener_core> keep_;
+  byte_acceptor_ptr acc_;
   std::deque<accept_op> q_;
-  std::deque<stream_ptr> ready_;
+  std::deque<byte_stream_ptr> ready_;
   std::error_code dead_, err_;
   std::uint64_t next_id_ = 0;
   bool accepting_ = false, pumping_ = false;

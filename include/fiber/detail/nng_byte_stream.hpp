@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/nng_byte_stream.hpp
-/// byte_stream over an nng stream (what a listener accepts): nng completes
+/// byte_stream over an nng stream (what a listener accepts on ipc://): nng completes
 /// its aios on its own threads, which only post the result to the executor.
 
 #include <fiber/detail/aio_callback.hpp>

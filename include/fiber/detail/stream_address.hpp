@@ -18,6 +18,17 @@
 
 namespace fiber::detail {
 
+/// Splits a URL's "host:port" or "[v6]:port" (the part after `tcp://`);
+/// false if it is not one. Example: `split_host_port("[::1]:80", h, p)` sets h = "::1", p = "80".
+inline bool split_host_port(const std::string& hp, std::string& host, std::string& port) {
+  const auto colon = hp.rfind(':');
+  if (colon == std::string::npos || colon + 1 == hp.size()) return false;
+  host = hp.substr(0, colon);
+  port = hp.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return port.find_first_not_of("0123456789") == std::string::npos && port.size() <= 5 && std::stoul(port) <= 65535;
+}
+
 /// An IP peer as a URL: `tcp://10.0.0.2:5000`, `tcp://[::1]:5000`. `addr`
 /// points to an in_addr or in6_addr; `port` is in network order.
 inline std::string ip_peer_url(int family, const void* addr, std::uint16_t port) {

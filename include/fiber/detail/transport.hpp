@@ -3,9 +3,12 @@
 /// @file detail/transport.hpp
 /// fiber's transport: 1:1, full-duplex, message-framed connections over byte
 /// streams (`ipc://`, `tcp://`, `tls+tcp://`), bridged into Asio. A listener
-/// accepts nng streams; a dial makes an Asio socket on the executor's own
-/// reactor, so a process that only dials (an idle worker) runs no thread of
-/// nng's (docs/RATIONALE.md, "Scale"); a local job's link to its master is a
+/// accepts ipc:// through nng's stream listener and tcp:// on the executor's
+/// own reactor (so a link from another host is read by the executor's thread,
+/// not by nng's poller and task threads: docs/RATIONALE.md, "Environments as
+/// actors"); a dial makes an Asio socket on the executor's own reactor, so a
+/// process that only dials (an idle worker) runs no thread of nng's
+/// (docs/RATIONALE.md, "Scale"); a local job's link to its master is a
 /// socketpair made at launch, an Asio socket at both ends (inherited_link.hpp).
 /// All are a `byte_stream`.
 ///
@@ -40,7 +43,8 @@
 /// (nng_aio_stop) and releases a socket from its reactor, so an io_context
 /// may be destroyed right after its streams and listeners. A dialled
 /// stream's read in flight is work of its io_context, as any Asio socket's
-/// (run() returns once it is closed); an accepted stream's is nng's. Destroy it only once no async_connect is pending (as with
+/// (run() returns once it is closed), and so is a stream accepted on tcp://;
+/// one accepted on ipc:// is nng's. Destroy it only once no async_connect is pending (as with
 /// any Asio operation, a pending connect keeps io_context::run() busy).
 ///
 /// Batching and buffering: messages queued while a write is in flight leave
@@ -63,7 +67,8 @@
 ///
 /// Files: stream.hpp (stream, direct_writer, lent_reader) over stream_state.hpp
 /// (frame_buffer.hpp reads, write_batch.hpp writes) over byte_stream.hpp
-/// (nng_byte_stream.hpp, socket_byte_stream.hpp), listener.hpp, connect.hpp;
+/// (nng_byte_stream.hpp, socket_byte_stream.hpp), listener.hpp over
+/// byte_acceptor.hpp (nng_acceptor.hpp, socket_acceptor.hpp), connect.hpp;
 /// nng_error.hpp, nng_ptr.hpp, tls_config.hpp, completion.hpp,
 /// buffer_cache.hpp underneath.
 
