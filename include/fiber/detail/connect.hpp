@@ -116,11 +116,7 @@ private:
     const int fd = ::socket(ep.data()->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return done_(via::post, std::error_code(errno, std::system_category()), stream{});
     sock_.assign(ep.protocol(), fd, ignored);
-    if (ep.data()->sa_family != AF_UNIX) {
-      const int on = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-    }
+    if (ep.data()->sa_family != AF_UNIX) set_tcp_link_options(fd);
     if (::connect(fd, ep.data(), socklen_t(ep.size())) == 0)
       return asio::post(ex_, [self = shared_from_this()] { self->connected({}); });
     if (errno != EINPROGRESS) {

@@ -52,11 +52,10 @@ public:
 private:
   static void on_accept_cb(void* arg) {
     auto* self = static_cast<nng_acceptor*>(arg);
-    finish_on_executor(
-        self->aio_.get(), self->ex_, self->done_, aio_stream, [ex = self->ex_](accept_done& d, int rv, nng_stream* s) {
-          stream_ptr owned(s);
-          d(make_nng_error(rv), rv == 0 ? std::make_unique<nng_byte_stream>(ex, owned.release()) : byte_stream_ptr{});
-        });
+    finish_on_executor(self->aio_.get(), self->ex_, self->done_, aio_stream,
+                       [ex = self->ex_](accept_done& d, int rv, nng_stream* s) {
+                         d(make_nng_error(rv), s ? std::make_unique<nng_byte_stream>(ex, s) : byte_stream_ptr{});
+                       });
   }
 
   asio::any_io_executor ex_;

@@ -98,9 +98,7 @@ private:
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return wait(std::move(done));
         return done({errno, asio::error::get_system_category()}, nullptr);
       }
-      const int on = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+      set_tcp_link_options(fd);
       socket_byte_stream::socket_type s(ex_);
       s.assign(protocol_, fd, ec);
       if (ec) {

@@ -18,6 +18,8 @@
 #include <asio/generic/stream_protocol.hpp>
 #include <asio/post.hpp>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -198,6 +200,14 @@ private:
   asio::cancellation_signal rsig_, wsig_;
   std::array<asio::const_buffer, max_iov> wbufs_; // the write in flight
 };
+
+/// Sets what every TCP link socket of fiber's has, dialled or accepted:
+/// TCP_NODELAY and SO_KEEPALIVE. Example: `set_tcp_link_options(fd);`
+inline void set_tcp_link_options(int fd) noexcept {
+  const int on = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+}
 
 /// A link's stream over the connected socket `s`, on `ex`; with `tls`, a
 /// TLS handshake runs before its first frame.
