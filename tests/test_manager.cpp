@@ -409,6 +409,20 @@ TEST_CASE("co_await async_call completes on the caller's io_context while fiber'
   CHECK(error_type == "std::invalid_argument");
 }
 
+TEST_CASE("Remote::has_reply_line: an object of a local manager process has one, an empty handle and a lost "
+          "process's object none",
+          "[manager]") {
+  fiber::RemoteManager<Recorder> m{{.processes = 1}};
+  auto r = m.make("lined");
+  const auto pid = r.call<&Recorder::pid>();
+  CHECK(r.has_reply_line());
+  CHECK(fiber::Remote<Recorder>(r).has_reply_line()); // a copy in this process names the same object
+  CHECK_FALSE(fiber::Remote<Recorder>{}.has_reply_line());
+  ::kill(pid_t(pid), SIGKILL);
+  CHECK(fiber_test::eventually([&] { return !r.has_reply_line(); }));
+  CHECK_THROWS_AS(r.call<&Recorder::pid>(), fiber::worker_lost);
+}
+
 TEST_CASE("a handler that throws as its reply is read: run() rethrows it, the replies read with it complete",
           "[manager]") {
   fiber::RemoteManager<Recorder> m{{.processes = 1, .threads = 1}}; // calls run in order

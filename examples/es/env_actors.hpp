@@ -216,18 +216,18 @@ inline void record(rollout_stats& st, std::size_t u, std::size_t k, std::size_t 
   st.steps += k;
 }
 
-// A synchronous round's callback for a unit. A remote object's runs on the
-// learner's executor: fiber then reads its reply on the learner's thread (the
-// reply line), and its runtime thread is not woken. A pooled object's runs
-// on the pool thread, the round's last posting to the learner: one wake a
+// Sends a synchronous round's step to a unit, its callback `f` run where
+// that is cheapest. A Remote with a reply line: on the learner's executor,
+// so fiber reads the reply on the learner's thread and its runtime thread is
+// not woken. Otherwise (a pooled object, a Remote on another host): where
+// the reply arrives, the round's last posting to the learner: one wake a
 // round, as EnvPool's recv (docs/RATIONALE.md, "The third wake").
-template <class Handle, class Executor, class F>
-auto round_callback(const Handle&, const Executor& ex, F f) {
-  return asio::bind_executor(ex, std::move(f));
-}
-template <class T, class Executor, class F>
-F round_callback(const pooled<T>&, const Executor&, F f) {
-  return f;
+template <class Env, class Handle, class Executor, class F>
+void send_step(const Handle& h, std::vector<float> acts, const Executor& ex, F f) {
+  if constexpr (requires { h.has_reply_line(); })
+    if (h.has_reply_line())
+      return h.template async_call<&env_batch<Env>::step>(std::move(acts), asio::bind_executor(ex, std::move(f)));
+  h.template async_call<&env_batch<Env>::step>(std::move(acts), std::move(f));
 }
 
 // Resets every unit (unit u with seed + u); the units that fail are marked.
@@ -269,13 +269,11 @@ asio::awaitable<rollout_stats> step_sync(std::vector<Handle>& units, std::size_t
         units.size(),
         [&](std::size_t u, auto cb) {
           if (st.failed[u]) return cb(nullptr, batch_step{});
-          units[u].template async_call<&env_batch<Env>::step>(
-              std::move(acts[u]),
-              detail::round_callback(units[u], ex,
-                                     [cb = std::move(cb), &st, u](std::exception_ptr e, batch_step r) mutable {
-                                       if (e) st.failed[u] = e;
-                                       cb(nullptr, std::move(r));
-                                     }));
+          detail::send_step<Env>(units[u], std::move(acts[u]), ex,
+                                 [cb = std::move(cb), &st, u](std::exception_ptr e, batch_step r) mutable {
+                                   if (e) st.failed[u] = e;
+                                   cb(nullptr, std::move(r));
+                                 });
         },
         asio::use_awaitable);
     for (std::size_t u = 0; u < units.size(); ++u) {

@@ -270,6 +270,15 @@ public:
 
   /// True unless default-constructed (or moved from).
   explicit operator bool() const noexcept { return st_ != nullptr; }
+  /// True if an async_call made on a thread that runs its handler's
+  /// io_context is answered there, as the reply is read (the object lives
+  /// in a manager process on this machine, and this process made it: the
+  /// reply line); false if replies are posted from fiber's runtime thread
+  /// (an empty handle, an object on another host, a copy in another
+  /// process, a process that was lost). Decides whether binding a handler
+  /// to your executor saves a thread wake or costs one. Any thread.
+  /// Example: `if (env.has_reply_line()) env.async_call<&Env::step>(a, asio::bind_executor(ex, h));`
+  bool has_reply_line() const { return st_ && detail::has_reply_line(*st_); }
   /// The object's id (unique within its RemoteManager); 0 for an empty handle.
   std::uint64_t id() const noexcept { return st_ ? st_->ref.object : 0; }
 

@@ -113,6 +113,12 @@ public:
     std::lock_guard lk(m_);
     routes_[obj] = {proc, std::move(w), l, std::move(line)};
   }
+  /// Any thread: whether `obj`'s process has a reply line (try_call may answer there).
+  bool has_line(std::uint64_t obj) const {
+    std::lock_guard lk(m_);
+    const auto it = routes_.find(obj);
+    return it != routes_.end() && it->second.line;
+  }
   /// Runtime thread: calls of `obj` take the runtime thread's way from now on.
   void unroute(std::uint64_t obj) {
     std::lock_guard lk(m_);

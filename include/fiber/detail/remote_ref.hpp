@@ -98,6 +98,14 @@ R decode_result(std::span<const std::byte> bytes) {
   }
 }
 
+/// Whether calls of `s` made in this process can be answered on its
+/// process's reply line (call_table::has_line). Any thread.
+inline bool has_reply_line(const remote_state& s) {
+  if (!s.owner) return false;
+  const auto t = s.owner->calls.lock();
+  return t && t->has_line(s.ref.object);
+}
+
 /// Send one call; `done` runs on the runtime thread, or inline on this
 /// one when the reply comes on a reply line read on `caller` (the
 /// executor `done` completes a handler on; empty: none). Off the runtime
