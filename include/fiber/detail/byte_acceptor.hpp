@@ -6,6 +6,7 @@
 /// reactor (tcp://), as byte_stream is over their streams.
 
 #include <fiber/detail/byte_stream.hpp>
+#include <fiber/detail/owned_callback.hpp>
 
 #include <memory>
 #include <string>
@@ -14,24 +15,8 @@
 
 namespace fiber::detail {
 
-/// What runs when an accept ends: `fn(owner, ec, stream)`, on the
-/// acceptor's executor, `owner` kept alive until then.
-struct accept_done {
-  std::shared_ptr<void> owner;
-  void (*fn)(void* owner, std::error_code, byte_stream_ptr) = nullptr;
-
-  void operator()(std::error_code ec, byte_stream_ptr s) {
-    auto o = std::move(owner); // dropped after the call, on this thread
-    fn(o.get(), ec, std::move(s));
-  }
-};
-
-/// accept_done calling `(owner->*Member)(ec, stream)`.
-template <auto Member, class T>
-accept_done make_accept_done(std::shared_ptr<T> owner) {
-  return {std::move(owner),
-          [](void* o, std::error_code ec, byte_stream_ptr s) { (static_cast<T*>(o)->*Member)(ec, std::move(s)); }};
-}
+/// What runs when an accept ends: `(ec, stream)`, on the acceptor's executor.
+using accept_done = owned_callback<std::error_code, byte_stream_ptr>;
 
 /// A bound, listening endpoint. At most one accept is in flight; its `done`
 /// runs on the executor the acceptor was made with, never inside

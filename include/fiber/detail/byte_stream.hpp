@@ -4,6 +4,8 @@
 /// The connected byte stream under a framed `stream`: one interface (nng's
 /// transport ops, as a class) over nng's streams and over Asio's sockets.
 
+#include <fiber/detail/owned_callback.hpp>
+
 #include <nng/nng.h>
 
 #include <cstddef>
@@ -16,23 +18,8 @@
 namespace fiber::detail {
 
 /// What runs when an asynchronous read or write of a byte_stream ends:
-/// `fn(owner, ec, bytes)`, on the stream's executor, `owner` kept alive until
-/// then. No allocation: a reference and a function pointer.
-struct io_done {
-  std::shared_ptr<void> owner;
-  void (*fn)(void* owner, std::error_code, std::size_t) = nullptr;
-
-  void operator()(std::error_code ec, std::size_t n) {
-    auto o = std::move(owner); // dropped after the call, on this thread
-    fn(o.get(), ec, n);
-  }
-};
-
-/// io_done calling `(owner->*Member)(ec, n)`.
-template <auto Member, class T>
-io_done make_io_done(std::shared_ptr<T> owner) {
-  return {std::move(owner), [](void* o, std::error_code ec, std::size_t n) { (static_cast<T*>(o)->*Member)(ec, n); }};
-}
+/// `(ec, bytes)`, on the stream's executor.
+using io_done = owned_callback<std::error_code, std::size_t>;
 
 /// A connected, full-duplex byte stream. At most one asynchronous read and
 /// one asynchronous write are in flight; their `done` runs on the executor

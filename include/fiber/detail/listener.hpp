@@ -111,7 +111,7 @@ private:
       } else {
         if (!accepting_) {
           accepting_ = true;
-          acc_->async_accept(make_accept_done<&listener_core::on_accept>(shared_from_this()));
+          acc_->async_accept(accept_done::bind<&listener_core::on_accept>(shared_from_this()));
         }
         break;
       }

@@ -387,7 +387,7 @@ private:
     writing_ = true;
     if (try_inline_write()) return;
     ++stats_.write_calls;
-    s_->async_write_some(batch_.pending(), make_io_done<&stream_state::on_write>(shared_from_this()));
+    s_->async_write_some(batch_.pending(), io_done::bind<&stream_state::on_write>(shared_from_this()));
   }
 
   // A small batch is written here if the stream has room for some of it
@@ -487,7 +487,7 @@ private:
   void start_read() {
     reading_ = true;
     ++stats_.read_calls;
-    s_->async_read_some(rbuf_.next_read(), make_io_done<&stream_state::on_recv>(shared_from_this()));
+    s_->async_read_some(rbuf_.next_read(), io_done::bind<&stream_state::on_recv>(shared_from_this()));
   }
 
   void on_recv(std::error_code ec, std::size_t n) {

@@ -141,7 +141,7 @@ private:
         return finish_error(make_error_code(tls_errc::protocol), take_openssl_errors(api_, "no exporter"));
       return finish({}, std::move(res));
     }
-    s_->async_read_some({in_.data(), in_.size()}, make_io_done<&tls_handshake_core::on_recv>(shared_from_this()));
+    s_->async_read_some({in_.data(), in_.size()}, io_done::bind<&tls_handshake_core::on_recv>(shared_from_this()));
   }
 
   // The handshake failed: the alert OpenSSL wrote still goes out.
@@ -159,7 +159,7 @@ private:
 
   void send_more() {
     const nng_iov iov{out_.data() + sent_, out_.size() - sent_};
-    s_->async_write_some({&iov, 1}, make_io_done<&tls_handshake_core::on_send>(shared_from_this()));
+    s_->async_write_some({&iov, 1}, io_done::bind<&tls_handshake_core::on_send>(shared_from_this()));
   }
 
   void on_send(std::error_code ec, std::size_t n) {
