@@ -369,6 +369,15 @@ TEST_CASE("runtime: an idle worker holds at most 4 threads (its dialled link run
   }
 }
 
+TEST_CASE("runtime: a listen base's host name is resolved on the caller's thread; the URL is numeric", "[runtime]") {
+  auto& rt = fiber::detail::runtime::instance();
+  const auto url = rt.listen_url("tcp://localhost:0");
+  INFO(url);
+  CHECK((url.starts_with("tcp://127.0.0.1:") || url.starts_with("tcp://[::1]:")));
+  CHECK(rt.listen_url("tcp://localhost:0") == url); // bound once
+  CHECK_THROWS_WITH(rt.listen_url("tcp://no-such-host.invalid:0"), Catch::Contains("no-such-host.invalid"));
+}
+
 TEST_CASE("runtime: a worker on another host listens at its address on the route to its master", "[runtime]") {
   using fiber::detail::own_listen_base;
   CHECK(own_listen_base("tcp://127.0.0.1:4000") == "tcp://127.0.0.1:0");

@@ -1191,6 +1191,28 @@ TEST_CASE("transport: a dial resolves a host name off the executor's thread", "[
   CHECK(*bad == std::errc::invalid_argument); // not port 70000 mod 65536
 }
 
+TEST_CASE("transport: a listen URL's host name is resolved before the listener, which takes only addresses",
+          "[transport]") {
+  asio::io_context ctx;
+  try { // resolving here would block the thread that runs the executor
+    fd::listener named(ctx.get_executor(), "tcp://localhost:0");
+    FAIL("no exception");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == std::errc::invalid_argument);
+    CHECK(std::string(e.what()).find("tcp://localhost:0") != std::string::npos);
+  }
+  const auto url = fd::numeric_listen_url("tcp://localhost:0");
+  INFO(url);
+  CHECK((url == "tcp://127.0.0.1:0" || url == "tcp://[::1]:0"));
+  const auto tls = fd::numeric_listen_url("tls+tcp://localhost:4000");
+  CHECK((tls == "tls+tcp://127.0.0.1:4000" || tls == "tls+tcp://[::1]:4000"));
+  for (const std::string same : {"tcp://10.1.2.3:0", "tcp://[::1]:7", "tcp://*:0", "ipc:///tmp/x.ipc"})
+    CHECK(fd::numeric_listen_url(same) == same);
+  CHECK_THROWS_WITH(fd::numeric_listen_url("tcp://no-such-host.invalid:0"), Catch::Contains("no-such-host.invalid"));
+  fd::listener l(ctx.get_executor(), url);
+  CHECK(l.url().starts_with(url.substr(0, url.size() - 1)));
+}
+
 TEST_CASE("transport: accept cancellation and listener close", "[transport]") {
   temp_dir dir;
   asio::io_context ctx;

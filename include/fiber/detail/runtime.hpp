@@ -34,6 +34,7 @@
 #include <fiber/detail/service.hpp>
 #include <fiber/detail/service_client.hpp>
 #include <fiber/detail/service_host.hpp>
+#include <fiber/detail/stream_address.hpp>
 #include <fiber/detail/stats_sources.hpp>
 #include <fiber/detail/transport.hpp>
 #include <fiber/detail/worker_nonces.hpp>
@@ -224,14 +225,21 @@ public:
 
   /// URL this process accepts connections on for `base` ("ipc://" → a
   /// socket in the 0700 run dir; "tcp://addr:0" → that address, ephemeral
-  /// port). Binds on first call. Any thread.
+  /// port; a host name is resolved and the URL is numeric). Binds on first
+  /// call. Any thread; the first call for a TLS or named base blocks, so not
+  /// the runtime thread's.
   std::string listen_url(const std::string& base = "ipc://") {
-    std::shared_ptr<const tls_context> tls; // it reads files or makes a key: here, not on the runtime thread
-    if (is_tls_url(base) && !sync([&] { return listeners_.contains(base); })) tls = server_tls_context();
+    // TLS files, a new key and a DNS lookup block: here, not on the runtime thread
+    std::shared_ptr<const tls_context> tls;
+    std::string resolved = base;
+    if (!sync([&] { return listeners_.contains(base); })) {
+      if (is_tls_url(base)) tls = server_tls_context();
+      resolved = numeric_listen_url(base);
+    }
     return sync([&] {
       if (base == "ipc://") ensure_run_dir();
       if (auto it = listeners_.find(base); it != listeners_.end()) return it->second->url();
-      std::string url = base;
+      std::string url = resolved;
       if (base == "ipc://") url = ipc_url();
       auto o = transport();
       o.tls_server = tls;
@@ -292,11 +300,14 @@ public:
   std::size_t pending_handshakes() const noexcept { return pending_handshakes_; }
 
   /// The URL this process's services are reached at (its first listener).
+  /// Any thread but the runtime's (it may bind, as listen_url).
   std::string service_url() {
-    return sync([&] {
-      if (!listeners_.empty()) return listeners_.begin()->second->url();
-      return listen_url(default_base_);
+    std::string url, base;
+    sync([&] {
+      if (listeners_.empty()) base = default_base_;
+      else url = listeners_.begin()->second->url();
     });
+    return url.empty() ? listen_url(base) : url;
   }
   void set_default_listen_base(std::string base) { default_base_ = std::move(base); }
 

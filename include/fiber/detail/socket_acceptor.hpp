@@ -30,10 +30,11 @@
 namespace fiber::detail {
 
 /// Listens on `tcp://host:port` from construction (host: a numeric address,
-/// `*` or empty for any IPv4 address, or a name, resolved here and blocking
-/// as nng's listener did; port 0: any). Throws std::system_error whose
-/// message names the URL; errors are Asio's (compare with asio::error). Sockets are close-on-exec, with TCP_NODELAY and
-/// SO_KEEPALIVE, as fiber's dialled ones.
+/// or `*` or empty for any IPv4 address; a name is invalid_argument, since
+/// resolving it would block: numeric_listen_url resolves it first; port 0:
+/// any). Throws std::system_error whose message names the URL; errors are
+/// Asio's (compare with asio::error). Sockets are close-on-exec, with
+/// TCP_NODELAY and SO_KEEPALIVE, as fiber's dialled ones.
 class socket_acceptor final : public byte_acceptor {
 public:
   using acceptor_type = asio::basic_socket_acceptor<asio::generic::stream_protocol>;
@@ -46,14 +47,9 @@ public:
     std::error_code ec;
     asio::ip::tcp::endpoint ep(asio::ip::tcp::v4(), static_cast<unsigned short>(std::stoul(port)));
     if (host != "*" && !host.empty()) {
-      if (const auto a = asio::ip::make_address(host, ec); !ec) {
-        ep.address(a);
-      } else {
-        asio::ip::tcp::resolver r(ex_);
-        const auto found = r.resolve(host, port, asio::ip::tcp::resolver::passive, ec);
-        if (ec || found.empty()) fail(ec ? ec : asio::error::host_not_found);
-        ep = found.begin()->endpoint();
-      }
+      const auto a = asio::ip::make_address(host, ec);
+      if (ec) fail(std::make_error_code(std::errc::invalid_argument)); // a name: numeric_listen_url first
+      ep.address(a);
     }
     const int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) fail({errno, asio::error::get_system_category()});

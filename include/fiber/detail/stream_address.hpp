@@ -6,7 +6,10 @@
 
 #include <nng/nng.h>
 
+#include <asio/error.hpp>
+
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -15,6 +18,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <system_error>
 
 namespace fiber::detail {
 
@@ -27,6 +31,37 @@ inline bool split_host_port(const std::string& hp, std::string& host, std::strin
   port = hp.substr(colon + 1);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   return port.find_first_not_of("0123456789") == std::string::npos && port.size() <= 5 && std::stoul(port) <= 65535;
+}
+
+/// A tcp:// or tls+tcp:// listen URL whose host name is replaced by the
+/// address it resolves to (blocking: call it off the runtime thread); a
+/// numeric, `*` or empty host, and any other scheme, come back unchanged.
+/// Throws std::system_error naming the URL if the name does not resolve.
+/// Example: `numeric_listen_url("tcp://localhost:0") == "tcp://127.0.0.1:0"`.
+inline std::string numeric_listen_url(const std::string& url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string::npos || (url.compare(0, scheme, "tcp") != 0 && url.compare(0, scheme, "tls+tcp") != 0))
+    return url;
+  std::string host, port;
+  if (!split_host_port(url.substr(scheme + 3), host, port) || host.empty() || host == "*") return url;
+  in6_addr probe{};
+  if (::inet_pton(AF_INET, host.c_str(), &probe) == 1 || ::inet_pton(AF_INET6, host.c_str(), &probe) == 1) return url;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || !found)
+    throw std::system_error(asio::error::host_not_found, "fiber: cannot listen on " + url);
+  const auto* sa = found->ai_addr;
+  const bool v6 = sa->sa_family == AF_INET6;
+  char buf[INET6_ADDRSTRLEN] = {};
+  ::inet_ntop(sa->sa_family,
+              v6 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr)
+                 : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr),
+              buf, sizeof buf);
+  ::freeaddrinfo(found);
+  return url.substr(0, scheme + 3) + (v6 ? "[" + std::string(buf) + "]" : std::string(buf)) + ":" + port;
 }
 
 /// An IP peer as a URL: `tcp://10.0.0.2:5000`, `tcp://[::1]:5000`. `addr`
