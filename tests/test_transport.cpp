@@ -1206,7 +1206,8 @@ TEST_CASE("transport: a listen URL's host name is resolved before the listener, 
   CHECK((url == "tcp://127.0.0.1:0" || url == "tcp://[::1]:0"));
   const auto tls = fd::numeric_listen_url("tls+tcp://localhost:4000");
   CHECK((tls == "tls+tcp://127.0.0.1:4000" || tls == "tls+tcp://[::1]:4000"));
-  for (const std::string same : {"tcp://10.1.2.3:0", "tcp://[::1]:7", "tcp://*:0", "ipc:///tmp/x.ipc"})
+  for (const std::string same :
+       {"tcp://10.1.2.3:0", "tcp://[::1]:7", "tcp://[fe80::1%lo]:0", "tcp://*:0", "ipc:///tmp/x.ipc"})
     CHECK(fd::numeric_listen_url(same) == same);
   CHECK_THROWS_WITH(fd::numeric_listen_url("tcp://no-such-host.invalid:0"), Catch::Contains("no-such-host.invalid"));
   fd::listener l(ctx.get_executor(), url);

@@ -7,6 +7,7 @@
 #include <nng/nng.h>
 
 #include <asio/error.hpp>
+#include <asio/ip/address.hpp>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -44,8 +45,9 @@ inline std::string numeric_listen_url(const std::string& url) {
     return url;
   std::string host, port;
   if (!split_host_port(url.substr(scheme + 3), host, port) || host.empty() || host == "*") return url;
-  in6_addr probe{};
-  if (::inet_pton(AF_INET, host.c_str(), &probe) == 1 || ::inet_pton(AF_INET6, host.c_str(), &probe) == 1) return url;
+  std::error_code numeric;
+  (void)asio::ip::make_address(host, numeric); // as socket_acceptor parses it (an IPv6 scope too)
+  if (!numeric) return url;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
