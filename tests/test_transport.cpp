@@ -1209,6 +1209,10 @@ TEST_CASE("transport: a listen URL's host name is resolved before the listener, 
   for (const std::string same :
        {"tcp://10.1.2.3:0", "tcp://[::1]:7", "tcp://[fe80::1%lo]:0", "tcp://*:0", "ipc:///tmp/x.ipc"})
     CHECK(fd::numeric_listen_url(same) == same);
+  CHECK(fd::listen_host_name("tls+tcp://node-1:0") == "node-1");
+  for (const std::string numeric :
+       {"tcp://10.1.2.3:0", "tcp://[fe80::1%lo]:0", "tcp://*:0", "ipc:///tmp/x.ipc", "inproc://a"})
+    CHECK(fd::listen_host_name(numeric).empty());
   CHECK_THROWS_WITH(fd::numeric_listen_url("tcp://no-such-host.invalid:0"), Catch::Contains("no-such-host.invalid"));
   fd::listener l(ctx.get_executor(), url);
   CHECK(l.url().starts_with(url.substr(0, url.size() - 1)));

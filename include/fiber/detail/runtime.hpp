@@ -232,7 +232,7 @@ public:
     // TLS files, a new key and a DNS lookup block: here, not on the runtime thread
     std::shared_ptr<const tls_context> tls;
     std::string resolved = base;
-    if (!sync([&] { return listeners_.contains(base); })) {
+    if ((is_tls_url(base) || !listen_host_name(base).empty()) && !sync([&] { return listeners_.contains(base); })) {
       if (is_tls_url(base)) tls = server_tls_context();
       resolved = numeric_listen_url(base);
     }

@@ -34,20 +34,30 @@ inline bool split_host_port(const std::string& hp, std::string& host, std::strin
   return port.find_first_not_of("0123456789") == std::string::npos && port.size() <= 5 && std::stoul(port) <= 65535;
 }
 
+/// The host of a tcp:// or tls+tcp:// URL `url` if it is a name to resolve;
+/// empty for a numeric (an IPv6 scope too), `*` or empty host and any other scheme.
+/// Example: `listen_host_name("tcp://localhost:0") == "localhost"`.
+inline std::string listen_host_name(const std::string& url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string::npos || (url.compare(0, scheme, "tcp") != 0 && url.compare(0, scheme, "tls+tcp") != 0))
+    return {};
+  std::string host, port;
+  if (!split_host_port(url.substr(scheme + 3), host, port) || host.empty() || host == "*") return {};
+  std::error_code numeric;
+  (void)asio::ip::make_address(host, numeric); // as socket_acceptor parses it
+  return numeric ? host : std::string();
+}
+
 /// A tcp:// or tls+tcp:// listen URL whose host name is replaced by the
 /// address it resolves to (blocking: call it off the runtime thread); a
-/// numeric, `*` or empty host, and any other scheme, come back unchanged.
+/// URL without a host name (listen_host_name) comes back unchanged.
 /// Throws std::system_error naming the URL if the name does not resolve.
 /// Example: `numeric_listen_url("tcp://localhost:0") == "tcp://127.0.0.1:0"`.
 inline std::string numeric_listen_url(const std::string& url) {
+  const std::string host = listen_host_name(url);
+  if (host.empty()) return url;
   const auto scheme = url.find("://");
-  if (scheme == std::string::npos || (url.compare(0, scheme, "tcp") != 0 && url.compare(0, scheme, "tls+tcp") != 0))
-    return url;
-  std::string host, port;
-  if (!split_host_port(url.substr(scheme + 3), host, port) || host.empty() || host == "*") return url;
-  std::error_code numeric;
-  (void)asio::ip::make_address(host, numeric); // as socket_acceptor parses it (an IPv6 scope too)
-  if (!numeric) return url;
+  const std::string port = url.substr(url.rfind(':') + 1);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
