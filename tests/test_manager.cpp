@@ -27,10 +27,13 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
@@ -101,6 +104,25 @@ struct Recorder {
     return fd >= 0 && ::write(fd, junk, sizeof junk) == ssize_t(sizeof junk);
   }
 
+  // Writes a frame whose tag is wrong on the reply line this process dialled
+  // (its newest TCP socket to its master); false if it has none.
+  bool garble_dialled_line() const {
+    const auto& master = fiber::detail::worker_environment().master;
+    const auto port = std::uint16_t(std::stoul(master.substr(master.rfind(':') + 1)));
+    int line = -1;
+    for (int fd = 3; fd < 1024; ++fd) {
+      sockaddr_in peer{};
+      socklen_t len = sizeof peer;
+      if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 && peer.sin_family == AF_INET &&
+          ntohs(peer.sin_port) == port)
+        line = fd;
+    }
+    if (line < 0 || !fiber::detail::reply_line_writer::instance().has_line()) return false;
+    unsigned char junk[4 + 17] = {17, 0, 0, 0, 'x'}; // a frame of 1 byte and a tag of zeros
+    return ::send(line, junk, sizeof junk, MSG_NOSIGNAL) == ssize_t(sizeof junk);
+  }
+  std::uint64_t worker_id() const { return std::stoull(fiber::detail::worker_environment().worker_id); }
+
   static inline std::atomic<int> alive{0};
   static inline std::mutex meet_m;
   static inline std::condition_variable meet_cv;
@@ -111,7 +133,7 @@ struct Recorder {
 };
 BOOST_DESCRIBE_STRUCT(Recorder, (),
                       (push, seen, name, pid, slow, fail, alive_now, reset, policy, meet, touch, on_main_thread,
-                       inheritable_sockets, garble_reply_line))
+                       inheritable_sockets, garble_reply_line, garble_dialled_line, worker_id))
 
 /// Throws from its constructor when asked to.
 struct Fragile {
@@ -366,12 +388,16 @@ TEST_CASE("co_await async_call from an Asio coroutine", "[manager]") {
 TEST_CASE("co_await async_call completes on the caller's io_context while fiber's runtime thread is held",
           "[manager]") {
   // The reply comes on the process's reply line, read where the caller
-  // awaits: the master's runtime thread has no part in the call.
+  // awaits: the master's runtime thread has no part in the call. A process
+  // that dials its master (tcp://, as on another host) dials its line too.
   const unsigned threads = GENERATE(1u, 0u); // the main thread runs methods; actor threads do
-  CAPTURE(threads);
+  const std::string transport = GENERATE("ipc", "tcp");
+  CAPTURE(threads, transport);
+  fiber_test::config_scope cfg{{"local_transport", transport.c_str()}};
   fiber::RemoteManager<Recorder> m{{.processes = 1, .threads = threads}};
   auto r = m.make("held");
   r.call<&Recorder::pid>();
+  REQUIRE(fiber_test::eventually([&] { return r.has_reply_line(); }));
   std::promise<void> holding, release;
   asio::post(fiber::detail::runtime::instance().executor(), [&, held = release.get_future()] {
     holding.set_value();
@@ -383,6 +409,7 @@ TEST_CASE("co_await async_call completes on the caller's io_context while fiber'
   std::vector<int> seen;
   std::string error_type;
   bool finished = false;
+  std::string failed; // what ended the calls early
   asio::co_spawn(
       ctx,
       [&]() -> asio::awaitable<void> {
@@ -396,12 +423,19 @@ TEST_CASE("co_await async_call completes on the caller's io_context while fiber'
         }
         finished = true;
       },
-      asio::detached);
+      [&](std::exception_ptr e) {
+        try {
+          if (e) std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+          failed = x.what();
+        }
+      });
   ctx.run_for(std::chrono::seconds(10)); // a bound: before reply lines it ran out here
   const bool while_held = finished;
   release.set_value();
   ctx.restart();
   ctx.run();
+  CHECK(failed == "");
   CHECK(while_held);
   CHECK(finished);
   CHECK(name == "held");
@@ -462,18 +496,25 @@ TEST_CASE("a handler that throws as its reply is read: run() rethrows it, the re
   CHECK(r.call<&Recorder::seen>() == std::vector<int>{1, 2});
 }
 
-TEST_CASE("bytes on a reply line that do not decode: the process is lost, the call fails with worker_lost",
+TEST_CASE("bytes on a reply line that do not decode, or fail their tag: the process is lost, the call fails with "
+          "worker_lost",
           "[manager]") {
+  // An inherited line carries frames without tags; a dialled one (tcp://) with them.
+  const std::string transport = GENERATE("ipc", "tcp");
+  CAPTURE(transport);
+  fiber_test::config_scope cfg{{"local_transport", transport.c_str()}};
   fiber::RemoteManager<Recorder> m{{.processes = 1, .threads = 1}};
   auto r = m.make();
   r.call<&Recorder::pid>();
+  REQUIRE(fiber_test::eventually([&] { return r.has_reply_line(); }));
   asio::io_context ctx;
   std::string why;
   asio::co_spawn(
       ctx,
       [&]() -> asio::awaitable<void> {
         try {
-          co_await r.async_call<&Recorder::garble_reply_line>(asio::use_awaitable);
+          if (transport == "ipc") co_await r.async_call<&Recorder::garble_reply_line>(asio::use_awaitable);
+          else co_await r.async_call<&Recorder::garble_dialled_line>(asio::use_awaitable);
         } catch (const fiber::worker_lost& e) {
           why = e.what();
         }
@@ -482,9 +523,40 @@ TEST_CASE("bytes on a reply line that do not decode: the process is lost, the ca
   ctx.run();
   CAPTURE(why);
   CHECK(why.find("reply line") != std::string::npos);
+  CHECK(why.find(transport == "ipc" ? "does not decode" : "authentication tag") != std::string::npos);
   CHECK_THROWS_AS(r.call<&Recorder::pid>(), fiber::worker_lost);
   auto fresh = m.make("fresh"); // a replacement process
   CHECK(fresh.call<&Recorder::name>() == "fresh");
+}
+
+TEST_CASE("a reply line no manager process expects, or dialled again, is refused; the process keeps its own",
+          "[manager]") {
+  fiber_test::config_scope cfg{{"local_transport", "tcp"}};
+  fiber::RemoteManager<Recorder> m{{.processes = 1, .threads = 1}};
+  auto r = m.make("kept");
+  const auto id = r.call<&Recorder::worker_id>();
+  REQUIRE(fiber_test::eventually([&] { return r.has_reply_line(); }));
+  auto& rt = fiber::detail::runtime::instance();
+  const auto urls = rt.listener_urls();
+  const auto url = *std::find_if(urls.begin(), urls.end(), [](auto& u) { return u.starts_with("tcp://"); });
+  const auto refused_before = rt.refused_peers_.load();
+  for (const std::uint64_t claimed : {id, id + 1000}) { // its id, whose line is taken; nobody's
+    std::promise<void> dialled;
+    asio::post(rt.executor(), [&] {
+      rt.connect(url, fiber::detail::role::reply_line, claimed,
+                 [&](std::exception_ptr, std::shared_ptr<fiber::detail::peer_link>, auto) { dialled.set_value(); });
+    });
+    dialled.get_future().wait();
+  }
+  CHECK(fiber_test::eventually([&] { return rt.refused_peers_.load() == refused_before + 2; }));
+  asio::io_context ctx;
+  std::string name;
+  asio::co_spawn(
+      ctx, [&]() -> asio::awaitable<void> { name = co_await r.async_call<&Recorder::name>(asio::use_awaitable); },
+      asio::detached);
+  ctx.run();
+  CHECK(name == "kept");
+  CHECK(r.has_reply_line());
 }
 
 TEST_CASE("a manager process's inherited sockets (its link, its reply line) are close-on-exec", "[manager]") {

@@ -9,6 +9,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
+
 #include <nng/nng.h>
 
 #include <algorithm>
@@ -824,7 +830,13 @@ TEST_CASE("too many workers for RLIMIT_NOFILE: soft limit raised, else backend_e
   fiber_test::require_no_children();
 }
 
-TEST_CASE("TLS end to end: a Pool whose workers dial back over tls+tcp with a self-signed certificate",
+struct TlsEcho {
+  int twice(int x) const { return 2 * x; }
+};
+BOOST_DESCRIBE_STRUCT(TlsEcho, (), (twice))
+
+TEST_CASE("TLS end to end: a Pool whose workers dial back over tls+tcp with a self-signed certificate; a manager "
+          "process's reply line",
           "[security][tls]") {
   if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
     WARN("openssl not found: TLS test skipped");
@@ -863,6 +875,32 @@ TEST_CASE("TLS end to end: a Pool whose workers dial back over tls+tcp with a se
       CHECK_FALSE(p.recv_frame(1000).has_value());
     }
     CHECK(pool.apply(12) == 144);
+  }
+  { // a manager process dials its reply line over TLS too, read where the caller awaits
+    fiber::RemoteManager<TlsEcho> m{{.processes = 1, .threads = 1}};
+    auto r = m.make();
+    CHECK(r.call<&TlsEcho::twice>(2) == 4);
+    REQUIRE(wait_until([&] { return r.has_reply_line(); }, 30s));
+    // The runtime thread held: the replies can come on the line only.
+    std::promise<void> holding, release;
+    asio::post(fd::runtime::instance().executor(), [&, held = release.get_future()] {
+      holding.set_value();
+      held.wait();
+    });
+    holding.get_future().wait();
+    asio::io_context ctx;
+    int sum = 0;
+    asio::co_spawn(
+        ctx,
+        [&]() -> asio::awaitable<void> {
+          for (int i = 1; i <= 10; ++i) sum += co_await r.async_call<&TlsEcho::twice>(i, asio::use_awaitable);
+        },
+        asio::detached);
+    ctx.run_for(10s);
+    const int while_held = sum;
+    release.set_value();
+    ctx.run();
+    CHECK(while_held == 110);
   }
   std::filesystem::remove_all(dir);
   fiber_test::require_no_children();

@@ -219,7 +219,7 @@ inline void record(rollout_stats& st, std::size_t u, std::size_t k, std::size_t 
 // Sends a synchronous round's step to a unit, its callback `f` run where
 // that is cheapest. A Remote with a reply line: on the learner's executor,
 // so fiber reads the reply on the learner's thread and its runtime thread is
-// not woken. Otherwise (a pooled object, a Remote on another host): where
+// not woken. Otherwise (a pooled object, a Remote without a line): where
 // the reply arrives, the round's last posting to the learner: one wake a
 // round, as EnvPool's recv (docs/RATIONALE.md, "The third wake").
 template <class Env, class Handle, class Executor, class F>

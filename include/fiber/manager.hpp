@@ -232,9 +232,9 @@ public:
   /// runtime executor — keep such handlers short and non-blocking).
   /// Arguments are copied at initiation. The completion is posted from
   /// fiber's runtime thread — or, for a call made on a thread running the
-  /// io_context the handler's executor belongs to, to an object in a local
-  /// manager process, run there as its reply is read (the reply line,
-  /// docs/RATIONALE.md) — so the handler's execution context (e.g. your
+  /// io_context the handler's executor belongs to, to an object whose
+  /// manager process has a reply line, run there as its reply is read (see
+  /// has_reply_line) — so the handler's execution context (e.g. your
   /// io_context) must outlive the operation — and, as a rule, this process's
   /// RemoteManager/handles, as in any Asio program. Cancellation is not
   /// supported: a call, once sent, runs.
@@ -271,11 +271,13 @@ public:
   /// True unless default-constructed (or moved from).
   explicit operator bool() const noexcept { return st_ != nullptr; }
   /// True if an async_call made on a thread that runs its handler's
-  /// io_context is answered there, as the reply is read (the object lives
-  /// in a manager process on this machine, and this process made it: the
-  /// reply line); false if replies are posted from fiber's runtime thread
-  /// (an empty handle, an object on another host, a copy in another
-  /// process, a process that was lost). Decides whether binding a handler
+  /// io_context is answered there, as the reply is read (this process made
+  /// the object, and its manager process has a reply line: a socketpair
+  /// inherited at launch on this machine, or a second connection it dialled
+  /// over tcp:// or tls+tcp://, authenticated as its link); false if replies
+  /// are posted from fiber's runtime thread (an empty handle, a process
+  /// behind a host relay or whose line is not connected yet, a copy in
+  /// another process, a process that was lost). Decides whether binding a handler
   /// to your executor saves a thread wake or costs one. Any thread.
   /// Example: `if (env.has_reply_line()) env.async_call<&Env::step>(a, asio::bind_executor(ex, h));`
   bool has_reply_line() const { return st_ && detail::has_reply_line(*st_); }

@@ -61,6 +61,9 @@ public:
   /// The read side is lent to a thread that reads with read_some (true), or
   /// back (false). A stream may then stop watching for readable bytes.
   virtual void reads_lent(bool) {}
+  /// The socket's descriptor, which a borrower of the read side may watch
+  /// on its own reactor (a reply line); -1 where there is none (nng's streams).
+  virtual int native_handle() const noexcept { return -1; }
 };
 
 using byte_stream_ptr = std::unique_ptr<byte_stream>;

@@ -113,6 +113,13 @@ public:
     std::lock_guard lk(m_);
     routes_[obj] = {proc, std::move(w), l, std::move(line)};
   }
+  /// Runtime thread: process `proc`'s reply line came after objects were
+  /// routed to it (a line it dialled): theirs from now on.
+  void set_line(std::uint64_t proc, const std::shared_ptr<reply_line>& line) {
+    std::lock_guard lk(m_);
+    for (auto& [obj, r] : routes_)
+      if (r.proc == proc) r.line = line;
+  }
   /// Any thread: whether `obj`'s process has a reply line (try_call may answer there).
   bool has_line(std::uint64_t obj) const {
     std::lock_guard lk(m_);

@@ -37,9 +37,10 @@ enum class frame_kind : std::uint8_t {
   relay_leave = 42,  ///< either way: relay_leave_msg, that worker's link ended, or must end
 };
 
-/// Who dials: a worker of the master's, a client of its services, or a
-/// host's relay carrying many workers' links in one.
-enum class role : std::uint8_t { worker = 1, client = 2, relay = 3 };
+/// Who dials: a worker of the master's, a client of its services, a
+/// host's relay carrying many workers' links in one, or a manager process's
+/// second connection, its reply line (reply_line.hpp), bound to its link.
+enum class role : std::uint8_t { worker = 1, client = 2, relay = 3, reply_line = 4 };
 
 template <class Body>
 std::vector<std::byte> frame(frame_kind k, const Body& body) {

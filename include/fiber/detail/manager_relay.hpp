@@ -7,6 +7,7 @@
 #include <fiber/backend/launcher.hpp>
 #include <fiber/detail/call_table.hpp>
 #include <fiber/detail/frame_limit.hpp>
+#include <fiber/detail/inherited_link.hpp>
 #include <fiber/detail/object_wire.hpp>
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/runtime_host.hpp>
@@ -216,7 +217,8 @@ private:
   struct proc {
     std::string name;
     std::shared_ptr<worker_link> link;
-    std::shared_ptr<reply_line> line;           // its reply line (a local process); null: none
+    stream line_stream;                         // its reply line's connection, once it has one
+    std::shared_ptr<reply_line> line;           // its reply line, once lent; null: none
     std::vector<std::vector<std::byte>> queued; // frames sent before it connected
     std::size_t objects = 0;
     std::uint64_t calls = 0; // calls and constructions sent to it (fiber::stats())
@@ -259,18 +261,19 @@ private:
     auto& p = it->second;
     p.link = l;
     std::weak_ptr<manager_relay> weak = shared_from_this();
-    if (const int fd = sup_->take_reply_line(wid); fd >= 0)
-      p.line = std::make_shared<reply_line>(
-          fd,
-          [calls = std::weak_ptr<call_table>(calls_)](std::uint64_t id, wire_status st, std::vector<std::byte> b) {
-            if (auto t = calls.lock())
-              if (auto c = t->take(id)) c->reply(st, std::move(b));
-          },
-          [weak, wid](const std::string& why) { // on the reading thread
-            asio::post(runtime::instance().executor(), [weak, wid, why] {
-              if (auto s = weak.lock()) s->on_line_broken(wid, why);
-            });
-          });
+    auto& rt = runtime::instance();
+    if (const int fd = sup_->take_reply_line(wid); fd >= 0) {
+      try {
+        open_line(p, wid, socket_stream(rt.executor(), adopt_socket(rt.executor(), fd), rt.transport()));
+      } catch (const std::exception& e) {
+        log(log_level::warning, p.name, ": no reply line (", e.what(), ")");
+      }
+    } else if (l->direct() && !l->is_ipc()) { // it dials one (object_host)
+      rt.expect_reply_line(wid, [weak, wid](const peer_identity& peer, stream& st) {
+        auto s = weak.lock();
+        return s && s->on_line_dialled(wid, peer, st);
+      });
+    }
     l->start(
         [weak](frame_kind k, std::span<const std::byte> body, message&) {
           if (auto s = weak.lock(); s && k == frame_kind::object_reply) s->on_reply(body);
@@ -335,6 +338,66 @@ private:
     replace();
   }
 
+  // A line that authenticated for `wid`: taken if `wid` is live, connected
+  // and the same process (pid, host, incarnation) as its link. It is used
+  // once its first frame (a reply to call 0) says the process writes on it.
+  bool on_line_dialled(std::uint64_t wid, const peer_identity& peer, stream& st) {
+    auto it = procs_.find(wid);
+    if (it == procs_.end() || it->second.dead || !it->second.link || it->second.line_stream.is_open()) return false;
+    const auto& linked = it->second.link->peer();
+    if (peer.pid != linked.pid || peer.host != linked.host || peer.incarnation != linked.incarnation) return false;
+    it->second.line_stream = std::move(st);
+    it->second.line_stream.async_recv([weak = weak_from_this(), wid](std::error_code ec, message m) {
+      if (auto s = weak.lock()) s->on_line_ready(wid, ec, m);
+    });
+    return true;
+  }
+
+  void on_line_ready(std::uint64_t wid, std::error_code ec, const message& m) {
+    auto it = procs_.find(wid);
+    if (it == procs_.end() || it->second.dead) return;
+    auto& p = it->second;
+    try {
+      if (ec) throw std::system_error(ec);
+      if (decode_frame<reply_msg>(frame_kind::object_reply, m).request_id != 0)
+        throw serialization_error("a reply before the line said it is ready");
+      open_line(p, wid, std::move(p.line_stream));
+    } catch (const std::exception& e) { // its replies stay on the link
+      log(log_level::warning, p.name, ": its reply line failed before use (", e.what(), ")");
+      p.line_stream.close();
+    }
+  }
+
+  // Lends the line's read side; once it is lent, calls may be answered there.
+  void open_line(proc& p, std::uint64_t wid, stream st) {
+    p.line_stream = std::move(st);
+    p.line_stream.lend_reader([weak = weak_from_this(), wid](lent_reader r) {
+      if (auto s = weak.lock()) s->on_line_lent(wid, std::move(r));
+    });
+  }
+
+  void on_line_lent(std::uint64_t wid, lent_reader r) {
+    auto it = procs_.find(wid);
+    if (it == procs_.end() || it->second.dead) return;
+    auto& p = it->second;
+    try {
+      p.line = std::make_shared<reply_line>(
+          std::move(r),
+          [calls = std::weak_ptr<call_table>(calls_)](std::uint64_t id, wire_status st, std::vector<std::byte> b) {
+            if (auto t = calls.lock())
+              if (auto c = t->take(id)) c->reply(st, std::move(b));
+          },
+          [weak = weak_from_this(), wid](const std::string& why) { // on the reading thread
+            asio::post(runtime::instance().executor(), [weak, wid, why] {
+              if (auto s = weak.lock()) s->on_line_broken(wid, why);
+            });
+          });
+    } catch (const std::exception& e) {
+      return log(log_level::warning, p.name, ": no reply line (", e.what(), ")");
+    }
+    calls_->set_line(wid, p.line);
+  }
+
   // Its reply line failed: replies may be lost on it, so the process is.
   void on_line_broken(std::uint64_t wid, const std::string& why) {
     auto it = procs_.find(wid);
@@ -395,6 +458,7 @@ private:
     bool connected = p.link != nullptr;
     if (p.dead) return;
     p.dead = true;
+    runtime::instance().forget_reply_line(wid);
     if (!shut_) {
       ++workers_lost_;
       losses_.add(p.name, connected ? p.link->peer().host : std::string(), reason, p.objects);

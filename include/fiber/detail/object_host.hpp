@@ -50,7 +50,10 @@ public:
 
   /// Runtime thread: one `frame_kind::object` frame from the master.
   void on_frame(const std::shared_ptr<peer_link>& master, std::span<const std::byte> body) {
-    if (link_.link.lock() != master) link_ = reply_to{master, master->direct()};
+    if (link_.link.lock() != master) {
+      if (link_.link.expired()) dial_reply_line(*master);
+      link_ = reply_to{master, master->direct()};
+    }
     auto msg = deserialize<object_msg>(body);
     switch (msg.op) {
     case object_op::make: return make(std::move(msg));
@@ -64,6 +67,27 @@ public:
       return;
     default: log(log_level::warning, "object host: unknown operation ", int(msg.op));
     }
+  }
+
+  /// A process that did not inherit a reply line and reaches its master
+  /// directly over TCP dials it once more for one (role::reply_line); until
+  /// it is connected, and if that fails, replies go on the link. Any thread.
+  static void dial_reply_line(const peer_link& master) {
+    const auto& env = worker_environment();
+    if (env.reply_fd >= 0 || !env.relay.empty() || master.is_ipc() || !master.direct()) return;
+    const auto id = std::strtoull(env.worker_id.c_str(), nullptr, 10);
+    auto& rt = runtime::instance();
+    asio::post(rt.executor(), [&rt, url = env.master, id] {
+      rt.connect(url, role::reply_line, id,
+                 [](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string>) {
+                   try {
+                     if (e) std::rethrow_exception(e);
+                     reply_line_writer::instance().adopt(std::move(l));
+                   } catch (const std::exception& x) {
+                     log(log_level::info, "no reply line (", x.what(), "): replies go on the link");
+                   }
+                 });
+    });
   }
 
   /// Serial: runs on the worker's main thread (as it reads the frames).

@@ -118,6 +118,7 @@ public:
   /// For synchronous sends from other threads while the link has nothing
   /// queued (see transport's direct_writer); heartbeats go on as before.
   direct_writer direct() const override { return stream_.direct(); }
+  bool is_ipc() const override { return stream_.is_ipc(); }
   /// The largest frame this link sends or accepts, in bytes.
   std::size_t max_message_size() const noexcept { return stream_.max_message_size(); }
   /// Sets that limit (bytes), e.g. once the master's configuration is

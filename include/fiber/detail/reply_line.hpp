@@ -1,39 +1,41 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file detail/reply_line.hpp
-/// A local manager process's reply line: a second socketpair made at launch
-/// on which it writes the replies to calls marked `object_op::call_aside`,
-/// read on the caller's io_context so that a reply wakes the caller alone.
+/// A manager process's reply line: a second socketpair made at launch (a
+/// local job), or a second connection it dials (one that dials its master
+/// over TCP), on which it writes the replies to calls marked
+/// `object_op::call_aside`, read on the caller's io_context so that a reply
+/// wakes the caller alone.
 
 #include <fiber/detail/frame.hpp>
 #include <fiber/detail/frame_buffer.hpp>
-#include <fiber/detail/frame_limit.hpp>
 #include <fiber/detail/service.hpp>
 #include <fiber/detail/service_wire.hpp>
+#include <fiber/detail/stream.hpp>
 #include <fiber/detail/wire_status.hpp>
 #include <fiber/detail/worker_env.hpp>
+#include <fiber/detail/worker_link.hpp>
 #include <fiber/log.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/io_context.hpp>
-#include <asio/local/stream_protocol.hpp>
+#include <asio/generic/stream_protocol.hpp>
 #include <asio/post.hpp>
 
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <fcntl.h>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <system_error>
 #include <type_traits>
 #include <unistd.h>
 #include <utility>
@@ -52,22 +54,34 @@ asio::any_io_executor reply_line_executor(const Handler& h) {
   else return (void)h, asio::any_io_executor();
 }
 
-/// The master's end of one manager process's reply line. While calls
-/// answered on it are outstanding, it is registered with their caller's
-/// io_context and read there, and each reply completes its call inline
-/// (no hop through the runtime thread); with none outstanding it belongs to
-/// no io_context, so that run() returns and the context may go. A call
-/// made on another io_context meanwhile takes the link. Thread-safe.
+/// The master's end of one manager process's reply line: the read side of
+/// its stream, lent for good (a socketpair made at launch, or a connection
+/// the process dialled and authenticated as its link's line: frames checked
+/// as the link's are). While calls answered on it are outstanding, a
+/// descriptor of its socket is registered with their caller's io_context
+/// and read there, and each reply completes its call inline (no hop through
+/// the runtime thread); with none outstanding it belongs to no io_context,
+/// so that run() returns and the context may go. A call made on another
+/// io_context meanwhile takes the link. Thread-safe.
 class reply_line : public std::enable_shared_from_this<reply_line> {
 public:
   /// A reply read from the line: call id, status, payload.
   using deliver_fn = std::function<void(std::uint64_t, wire_status, std::vector<std::byte>)>;
-  /// The line failed (the process died, or sent bytes that do not decode).
+  /// The line failed (the process died, or sent bytes that do not decode or fail their tag).
   using broken_fn = std::function<void(const std::string& why)>;
 
-  /// Takes `fd`, the master's end of the line.
-  reply_line(int fd, deliver_fn deliver, broken_fn broken)
-      : fd_(fd), deliver_(std::move(deliver)), broken_(std::move(broken)) {}
+  /// Reads through `r`, the line's stream's read side (a socket's); keeps a
+  /// descriptor of its own to watch it. Throws std::system_error if it
+  /// cannot have one.
+  reply_line(lent_reader r, deliver_fn deliver, broken_fn broken)
+      : r_(std::move(r)), deliver_(std::move(deliver)), broken_(std::move(broken)) {
+    fd_ = r_.native_handle() < 0 ? -1 : ::fcntl(r_.native_handle(), F_DUPFD_CLOEXEC, 0);
+    if (fd_ < 0) throw std::system_error(errno ? errno : EBADF, std::system_category(), "fiber: a reply line");
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+    family_ = ss.ss_family;
+  }
   reply_line(const reply_line&) = delete;
   reply_line& operator=(const reply_line&) = delete;
   ~reply_line() {
@@ -88,8 +102,8 @@ public:
     if (broken_now_ || (ctx_ && ctx_ != &ctx)) return false;
     if (!ctx_) {
       std::error_code ec;
-      auto s = std::make_unique<asio::local::stream_protocol::socket>(ctx);
-      s->assign(asio::local::stream_protocol(), fd_, ec);
+      auto s = std::make_unique<socket_type>(ctx);
+      s->assign(asio::generic::stream_protocol(family_, 0), fd_, ec);
       if (ec) return false;
       sock_ = std::move(s);
       ctx_ = &ctx;
@@ -117,6 +131,8 @@ public:
   }
 
 private:
+  using socket_type = asio::generic::stream_protocol::socket;
+
   static const reply_line*& reading_now() {
     static thread_local const reply_line* r = nullptr;
     return r;
@@ -125,8 +141,8 @@ private:
   // m_ held.
   void arm() {
     reading_ = true;
-    if (buf_.size() - have_ < 65536) buf_.resize(std::max(buf_.size() * 2, have_ + 65536));
-    sock_->async_read_some(asio::buffer(buf_.data() + have_, buf_.size() - have_),
+    const nng_iov room = r_.region();
+    sock_->async_read_some(asio::buffer(room.iov_buf, room.iov_len),
                            [self = shared_from_this()](std::error_code ec, std::size_t n) { self->on_read(ec, n); });
   }
 
@@ -136,11 +152,11 @@ private:
     fd_ = sock_->release(ec);
     sock_.reset();
     ctx_ = nullptr;
-    if (ec) fail_locked("releasing it failed: " + ec.message());
+    if (ec) fail_locked("releasing it failed: " + ec.message(), ec);
   }
 
   // m_ held.
-  void fail_locked(const std::string& why) {
+  void fail_locked(const std::string& why, std::error_code ec) {
     if (broken_now_) return;
     broken_now_ = true;
     if (sock_) {
@@ -149,6 +165,7 @@ private:
     }
     ctx_ = nullptr;
     why_ = why;
+    r_.give_back(ec); // the stream closes
   }
 
   void left(bool elsewhere) {
@@ -174,14 +191,11 @@ private:
         return;
       }
       if (ec || n == 0) {
-        fail_locked(ec ? "reading it failed: " + ec.message() : "the manager process closed it");
+        fail_locked(ec ? "reading it failed: " + ec.message() : "the manager process closed it",
+                    ec ? ec : asio::error::eof);
       } else {
-        have_ += n;
-        try {
-          cut(replies);
-        } catch (const std::exception& e) {
-          fail_locked(std::string("a reply does not decode: ") + e.what());
-        }
+        r_.received(n);
+        take(replies);
       }
       if (broken_now_) broken = why_;
     }
@@ -195,43 +209,43 @@ private:
     std::lock_guard lk(m_);
     if (broken_now_ || reading_ || !sock_) return;
     if (outstanding_ > 0) arm();
-    else if (have_ == 0) unbind();
-    else fail_locked("bytes of a reply no call waits for");
+    else unbind(); // bytes of a reply begun stay with the stream's read side
   }
 
-  // m_ held: whole frames `[u32 length][frame]` out of buf_.
-  void cut(std::vector<reply_msg>& out) {
-    std::size_t at = 0;
-    while (have_ - at >= frame_header_size) {
-      std::uint32_t len = 0;
-      for (std::size_t i = 0; i < frame_header_size; ++i) len |= std::uint32_t(buf_[at + i]) << (8 * i);
-      if (!fits_in_frame(len > frame_overhead ? len - frame_overhead : 0))
-        throw serialization_error("a frame of " + std::to_string(len) + " bytes");
-      if (have_ - at - frame_header_size < len) break;
-      out.push_back(decode_frame<reply_msg>(frame_kind::object_reply,
-                                            std::span<const std::byte>(buf_.data() + at + frame_header_size, len)));
-      at += frame_header_size + len;
+  // m_ held: the whole frames read.
+  void take(std::vector<reply_msg>& out) {
+    for (;;) {
+      message m;
+      const auto ec = r_.next(m);
+      if (ec == asio::error::would_block) return;
+      if (ec) return fail_locked("a frame failed: " + ec.message(), ec);
+      try {
+        out.push_back(decode_frame<reply_msg>(frame_kind::object_reply, m));
+      } catch (const std::exception& e) {
+        return fail_locked(std::string("a reply does not decode: ") + e.what(),
+                           std::make_error_code(std::errc::bad_message));
+      }
     }
-    std::memmove(buf_.data(), buf_.data() + at, have_ - at);
-    have_ -= at;
   }
 
+  lent_reader r_;
   std::mutex m_;
-  int fd_ = -1; // the descriptor; sock_ owns it while bound
-  std::unique_ptr<asio::local::stream_protocol::socket> sock_;
+  int fd_ = -1; // a descriptor of the line's socket, this line's own; sock_ owns it while bound
+  int family_ = AF_UNIX;
+  std::unique_ptr<socket_type> sock_;
   asio::io_context* ctx_ = nullptr; // the io_context it is read on; null: none
   std::size_t outstanding_ = 0;     // calls entered whose reply function has not run
   bool reading_ = false, broken_now_ = false;
   std::string why_;
-  std::vector<std::byte> buf_;
-  std::size_t have_ = 0; // bytes of buf_ read, not yet cut into replies
   deliver_fn deliver_;
   broken_fn broken_;
 };
 
-/// A manager process's end of its reply line (FIBER_INTERNAL_REPLY_FD):
-/// a blocking socket that the threads running methods write whole frames
-/// to, one at a time. Never the runtime thread. Thread-safe.
+/// A manager process's end of its reply line: the inherited socket
+/// (FIBER_INTERNAL_REPLY_FD), blocking, or the connection it dialled
+/// (adopt), which seals each frame as its link does. The threads running
+/// methods write whole frames to it, one at a time; never the runtime
+/// thread. Thread-safe.
 class reply_line_writer {
 public:
   static reply_line_writer& instance() {
@@ -239,11 +253,32 @@ public:
     return *w;
   }
 
+  /// Runtime thread: from now on frames go on `l`, a connection this
+  /// process dialled and its master authenticated as its link's reply
+  /// line; kept open here. Its first frame, a reply to call 0, tells the
+  /// master so: it marks no call for the line before. Ignored when the
+  /// process inherited a line.
+  void adopt(std::shared_ptr<worker_link> l) {
+    {
+      std::lock_guard lk(m_);
+      if (fd_ >= 0 || dialled_) return;
+      dialled_ = l->direct();
+      dialled_link_ = l;
+    }
+    l->send(frame(frame_kind::object_reply, reply_msg{0, wire_status::ok, {}}));
+  }
+  /// Whether the process inherited a line or has one dialled. Any thread.
+  bool has_line() {
+    std::lock_guard lk(m_);
+    return fd_ >= 0 || bool(dialled_);
+  }
+
   /// Writes `f` (a frame) whole; false, having written nothing, when this
   /// process has no line (the caller sends on the link instead). A line
   /// that fails is closed (the master reads the link's loss).
   bool send(std::span<const std::byte> f) {
     std::lock_guard lk(m_);
+    if (dialled_) return dialled_.try_send(f); // nothing else writes on it: false only once it failed
     if (fd_ < 0) return false;
     const frame_header h(std::uint32_t(f.size()));
     iovec iov[2] = {{const_cast<std::byte*>(h.bytes), frame_header_size}, {const_cast<std::byte*>(f.data()), f.size()}};
@@ -283,6 +318,8 @@ private:
 
   std::mutex m_;
   int fd_ = -1;
+  direct_writer dialled_;
+  std::shared_ptr<worker_link> dialled_link_; // keeps dialled_'s connection open
 };
 
 } // namespace fiber::detail

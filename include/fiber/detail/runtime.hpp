@@ -331,6 +331,15 @@ public:
            std::move(h));
   }
 
+  /// What takes a reply line (role::reply_line) that authenticated for a
+  /// worker: true if it took the stream; false to refuse it (the worker's
+  /// identity is not its link's).
+  using line_taker = std::function<bool(const peer_identity&, stream&)>;
+  /// A reply line that authenticates at this process's listeners for worker
+  /// `id` goes to `take`, once; lines nobody expects are refused. Runtime thread.
+  void expect_reply_line(std::uint64_t id, line_taker take) { line_takers_[id] = std::move(take); }
+  void forget_reply_line(std::uint64_t id) { line_takers_.erase(id); }
+
   /// Workers launched and not connected yet. Runtime thread.
   std::size_t expected_workers() const noexcept { return expected_.size(); }
   void forget_worker(std::uint64_t id) {
@@ -565,6 +574,7 @@ private:
       }
     };
     hooks.authenticated = [this, route](peer_identity peer, stream st) {
+      if (peer.r == role::reply_line) return take_reply_line(peer, st, bool(route));
       auto l = std::make_shared<peer_link>(std::move(st), peer);
       if (peer.r == role::relay)
         return serve_relay(executor(), std::move(l), [this](std::shared_ptr<worker_link> w) {
@@ -578,6 +588,16 @@ private:
     detail::server_handshake(executor(), std::move(s), id_.handshake(), effective_config(),
                              transport().max_message_size, config_bool("frame_mac"),
                              std::make_shared<pending_slot>(pending_handshakes_), std::move(hooks));
+  }
+
+  // Not at a relay's listener: a line goes straight to the master.
+  void take_reply_line(const peer_identity& peer, stream& st, bool relayed) {
+    auto it = relayed ? line_takers_.end() : line_takers_.find(peer.worker_id);
+    if (it != line_takers_.end() && it->second(peer, st)) return (void)line_takers_.erase(it);
+    ++refused_peers_;
+    refusal_log()(log_level::warning, "refused a reply line for worker ", peer.worker_id, " from pid ", peer.pid,
+                  " on ", peer.host, ": no such manager process here");
+    st.close();
   }
 
   // A worker authenticated (at this listener, or at a relay): to whoever expects it.
@@ -608,6 +628,7 @@ private:
   std::shared_ptr<dir_watch> run_dir_watch_;
   std::map<std::string, std::shared_ptr<listener>> listeners_;
   std::unordered_map<std::uint64_t, std::pair<connect_handler, refuse_handler>> expected_;
+  std::unordered_map<std::uint64_t, line_taker> line_takers_;
   worker_nonces worker_nonces_; // issued to local workers (worker_spec)
   std::atomic<std::uint64_t> next_worker_id_{1};
   std::atomic<std::size_t> pending_handshakes_{0};

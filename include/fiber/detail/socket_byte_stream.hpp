@@ -105,6 +105,7 @@ public:
     lent_ = lent;
     park_if_idle();
   }
+  int native_handle() const noexcept override { return fd_; }
   void cancel_read() override { rsig_.emit(asio::cancellation_type::total); }
   void cancel_write() override { wsig_.emit(asio::cancellation_type::total); }
 

@@ -93,6 +93,18 @@ public:
   /// first). With an error, the stream is closed with it. No-op once taken back.
   void give_back(std::error_code ec = {}) const { core_->give_back(ec); }
 
+  /// For a borrower that reads the socket itself, asynchronously on its own
+  /// io_context (reply_line.hpp), instead of recv: the socket's descriptor
+  /// to watch (-1: not a socket; such a borrower cannot), the region its
+  /// next read goes to, `received(n)` once `n` > 0 bytes landed there, and
+  /// next() for each whole frame then: its error is asio::error::would_block
+  /// while more bytes are needed, else as recv's. One borrower thread at a
+  /// time; the executor cannot take the read side back from such a borrower.
+  int native_handle() const noexcept { return core_->native_handle(); }
+  nng_iov region() const { return core_->lent_region(); }
+  void received(std::size_t n) const { core_->lent_commit(n); }
+  std::error_code next(message& m) const { return core_->lent_next(m); }
+
 private:
   friend class stream;
   explicit lent_reader(std::shared_ptr<stream_state> c) noexcept : stream_state_ref(std::move(c)) {}

@@ -571,6 +571,40 @@ public:
     return ec;
   }
 
+  // A borrower that reads the socket itself, on its own reactor (a reply
+  // line): it reads into lent_region(), commits with lent_commit, and takes
+  // frames with lent_next. From its first lent_region() the executor can no
+  // longer take the read side back.
+  nng_iov lent_region() {
+    {
+      std::lock_guard lk(lend_mu_);
+      if (lend_state_ == lend_state::lent_idle) lend_state_ = lend_state::lent_reading;
+    }
+    return rbuf_.next_read();
+  }
+  void lent_commit(std::size_t n) {
+    rbuf_.commit(n);
+    check_.follow(rbuf_);
+    note_progress();
+    std::lock_guard lk(lend_mu_);
+    lent_bytes_ += n;
+  }
+  /// The next whole frame read (checked, as recv_lent's), would_block when
+  /// more bytes are needed, or the stream's error (for give_back).
+  std::error_code lent_next(message& m) {
+    if (tampered_) return make_error_code(frame_mac_errc::bad_tag);
+    switch (rbuf_.parse(m, max_ + check_.tag_size(), false)) {
+    case frame_buffer::parsed::frame: break;
+    case frame_buffer::parsed::too_big: return asio::error::message_size;
+    default: return asio::error::would_block;
+    }
+    if (!authentic(m)) return make_error_code(frame_mac_errc::bad_tag);
+    std::lock_guard lk(lend_mu_);
+    ++lent_received_;
+    return {};
+  }
+  int native_handle() const noexcept { return s_->native_handle(); }
+
   /// Borrower: hands the read side back (with the error that ended it, if any).
   void give_back(std::error_code ec) {
     {

@@ -93,8 +93,11 @@ public:
                             (workers == 1 ? std::string() : ", " + std::to_string(workers) + " " + workers_noun_) + ")";
     const auto traits = launcher_->traits();
     if (traits.dies_with_master) detail::reserve_threads(workers, who);
-    // the job's end, until launch() returns; a reply line's two ends
-    const auto per_worker = 1 + traits.fds_per_job + traits.inherits_link * (reply_lines_ ? 3 : 1);
+    // the job's end of an inherited link, until launch() returns; a reply
+    // line: the job's end (inherited), the master's and its descriptor read
+    // on the caller's io_context
+    const auto per_worker = 1 + traits.fds_per_job + traits.inherits_link +
+                            (reply_lines_ ? (traits.inherits_link ? 3 : 2) : 0);
     detail::reserve_fds((workers + host_.expected_workers()) * per_worker + max_pending_handshakes, who);
   }
 

@@ -65,6 +65,8 @@ public:
   /// For sends from other threads (see direct_writer); empty where a link
   /// has none (a worker behind a relay, a fake).
   virtual direct_writer direct() const { return {}; }
+  /// Whether it runs over a Unix domain socket (a local process, or a relay on its host).
+  virtual bool is_ipc() const { return false; }
 
   /// Queues frame `f`.
   void send(std::vector<std::byte> f) { send(std::move(f), shared_bytes{}, {}); }
