@@ -32,6 +32,8 @@
 
 #include "support.hpp"
 
+using namespace std::chrono_literals; // also compiled alone (FIBER_TEST_UNITY=OFF)
+
 namespace {
 
 int square(int x) { return x * x; }
