@@ -264,7 +264,8 @@ private:
     auto& rt = runtime::instance();
     if (const int fd = sup_->take_reply_line(wid); fd >= 0) {
       try {
-        open_line(p, wid, socket_stream(rt.executor(), adopt_socket(rt.executor(), fd), rt.transport()));
+        p.line_stream = socket_stream(rt.executor(), adopt_socket(rt.executor(), fd), rt.transport());
+        lend_line(p, wid);
       } catch (const std::exception& e) {
         log(log_level::warning, p.name, ": no reply line (", e.what(), ")");
       }
@@ -361,7 +362,7 @@ private:
       if (ec) throw std::system_error(ec);
       if (decode_frame<reply_msg>(frame_kind::object_reply, m).request_id != 0)
         throw serialization_error("a reply before the line said it is ready");
-      open_line(p, wid, std::move(p.line_stream));
+      lend_line(p, wid);
     } catch (const std::exception& e) { // its replies stay on the link
       log(log_level::warning, p.name, ": its reply line failed before use (", e.what(), ")");
       p.line_stream.close();
@@ -369,8 +370,7 @@ private:
   }
 
   // Lends the line's read side; once it is lent, calls may be answered there.
-  void open_line(proc& p, std::uint64_t wid, stream st) {
-    p.line_stream = std::move(st);
+  void lend_line(proc& p, std::uint64_t wid) {
     p.line_stream.lend_reader([weak = weak_from_this(), wid](lent_reader r) {
       if (auto s = weak.lock()) s->on_line_lent(wid, std::move(r));
     });

@@ -494,9 +494,7 @@ private:
     reading_ = false;
     if (!ec && n > 0) {
       stats_.bytes_received += n;
-      rbuf_.commit(n);
-      check_.follow(rbuf_);
-      note_progress();
+      landed(n);
     } else if (!(ec == asio::error::operation_aborted && lend_to_)) // cancelled to lend the read side: no error
       shutdown(ec ? ec : std::error_code(asio::error::eof), via::dispatch);
     pump_recv(via::dispatch);
@@ -542,27 +540,15 @@ public:
     }
     std::error_code ec;
     std::uint64_t read = 0;
-    if (tampered_) ec = make_error_code(frame_mac_errc::bad_tag);
-    while (!ec) {
-      auto p = rbuf_.parse(m, max_ + check_.tag_size(), false);
-      if (p == frame_buffer::parsed::frame) {
-        if (!authentic(m)) ec = make_error_code(frame_mac_errc::bad_tag);
-        break;
-      }
-      if (p == frame_buffer::parsed::too_big) {
-        ec = asio::error::message_size;
-        break;
-      }
+    while ((ec = lent_buffered(m)) == asio::error::would_block) {
       std::size_t n = 0;
       ec = s_->read_some(rbuf_.next_read(), n);
       if (ec || n == 0) {
         if (!ec) ec = asio::error::eof;
         break;
       }
-      rbuf_.commit(n);
+      landed(n);
       read += n;
-      check_.follow(rbuf_);
-      note_progress();
     }
     std::lock_guard lk(lend_mu_);
     lend_state_ = lend_state::lent_idle;
@@ -583,22 +569,15 @@ public:
     return rbuf_.next_read();
   }
   void lent_commit(std::size_t n) {
-    rbuf_.commit(n);
-    check_.follow(rbuf_);
-    note_progress();
+    landed(n);
     std::lock_guard lk(lend_mu_);
     lent_bytes_ += n;
   }
   /// The next whole frame read (checked, as recv_lent's), would_block when
   /// more bytes are needed, or the stream's error (for give_back).
   std::error_code lent_next(message& m) {
-    if (tampered_) return make_error_code(frame_mac_errc::bad_tag);
-    switch (rbuf_.parse(m, max_ + check_.tag_size(), false)) {
-    case frame_buffer::parsed::frame: break;
-    case frame_buffer::parsed::too_big: return asio::error::message_size;
-    default: return asio::error::would_block;
-    }
-    if (!authentic(m)) return make_error_code(frame_mac_errc::bad_tag);
+    const auto ec = lent_buffered(m);
+    if (ec) return ec;
     std::lock_guard lk(lend_mu_);
     ++lent_received_;
     return {};
@@ -636,6 +615,26 @@ public:
   }
 
 private:
+  // The borrower's next whole buffered frame, checked; would_block when
+  // more bytes are needed, or the error that ends the stream.
+  std::error_code lent_buffered(message& m) {
+    if (tampered_) return make_error_code(frame_mac_errc::bad_tag);
+    switch (rbuf_.parse(m, max_ + check_.tag_size(), false)) {
+    case frame_buffer::parsed::frame: break;
+    case frame_buffer::parsed::too_big: return asio::error::message_size;
+    default: return asio::error::would_block;
+    }
+    if (!authentic(m)) return make_error_code(frame_mac_errc::bad_tag);
+    return {};
+  }
+
+  // `n` bytes landed in rbuf_.next_read(): whoever holds the read side.
+  void landed(std::size_t n) {
+    rbuf_.commit(n);
+    check_.follow(rbuf_);
+    note_progress();
+  }
+
   // With frame MACs on: checks `m`'s tag (decrypting it on TLS) and strips
   // it. Whoever holds the read side (the executor, or the borrower).
   bool authentic(message& m) {
