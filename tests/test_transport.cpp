@@ -9,6 +9,7 @@
 #endif
 #include <fiber/detail/frame_check.hpp>
 #include <fiber/detail/heartbeat_wire.hpp>
+#include <fiber/detail/log_limit.hpp>
 #include <fiber/detail/peer_link.hpp>
 #include <fiber/detail/transport.hpp>
 #include <fiber/detail/write_batch.hpp>
@@ -788,6 +789,62 @@ TEST_CASE("transport: frame MACs: sealed frames arrive whole; another key, a rep
       CHECK_FALSE(server2.is_open());
     });
   }
+}
+
+// A master kills a worker once its link ends, so the line saying why the
+// worker refused a frame must be out first. Here stderr is a full pipe: the
+// log writer thread holds that line until the test reads the pipe.
+TEST_CASE("transport: a frame that fails its tag ends the connection only once the line saying why is written",
+          "[transport][mac]") {
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  const int saved = ::fcntl(2, F_DUPFD_CLOEXEC, 0);
+  REQUIRE(saved >= 0);
+  const std::string fill(std::size_t(::fcntl(p[1], F_GETPIPE_SZ)), 'x'); // fits whole: the pipe is then full
+  REQUIRE(::write(p[1], fill.data(), fill.size()) == ssize_t(fill.size()));
+  REQUIRE(::dup2(p[1], 2) == 2);
+  ::close(p[1]);
+  fd::refusal_log().reset(); // an earlier test's refusal must not leave the line out
+
+  asio::io_context ctx;
+  fd::listener l(ctx.get_executor(), "tcp://127.0.0.1:0");
+  std::optional<pair> ends;
+  run_coro(ctx, [&]() -> asio::awaitable<void> { ends.emplace(co_await connect_pair(l, no_options)); });
+  auto& [server, client] = *ends;
+  server.enable_mac(fd::session_key{1}, fd::session_key{2});
+  client.enable_mac(fd::session_key{3}, fd::session_key{1}); // seals under another key
+  std::error_code refused, ended;
+  bool client_ended = false;
+  client.async_send(str_msg("forged"), [](std::error_code) {});
+  server.async_recv([&](std::error_code ec, message) { refused = ec; });
+  client.async_recv([&](std::error_code ec, message) {
+    ended = ec;
+    client_ended = true;
+  });
+  ctx.run_for(300ms); // the refusal, then a while in which the end must not come
+  CHECK(refused == fd::make_error_code(fd::frame_mac_errc::bad_tag));
+  CHECK_FALSE(client_ended);
+
+  std::string text; // the pipe, read by another thread until the line is in it
+  std::thread reader([&] {
+    char buf[4096];
+    for (ssize_t n;
+         text.find("failed its authentication tag") == std::string::npos && (n = ::read(p[0], buf, sizeof buf)) > 0;)
+      text.append(buf, std::size_t(n));
+  });
+  for (auto until = std::chrono::steady_clock::now() + 20s; !client_ended && std::chrono::steady_clock::now() < until;)
+    ctx.run_one_for(100ms);
+  reader.join();
+  CHECK(client_ended);
+  CHECK(ended == asio::error::eof);
+  CHECK(text.find("failed its authentication tag") != std::string::npos);
+
+  ::dup2(saved, 2);
+  ::close(saved);
+  char buf[4096]; // until no writer holds the pipe: none may meet a closed one
+  while (::read(p[0], buf, sizeof buf) > 0) {
+  }
+  ::close(p[0]);
 }
 
 TEST_CASE("transport: buffer_cache hands large storage back out, bounded", "[transport]") {

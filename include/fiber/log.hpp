@@ -94,9 +94,6 @@ public:
     log_writer::instance().push(std::move(line), std::move(file_line), file_);
   }
 
-  /// Wait until the default sink wrote what was logged, at most `limit`.
-  void flush(std::chrono::milliseconds limit) { log_writer::instance().flush(limit); }
-
   void set_sink(log_sink s) {
     std::lock_guard lk(mutex_);
     sink_ = std::move(s);

@@ -19,16 +19,17 @@ class log_limit {
 public:
   explicit log_limit(std::chrono::milliseconds every) : every_(every) {}
 
-  /// Logs `parts` at `level` unless a record passed less than `every` ago.
+  /// Logs `parts` at `level` unless a record passed less than `every` ago;
+  /// true if it did.
   template <class... Parts>
-  void operator()(log_level level, const Parts&... parts) {
+  bool operator()(log_level level, const Parts&... parts) {
     const auto now = std::chrono::steady_clock::now();
     std::uint64_t left_out = 0;
     {
       std::lock_guard lk(m_);
       if (passed_ && now - last_ < every_) {
         ++left_out_;
-        return;
+        return false;
       }
       passed_ = true;
       last_ = now;
@@ -36,6 +37,13 @@ public:
     }
     if (left_out) log(level, parts..., " (and ", left_out, " more like it since the last such line)");
     else log(level, parts...);
+    return true;
+  }
+
+  /// The next record passes, as at the start (tests that need the line).
+  void reset() {
+    std::lock_guard lk(m_);
+    passed_ = false;
   }
 
 private:

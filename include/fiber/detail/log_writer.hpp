@@ -10,15 +10,18 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -48,19 +51,27 @@ public:
       return;
     }
     queued_ += n;
+    ++pushed_;
     q_.push_back({std::move(line), std::move(file_line), std::move(file), std::exchange(dropped_, 0)});
     start_locked();
     cv_.notify_one();
     if (exiting_) drain_locked(lk);
   }
 
-  /// Wait until every queued record was written, at most `limit`. Any thread
-  /// but the writer's own.
-  void flush(std::chrono::milliseconds limit) {
-    std::unique_lock lk(m_);
-    if (!started_) return;
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    idle_cv_.wait_until(lk, deadline, [&] { return q_.empty() && !busy_; });
+  /// Runs `done` once every record queued so far was written: on the
+  /// writer's thread, or inline when none is waiting. Never blocks; `done`
+  /// must neither block nor log. Example: keep a socket open until the line
+  /// saying why it closes is out (stream_state).
+  void when_written(std::function<void()> done) {
+    {
+      std::lock_guard lk(m_);
+      restart_after_fork_locked();
+      if (started_ && written_ < pushed_) {
+        waiters_.push_back({pushed_, std::move(done)});
+        return;
+      }
+    }
+    done();
   }
 
   /// The process is exiting: flush (bounded), and from now on each push
@@ -103,11 +114,13 @@ private:
     if (!started_ || owner_ == ::getpid()) return;
     started_ = busy_ = exiting_ = false;
     exit_deadline_.reset();
+    written_ = pushed_ - q_.size(); // the record the parent was writing is not the child's
   }
 
   void run() {
     std::unique_lock lk(m_);
     for (;;) {
+      run_waiters(lk); // also those a fork left due
       cv_.wait(lk, [&] { return !q_.empty(); });
       auto r = std::move(q_.front());
       q_.pop_front();
@@ -117,8 +130,23 @@ private:
       write(r);
       lk.lock();
       busy_ = false;
+      ++written_;
       if (q_.empty()) idle_cv_.notify_all();
     }
+  }
+
+  // Writer thread: the waiters whose records are all written, unlocked.
+  void run_waiters(std::unique_lock<std::mutex>& lk) {
+    std::vector<std::function<void()>> due;
+    std::erase_if(waiters_, [&](auto& w) {
+      if (w.first > written_) return false;
+      due.push_back(std::move(w.second));
+      return true;
+    });
+    if (due.empty()) return;
+    lk.unlock();
+    for (auto& f : due) f();
+    lk.lock();
   }
 
   static void write(const record& r) {
@@ -145,6 +173,8 @@ private:
   std::condition_variable cv_, idle_cv_;
   std::deque<record> q_;
   std::size_t queued_ = 0, dropped_ = 0;
+  std::uint64_t pushed_ = 0, written_ = 0;                               // records, since the start
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> waiters_; // when_written's: pushed_ then, done
   bool started_ = false, busy_ = false, exiting_ = false;
   pid_t owner_ = -1;
   std::thread::id tid_;

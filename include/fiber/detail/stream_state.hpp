@@ -14,6 +14,7 @@
 #include <fiber/detail/frame_check.hpp>
 #include <fiber/detail/frame_mac.hpp>
 #include <fiber/detail/log_limit.hpp>
+#include <fiber/detail/log_writer.hpp>
 #include <fiber/detail/tls_config.hpp>
 #include <fiber/detail/tls_handshake.hpp>
 #include <fiber/detail/trailing_seal.hpp>
@@ -39,6 +40,10 @@
 #include <string>
 #include <system_error>
 #include <utility>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 namespace fiber::detail {
 
@@ -300,7 +305,7 @@ private:
       std::lock_guard lk(wire_mu_);
       wire_dead_ = true;
     }
-    s_->close();
+    if (!end_after_log_) s_->close();
   }
 
   // Tells direct writers whether the executor owns the write side (a write
@@ -640,9 +645,24 @@ private:
   bool authentic(message& m) {
     if (check_.check(m)) return true;
     tampered_ = true; // nothing after it is delivered
-    refusal_log()(log_level::error, "fiber: a frame from ", peer_address(),
-                  " failed its authentication tag (changed in transit?): link closed");
+    if (refusal_log()(log_level::error, "fiber: a frame from ", peer_address(),
+                      " failed its authentication tag (changed in transit?): link closed"))
+      hold_open_until_logged();
     return false;
+  }
+
+  // The peer learns of the close from the connection's end, and a master
+  // kills a worker whose link ended: the end waits, on a copy of the
+  // socket, until the line saying why is written (mark_dead skips it).
+  void hold_open_until_logged() {
+    const int fd = s_->native_handle();
+    const int copy = fd < 0 ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) return;
+    end_after_log_ = true;
+    log_writer::instance().when_written([copy] {
+      ::shutdown(copy, SHUT_RDWR);
+      ::close(copy);
+    });
   }
 
   // Bytes arrived: one relaxed store per completed read (liveness).
@@ -672,6 +692,7 @@ private:
   frame_check check_;               // and the read side's (its holder's)
   bool encrypt_ = false;            // they encrypt (TLS); set with seal_
   std::atomic<bool> tampered_{false};
+  std::atomic<bool> end_after_log_{false}; // hold_open_until_logged ends the connection
   std::deque<send_op> sendq_;
   write_batch batch_;
   bool writing_ = false, cancel_write_ = false;

@@ -358,10 +358,7 @@ private:
       message m;
       if (auto ec = r.recv(m)) {
         if (ec == asio::error::already_started) return; // taken back: ask again
-        // The line saying why (a frame that failed its tag) goes out before
-        // the link closes: the master may kill this process once it has.
-        log_writer::instance().flush(std::chrono::milliseconds(500));
-        r.give_back(ec); // the link closes: exit follows
+        r.give_back(ec); // the link closes (the line saying why goes first: stream_state); exit follows
         return;
       }
       try { // as peer_link's own reads do (the bytes read count for liveness: stream_state)
