@@ -121,7 +121,7 @@ struct Recorder {
     unsigned char junk[4 + 17] = {17, 0, 0, 0, 'x'}; // a frame of 1 byte and a tag of zeros
     return ::send(line, junk, sizeof junk, MSG_NOSIGNAL) == ssize_t(sizeof junk);
   }
-  std::uint64_t worker_id() const { return std::stoull(fiber::detail::worker_environment().worker_id); }
+  std::uint64_t worker_id() const { return fiber::detail::worker_environment().worker_id; }
 
   static inline std::atomic<int> alive{0};
   static inline std::mutex meet_m;

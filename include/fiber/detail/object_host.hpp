@@ -75,9 +75,8 @@ public:
   static void dial_reply_line(const peer_link& master) {
     const auto& env = worker_environment();
     if (env.reply_fd >= 0 || !env.relay.empty() || master.is_ipc() || !master.direct()) return;
-    const auto id = std::strtoull(env.worker_id.c_str(), nullptr, 10);
     auto& rt = runtime::instance();
-    asio::post(rt.executor(), [&rt, url = env.master, id] {
+    asio::post(rt.executor(), [&rt, url = env.master, id = env.worker_id] {
       rt.connect(url, role::reply_line, id,
                  [](std::exception_ptr e, std::shared_ptr<peer_link> l, std::map<std::string, std::string>) {
                    try {

@@ -426,7 +426,7 @@ inline void apply_master_config(const std::string& master_url, const std::map<st
   if (env.pdeathsig) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (env.reply_fd >= 0) ::fcntl(env.reply_fd, F_SETFD, FD_CLOEXEC); // a reply line (reply_line.hpp): ours alone
   const std::string url = env.master;
-  std::uint64_t id = std::strtoull(env.worker_id.c_str(), nullptr, 10);
+  const std::uint64_t id = env.worker_id;
   auto& rt = runtime::instance();
   rt.become_worker(env.name.empty() ? "worker" : env.name, read_secret(env), env.secret.empty());
   // Services this worker owns listen as its master does: ipc, or the same

@@ -23,10 +23,11 @@ namespace fiber::detail {
 
 /// What a worker was started with; all empty in a master.
 struct worker_env {
-  std::string master;      ///< URL to dial (FIBER_INTERNAL_MASTER); empty: not a worker
-  std::string secret;      ///< the run's secret, when it came in the environment (cluster jobs)
-  std::string secret_file; ///< where it is read: /proc/PID/fd/N of a memfd (jobs on the master's machine)
-  std::string worker_id, name, run_dir;
+  std::string master;          ///< URL to dial (FIBER_INTERNAL_MASTER); empty: not a worker
+  std::string secret;          ///< the run's secret, when it came in the environment (cluster jobs)
+  std::string secret_file;     ///< where it is read: /proc/PID/fd/N of a memfd (jobs on the master's machine)
+  std::uint64_t worker_id = 0; ///< FIBER_INTERNAL_WORKER_ID: the master's number for this worker
+  std::string name, run_dir;
   std::string parent_name, parent_pid, parent_host; ///< for fiber::parent_process()
   std::string worker_nonce;                         ///< one-time nonce for the first proof (local workers)
   std::string master_aliases; ///< the master's other URLs (space-separated), reached through `master` instead
@@ -70,11 +71,11 @@ inline worker_env take_worker_environment() {
     std::string* to;
     bool wipe;
   };
-  std::string pdeath, link_fd, reply_fd;
+  std::string pdeath, link_fd, reply_fd, worker_id;
   const field fields[] = {{"MASTER", &w.master, false},
                           {"SECRET", &w.secret, true},
                           {"SECRET_FILE", &w.secret_file, false},
-                          {"WORKER_ID", &w.worker_id, false},
+                          {"WORKER_ID", &worker_id, false},
                           {"WORKER_NAME", &w.name, false},
                           {"RUN_DIR", &w.run_dir, false},
                           {"PARENT_NAME", &w.parent_name, false},
@@ -113,6 +114,7 @@ inline worker_env take_worker_environment() {
     const long fd = v.empty() ? -1 : std::strtol(v.c_str(), &end, 10);
     return !v.empty() && !*end && fd >= 3 && fd <= 1 << 24 ? int(fd) : -1;
   };
+  w.worker_id = std::strtoull(worker_id.c_str(), nullptr, 10);
   w.link_fd = fd_of(link_fd);
   w.reply_fd = fd_of(reply_fd);
   return w;
